@@ -1,0 +1,114 @@
+"""Function indexing: load ``module:app`` and list its functions the way the Python worker does.
+
+The worker imports the script, calls ``app.get_functions()`` and reads each function's raw
+binding JSON. The devhost does the same, then resolves ``%SETTING%`` expressions, and refuses
+anything it cannot run with an error naming the function and the cause, instead of starting
+a host that silently ignores part of the app.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from azure.functions.decorators.function_app import Function, FunctionRegister
+
+from devhost.settings import AppSettings, SettingsError
+
+TRIGGERS = frozenset(
+    {"orchestrationTrigger", "activityTrigger", "serviceBusTrigger", "timerTrigger", "httpTrigger"}
+)
+BINDINGS = frozenset({"durableClient", "http"})
+
+
+class IndexingError(Exception):
+    """The app cannot be loaded or one of its functions cannot run on the devhost."""
+
+
+@dataclass(frozen=True)
+class IndexedFunction:
+    name: str
+    trigger: Mapping[str, Any]
+    bindings: tuple[Mapping[str, Any], ...]
+    function: Function
+
+    @property
+    def trigger_type(self) -> str:
+        return str(self.trigger["type"])
+
+    @property
+    def user_function(self) -> Callable[..., Any]:
+        return self.function.get_user_function()
+
+    def binding_of_type(self, binding_type: str) -> Mapping[str, Any] | None:
+        return next((b for b in self.bindings if b["type"] == binding_type), None)
+
+
+def load_app(spec: str, app_root: Path) -> FunctionRegister:
+    """Import ``module:attribute`` from ``app_root`` and return the FunctionApp it names."""
+    module_name, _, attribute = spec.partition(":")
+    attribute = attribute or "app"
+    root = str(app_root.resolve())
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:
+        detail = "".join(traceback.format_exception_only(error)).strip()
+        raise IndexingError(f"cannot import {module_name!r} from {root}: {detail}") from error
+    app = getattr(module, attribute, None)
+    if not isinstance(app, FunctionRegister):
+        raise IndexingError(
+            f"{module_name}.{attribute} is {type(app).__name__}, not a FunctionApp or DFApp"
+        )
+    return app
+
+
+def index_app(app: FunctionRegister, settings: AppSettings) -> list[IndexedFunction]:
+    """Every function of the app with its bindings resolved; IndexingError on the first problem."""
+    try:
+        functions = app.get_functions()
+    except ValueError as error:  # the SDK's own check, e.g. duplicate function names
+        raise IndexingError(f"the app's functions cannot be indexed: {error}") from error
+    return [_index_function(function, settings) for function in functions]
+
+
+def _index_function(function: Function, settings: AppSettings) -> IndexedFunction:
+    name = function.get_function_name() or function.get_user_function().__name__
+    bindings = tuple(
+        _resolve(json.loads(raw), settings, name) for raw in function.get_raw_bindings()
+    )
+    triggers = [b for b in bindings if str(b["type"]).endswith("Trigger")]
+    if len(triggers) != 1:
+        raise IndexingError(f"function {name!r} has {len(triggers)} triggers; it needs exactly one")
+    trigger = triggers[0]
+    if trigger["type"] not in TRIGGERS:
+        raise IndexingError(
+            f"function {name!r} uses trigger type {trigger['type']!r}, which the devhost does "
+            f"not run (supported: {', '.join(sorted(TRIGGERS))})"
+        )
+    for binding in bindings:
+        if binding is not trigger and binding["type"] not in BINDINGS:
+            raise IndexingError(
+                f"function {name!r} uses binding type {binding['type']!r}, which the devhost "
+                f"does not provide (supported: {', '.join(sorted(BINDINGS))})"
+            )
+    return IndexedFunction(name, trigger, bindings, function)
+
+
+def _resolve(binding: dict[str, Any], settings: AppSettings, function_name: str) -> dict[str, Any]:
+    resolved: dict[str, Any] = {}
+    for key, value in binding.items():
+        if isinstance(value, str):
+            try:
+                value = settings.resolve(value, where=f"function {function_name!r} ({key})")
+            except SettingsError as error:
+                raise IndexingError(str(error)) from error
+        resolved[key] = value
+    return resolved
