@@ -25,6 +25,10 @@ typecheck: setup
 pytest: setup
 	$(BIN)/python -m pytest
 
+demo: setup
+	@echo "make demo runs the order pipeline, which arrives with issue 4; it is not built yet." >&2
+	@exit 1
+
 bench: setup
 	$(BIN)/python -m bench.servicebus_throughput
 
