@@ -1,0 +1,277 @@
+"""Embedded SQLite adapters of the `StateStore` and `OrderStore` ports (S2, D1, D3, D4, U1, U2).
+
+The default store of the app (`STATE_STORE=sqlite`). Like the two Cosmos DB containers it
+stands in for, the state store and the orders database are separate files that share no
+transaction (S2, C6).
+
+Each record is kept as its JSON document (the contract field names) with an etag; the
+fields that queries filter on are generated columns over the document, so a fenced update
+can patch the document with `json_set` in one `UPDATE ... WHERE LockedBy = ?` and the
+indexes follow by themselves. Query pages use keyset pagination behind an opaque
+continuation token, so a page costs the same however deep the scan is.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import json
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from adapters.sqlite_connection import SqliteDatabase
+from domain.contracts import Order, decode_json, encode_json
+from domain.ports import (
+    Created,
+    InvalidContinuation,
+    OperationKind,
+    OrderStore,
+    Page,
+    PreconditionFailed,
+    RecordNotFound,
+    StateStore,
+    StoreMetrics,
+)
+from domain.records import ProcessState, StateRecord, format_utc
+from domain.transitions import FencedChange
+
+MAX_PAGE_SIZE = 1000
+
+_STATE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS state (
+    id TEXT PRIMARY KEY,
+    doc TEXT NOT NULL,
+    etag TEXT NOT NULL,
+    ProcessState TEXT GENERATED ALWAYS AS (json_extract(doc, '$.ProcessState')) VIRTUAL,
+    LockedBy TEXT GENERATED ALWAYS AS (json_extract(doc, '$.LockedBy')) VIRTUAL,
+    CompleteBy TEXT GENERATED ALWAYS AS (json_extract(doc, '$.CompleteBy')) VIRTUAL,
+    UpdatedAt TEXT GENERATED ALWAYS AS (json_extract(doc, '$.UpdatedAt')) VIRTUAL
+);
+CREATE INDEX IF NOT EXISTS state_by_queue_position ON state (ProcessState, UpdatedAt, id);
+CREATE INDEX IF NOT EXISTS state_by_deadline ON state (ProcessState, CompleteBy, id);
+"""
+
+_ORDERS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS orders (
+    id TEXT PRIMARY KEY,
+    doc TEXT NOT NULL
+);
+"""
+
+_RUNNING_STATES = (ProcessState.PROCESSING.value, ProcessState.COMPENSATING.value)
+
+
+def _new_etag() -> str:
+    return uuid.uuid4().hex
+
+
+def _encode_token(query: str, key: list[str]) -> str:
+    raw = json.dumps({"q": query, "k": key}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def _decode_token(token: str, query: str, key_length: int) -> list[str]:
+    try:
+        decoded = json.loads(base64.urlsafe_b64decode(token.encode()))
+        key = decoded["k"]
+        valid = (
+            decoded["q"] == query
+            and isinstance(key, list)
+            and len(key) == key_length
+            and all(isinstance(part, str) for part in key)
+        )
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        valid = False
+    if not valid:
+        raise InvalidContinuation(
+            f"continuation token {token!r} was not issued by the {query} query of this store"
+        )
+    return list(key)
+
+
+def _page_size(page_size: int) -> int:
+    if page_size < 1:
+        raise ValueError(f"page_size must be >= 1, got {page_size}")
+    return min(page_size, MAX_PAGE_SIZE)
+
+
+class SqliteStateStore(StateStore):
+    """The state store in one SQLite file; safe to share between threads and processes."""
+
+    def __init__(self, path: str | Path, metrics: StoreMetrics | None = None) -> None:
+        self._db = SqliteDatabase(path, _STATE_SCHEMA)
+        self.metrics = metrics if metrics is not None else StoreMetrics()
+
+    @property
+    def max_page_size(self) -> int:
+        return MAX_PAGE_SIZE
+
+    def create(self, record: StateRecord) -> Created[StateRecord]:
+        etag = _new_etag()
+        inserted = self._db.execute_count(
+            "INSERT INTO state (id, doc, etag) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING",
+            (record.order_id, encode_json(record.to_document()), etag),
+        )
+        if inserted:
+            self.metrics.record(OperationKind.CREATE, writes=1)
+            return Created(dataclasses.replace(record, etag=etag), created=True)
+        self.metrics.record(OperationKind.CREATE, writes=1, reads=1)
+        existing = self._read(record.order_id)
+        if existing is None:
+            raise RecordNotFound(
+                f"state record {record.order_id!r} conflicted on create but cannot be read"
+            )
+        return Created(existing, created=False)
+
+    def get(self, order_id: str) -> StateRecord | None:
+        self.metrics.record(OperationKind.READ, reads=1)
+        return self._read(order_id)
+
+    def _read(self, order_id: str) -> StateRecord | None:
+        rows = self._db.execute("SELECT doc, etag FROM state WHERE id = ?", (order_id,))
+        if not rows:
+            return None
+        doc, etag = rows[0]
+        return StateRecord.from_document(decode_json(doc), etag)
+
+    def replace(self, record: StateRecord) -> StateRecord:
+        if record.etag is None:
+            raise ValueError(
+                f"replace of state record {record.order_id!r} needs the etag it was read with"
+            )
+        etag = _new_etag()
+        document = record.to_document()
+        changed = self._db.execute_count(
+            "UPDATE state SET doc = ?, etag = ? WHERE id = ? AND etag = ?",
+            (encode_json(document), etag, record.order_id, record.etag),
+        )
+        if changed:
+            self.metrics.record(OperationKind.REPLACE, writes=1)
+            return StateRecord.from_document(document, etag)
+        exists = self._db.execute("SELECT 1 FROM state WHERE id = ?", (record.order_id,))
+        self.metrics.record(OperationKind.REPLACE, writes=1, reads=1, refused=1)
+        if not exists:
+            raise RecordNotFound(f"state record {record.order_id!r} does not exist")
+        raise PreconditionFailed(record.order_id, record.etag)
+
+    def fenced_update(self, change: FencedChange) -> StateRecord | None:
+        patch_args: list[object] = []
+        patched = "doc"
+        if change.sets:
+            placeholders = ", ".join("?, json(?)" for _ in change.sets)
+            patched = f"json_set({patched}, {placeholders})"
+            for name, value in change.sets:
+                patch_args += [f"$.{name}", json.dumps(value)]
+        for name, value in change.appends:
+            patched = f"json_insert({patched}, ?, json(?))"
+            patch_args += [f"$.{name}[#]", json.dumps(value)]
+        states = sorted(state.value for state in change.allowed_states)
+        rows = self._db.execute(
+            f"UPDATE state SET doc = {patched}, etag = ? "
+            f"WHERE id = ? AND LockedBy = ? AND ProcessState IN ({', '.join('?' * len(states))}) "
+            "RETURNING doc, etag",
+            (*patch_args, _new_etag(), change.order_id, change.locked_by, *states),
+        )
+        if not rows:
+            self.metrics.record(OperationKind.FENCED_UPDATE, writes=1, refused=1)
+            return None
+        self.metrics.record(OperationKind.FENCED_UPDATE, writes=1)
+        doc, etag = rows[0]
+        return StateRecord.from_document(decode_json(doc), etag)
+
+    def query_claimable(
+        self, *, now: datetime, page_size: int, continuation: str | None = None
+    ) -> Page[StateRecord]:
+        limit = _page_size(page_size)
+        after = ["", ""] if continuation is None else _decode_token(continuation, "claimable", 2)
+        rows = self._db.execute(
+            "SELECT doc, etag, UpdatedAt, id FROM state "
+            "WHERE ProcessState = ? AND LockedBy IS NULL "
+            "AND (CompleteBy IS NULL OR CompleteBy <= ?) AND (UpdatedAt, id) > (?, ?) "
+            "ORDER BY UpdatedAt, id LIMIT ?",
+            (ProcessState.PENDING.value, format_utc(now), *after, limit + 1),
+        )
+        return self._page(rows, limit, "claimable")
+
+    def query_expired(
+        self,
+        *,
+        window_start: datetime,
+        now: datetime,
+        page_size: int,
+        continuation: str | None = None,
+    ) -> Page[StateRecord]:
+        limit = _page_size(page_size)
+        after = (
+            [format_utc(window_start), ""]
+            if continuation is None
+            else _decode_token(continuation, "expired", 2)
+        )
+        rows = self._db.execute(
+            "SELECT doc, etag, CompleteBy, id FROM state "
+            "WHERE ProcessState IN (?, ?) AND CompleteBy >= ? AND CompleteBy <= ? "
+            "AND (CompleteBy, id) > (?, ?) ORDER BY CompleteBy, id LIMIT ?",
+            (*_RUNNING_STATES, format_utc(window_start), format_utc(now), *after, limit + 1),
+        )
+        return self._page(rows, limit, "expired")
+
+    def _page(self, rows: list[Any], limit: int, query: str) -> Page[StateRecord]:
+        served = rows[:limit]
+        self.metrics.record(OperationKind.QUERY, reads=1, items_read=len(served))
+        items = tuple(StateRecord.from_document(decode_json(doc), etag) for doc, etag, *_ in served)
+        if len(rows) <= limit:
+            return Page(items, None)
+        _, _, last_key, last_id = served[-1]
+        return Page(items, _encode_token(query, [last_key, last_id]))
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class SqliteOrderStore(OrderStore):
+    """The orders database in its own SQLite file (no transaction shared with the state)."""
+
+    def __init__(self, path: str | Path, metrics: StoreMetrics | None = None) -> None:
+        self._db = SqliteDatabase(path, _ORDERS_SCHEMA)
+        self.metrics = metrics if metrics is not None else StoreMetrics()
+
+    def create(self, order: Order) -> Created[Order]:
+        inserted = self._db.execute_count(
+            "INSERT INTO orders (id, doc) VALUES (?, ?) ON CONFLICT (id) DO NOTHING",
+            (order.order_id, encode_json(order.to_document())),
+        )
+        if inserted:
+            self.metrics.record(OperationKind.CREATE, writes=1)
+            return Created(order, created=True)
+        self.metrics.record(OperationKind.CREATE, writes=1, reads=1)
+        existing = self._read(order.order_id)
+        if existing is None:
+            raise RecordNotFound(f"order {order.order_id!r} conflicted on create but is missing")
+        return Created(existing, created=False)
+
+    def get(self, order_id: str) -> Order | None:
+        self.metrics.record(OperationKind.READ, reads=1)
+        return self._read(order_id)
+
+    def _read(self, order_id: str) -> Order | None:
+        rows = self._db.execute("SELECT doc FROM orders WHERE id = ?", (order_id,))
+        return Order.from_document(decode_json(rows[0][0])) if rows else None
+
+    def close(self) -> None:
+        self._db.close()
+
+
+STATE_FILE = "state.sqlite3"
+ORDERS_FILE = "orders.sqlite3"
+
+
+def open_sqlite_stores(
+    directory: str | Path, metrics: StoreMetrics | None = None
+) -> tuple[SqliteStateStore, SqliteOrderStore]:
+    """Both embedded stores in `directory` (the SQLITE_DIRECTORY setting), one file each."""
+    shared = metrics if metrics is not None else StoreMetrics()
+    root = Path(directory)
+    return SqliteStateStore(root / STATE_FILE, shared), SqliteOrderStore(root / ORDERS_FILE, shared)

@@ -1,0 +1,268 @@
+"""Public message contracts of contracts.md: submission, status and operator alert (S1-S3, R1, R2).
+
+`parse_submission` validates an order message exactly as contracts.md describes and gives
+either a `Submission` (the typed `Order` plus its allow-listed reply queue) or an
+`InvalidSubmission` whose reason says what is wrong, ready for the dead-letter queue.
+`Order.immutable_data` is the data compared in S2 (the whole body minus `schemaVersion`).
+Status messages and operator alerts are built here with their stable message ids, so
+resends de-duplicate (R2, E4).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from domain.records import ORDER_ID_PATTERN, format_utc
+
+SUBMISSION_SCHEMA_VERSION = 1
+STATUS_SCHEMA_VERSION = 1
+ALERT_SCHEMA_VERSION = 1
+
+MAX_ITEMS = 100
+_CURRENCY_PATTERN = re.compile(r"[A-Z]{3}")
+_SUBMISSION_FIELDS = frozenset({"schemaVersion", "orderId", "customerId", "items", "currency"})
+_ITEM_FIELDS = frozenset({"sku", "quantity"})
+
+
+def encode_json(value: Mapping[str, Any]) -> str:
+    """The one JSON codec for message bodies and stored documents: compact, key-sorted."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
+def decode_json(text: str | bytes) -> Any:
+    return json.loads(text)
+
+
+@dataclass(frozen=True)
+class OrderItem:
+    sku: str
+    quantity: int
+
+
+@dataclass(frozen=True)
+class Order:
+    """The order as submitted. Immutable: S2 accepts an existing copy only if it is equal."""
+
+    order_id: str
+    customer_id: str
+    items: tuple[OrderItem, ...]
+    currency: str
+
+    def immutable_data(self) -> dict[str, Any]:
+        """The submission body minus `schemaVersion` (contracts.md): what S2 compares."""
+        return {
+            "orderId": self.order_id,
+            "customerId": self.customer_id,
+            "items": [{"sku": item.sku, "quantity": item.quantity} for item in self.items],
+            "currency": self.currency,
+        }
+
+    def to_document(self) -> dict[str, Any]:
+        """The orders-database document: the immutable data keyed by `id` = OrderID."""
+        return {
+            "id": self.order_id,
+            "OrderID": self.order_id,
+            "SchemaVersion": SUBMISSION_SCHEMA_VERSION,
+            **self.immutable_data(),
+        }
+
+    @classmethod
+    def from_document(cls, document: Mapping[str, Any]) -> Order:
+        parsed = _parse_order_fields(document)
+        if isinstance(parsed, str):
+            raise ValueError(f"stored order {document.get('id')!r} is malformed: {parsed}")
+        return parsed
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A valid submission message: the order and the reply queue it named (R1)."""
+
+    order: Order
+    reply_to: str | None
+
+
+@dataclass(frozen=True)
+class InvalidSubmission:
+    """A message that must be dead-lettered (S3); `order_id` when one could be read."""
+
+    reason: str
+    order_id: str | None
+
+
+def parse_submission(
+    body: str | bytes, reply_to: str | None, reply_queues: frozenset[str]
+) -> Submission | InvalidSubmission:
+    """Validate a submission message (contracts.md) and the reply queue it names (R1)."""
+    try:
+        document = decode_json(body.decode("utf-8") if isinstance(body, bytes) else body)
+    except UnicodeDecodeError as error:
+        return InvalidSubmission(f"body is not UTF-8: {error}", None)
+    except json.JSONDecodeError as error:
+        return InvalidSubmission(f"body is not valid JSON: {error}", None)
+    if not isinstance(document, dict):
+        return InvalidSubmission(f"body must be a JSON object, got {type(document).__name__}", None)
+    raw_order_id = document.get("orderId")
+    order_id = (
+        raw_order_id
+        if isinstance(raw_order_id, str) and ORDER_ID_PATTERN.fullmatch(raw_order_id)
+        else None
+    )
+    version = document.get("schemaVersion")
+    if type(version) is not int or version != SUBMISSION_SCHEMA_VERSION:
+        return InvalidSubmission(
+            f"unknown schemaVersion {version!r}; this app accepts {SUBMISSION_SCHEMA_VERSION}",
+            order_id,
+        )
+    unknown = sorted(set(document) - _SUBMISSION_FIELDS)
+    if unknown:
+        return InvalidSubmission(f"unknown fields {unknown} in schemaVersion 1", order_id)
+    parsed = _parse_order_fields(document)
+    if isinstance(parsed, str):
+        return InvalidSubmission(parsed, order_id)
+    if reply_to is not None and reply_to not in reply_queues:
+        return InvalidSubmission(
+            f"reply_to {reply_to!r} is not an allow-listed reply queue (REPLY_QUEUES)", order_id
+        )
+    return Submission(parsed, reply_to)
+
+
+def _parse_order_fields(document: Mapping[str, Any]) -> Order | str:
+    """The typed order, or a reason naming the first field that breaks the schema."""
+    order_id = document.get("orderId")
+    if not isinstance(order_id, str) or not ORDER_ID_PATTERN.fullmatch(order_id):
+        return f"orderId must be 1-64 characters of [A-Za-z0-9._-], got {order_id!r}"
+    customer_id = document.get("customerId")
+    if not isinstance(customer_id, str) or not customer_id:
+        return f"customerId must be a non-empty string, got {customer_id!r}"
+    currency = document.get("currency")
+    if not isinstance(currency, str) or not _CURRENCY_PATTERN.fullmatch(currency):
+        return f"currency must be three upper-case letters, got {currency!r}"
+    items = document.get("items")
+    if not isinstance(items, list) or not 1 <= len(items) <= MAX_ITEMS:
+        count = len(items) if isinstance(items, list) else type(items).__name__
+        return f"items must be a list of 1-{MAX_ITEMS} entries, got {count}"
+    parsed_items: list[OrderItem] = []
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            return f"items[{index}] must be an object"
+        unknown = sorted(set(item) - _ITEM_FIELDS)
+        if unknown:
+            return f"items[{index}] has unknown fields {unknown}"
+        sku = item.get("sku")
+        if not isinstance(sku, str) or not sku:
+            return f"items[{index}].sku must be a non-empty string, got {sku!r}"
+        quantity = item.get("quantity")
+        if type(quantity) is not int or quantity < 1:
+            return f"items[{index}].quantity must be an integer >= 1, got {quantity!r}"
+        parsed_items.append(OrderItem(sku, quantity))
+    return Order(order_id, customer_id, tuple(parsed_items), currency)
+
+
+class OrderStatus(StrEnum):
+    """`status` of a status message (contracts.md, R2)."""
+
+    RECEIVED = "received"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    COMPENSATED = "compensated"
+    COMPENSATION_FAILED = "compensation-failed"
+    REJECTED = "rejected"
+
+
+@dataclass(frozen=True)
+class StatusMessage:
+    """A status message for the submitting app's reply queue, with its properties (R2).
+
+    `message_id` is `"{orderId}:{status}:{attempt}"`; a status without an attempt (such as
+    `received`) renders the attempt as `-`, so the id is still stable across resends.
+    """
+
+    queue: str
+    body: dict[str, Any]
+    message_id: str
+    correlation_id: str
+    subject: str
+
+    def body_json(self) -> str:
+        return encode_json(self.body)
+
+
+def status_message(
+    *,
+    queue: str,
+    order_id: str,
+    status: OrderStatus,
+    attempt: int | None,
+    reason: str | None,
+    at: datetime,
+) -> StatusMessage:
+    return StatusMessage(
+        queue=queue,
+        body={
+            "schemaVersion": STATUS_SCHEMA_VERSION,
+            "orderId": order_id,
+            "status": status.value,
+            "attempt": attempt,
+            "reason": reason,
+            "at": format_utc(at),
+        },
+        message_id=f"{order_id}:{status.value}:{'-' if attempt is None else attempt}",
+        correlation_id=order_id,
+        subject=status.value,
+    )
+
+
+class AlertKind(StrEnum):
+    """`kind` of an operator alert (contracts.md, S3, E8, U4, C2)."""
+
+    ORDER_CONFLICT = "order-conflict"
+    ORDER_ERROR = "order-error"
+    COMPENSATION_FAILED = "compensation-failed"
+    INVALID_MESSAGE = "invalid-message"
+
+
+@dataclass(frozen=True)
+class OperatorAlert:
+    """An alert for `OPERATOR_ALERTS_QUEUE`; `message_id` is stable so resends de-duplicate."""
+
+    body: dict[str, Any]
+    message_id: str
+
+    def body_json(self) -> str:
+        return encode_json(self.body)
+
+
+def operator_alert(
+    *,
+    kind: AlertKind,
+    order_id: str | None,
+    reason: str,
+    at: datetime,
+    attempt: int | None = None,
+    message_id: str | None = None,
+) -> OperatorAlert:
+    """Build an alert; `message_id` defaults to `"{kind}:{orderId}:{attempt}"`.
+
+    Alerts about a message with no readable OrderID pass the broker's message id instead.
+    """
+    stable_id = (
+        message_id or f"{kind.value}:{order_id or '-'}:{'-' if attempt is None else attempt}"
+    )
+    return OperatorAlert(
+        body={
+            "schemaVersion": ALERT_SCHEMA_VERSION,
+            "kind": kind.value,
+            "orderId": order_id,
+            "reason": reason,
+            "at": format_utc(at),
+            "attempt": attempt,
+        },
+        message_id=stable_id,
+    )

@@ -1,0 +1,210 @@
+"""Ports of the state store and the orders database (S2, D1, D3, D4, U1, U2, U6, C6).
+
+Two independent stores that share no transaction (S2, C6), shaped after what Cosmos DB
+offers so that its adapter (issue 5) fits without changing any caller:
+
+- `create` is idempotent: it inserts, or on a conflict returns the existing document
+  (Cosmos: create_item, then read on 409) - never an overwrite.
+- `replace` is conditional on the etag the record was read with (Cosmos: replace_item with
+  if-match); a lost race raises `PreconditionFailed`. Claims (D3) and supervisor
+  recoveries (U4, U6) use it.
+- `fenced_update` is ONE conditional write with no read (Cosmos: patch_item with a filter
+  predicate on LockedBy and ProcessState; SQLite: UPDATE ... WHERE). A refused change
+  returns None: an expired attempt never changes a newer attempt's record (D4, E5).
+- Queries for claimable and expired records return one `Page` per call, with an opaque
+  continuation token and a size capped by the store; records carry their etag, so a claim
+  or recovery needs no extra read (D1, U1, U2).
+
+`StoreMetrics` counts calls, reads, writes, items read, refused fenced writes and request
+charge per operation kind: the demo's cost per order and the supervisor's own accounting.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, fields
+from datetime import datetime
+from enum import StrEnum
+from typing import Generic, TypeVar
+
+from domain.contracts import Order
+from domain.records import StateRecord
+from domain.transitions import FencedChange
+
+T = TypeVar("T")
+
+
+class StoreError(Exception):
+    """A store operation failed; subclasses say whether retrying can help."""
+
+
+class PreconditionFailed(StoreError):
+    """The record changed since it was read (etag mismatch): someone else won the race."""
+
+    def __init__(self, order_id: str, etag: str | None) -> None:
+        super().__init__(
+            f"state record {order_id!r} no longer has etag {etag!r}: another writer changed it"
+        )
+        self.order_id = order_id
+
+
+class RecordNotFound(StoreError):
+    """A conditional write targeted a record that does not exist."""
+
+
+class InvalidContinuation(StoreError):
+    """A continuation token was not issued by this query of this store."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached or is throttling past its retries: fail and let the
+    trigger retry; nothing was lost."""
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a query: its items, the token for the next page (None at the end), and
+    what the page cost in request units (0 for stores that do not charge)."""
+
+    items: tuple[T, ...]
+    continuation: str | None
+    request_charge: float = 0.0
+
+
+@dataclass(frozen=True)
+class Created(Generic[T]):
+    """Outcome of an idempotent create: the stored document, and whether this call made it."""
+
+    record: T
+    created: bool
+
+
+class OperationKind(StrEnum):
+    CREATE = "create"
+    READ = "read"
+    REPLACE = "replace"
+    FENCED_UPDATE = "fenced_update"
+    QUERY = "query"
+
+
+@dataclass(frozen=True)
+class OperationCost:
+    calls: int = 0
+    reads: int = 0
+    writes: int = 0
+    items_read: int = 0
+    refused: int = 0
+    request_charge: float = 0.0
+
+    def __add__(self, other: OperationCost) -> OperationCost:
+        return OperationCost(
+            *(getattr(self, f.name) + getattr(other, f.name) for f in fields(OperationCost))
+        )
+
+
+class StoreMetrics:
+    """Thread-safe counters per operation kind; one instance may be shared by both stores."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._costs: dict[OperationKind, OperationCost] = {}
+
+    def record(
+        self,
+        kind: OperationKind,
+        *,
+        reads: int = 0,
+        writes: int = 0,
+        items_read: int = 0,
+        refused: int = 0,
+        request_charge: float = 0.0,
+    ) -> None:
+        cost = OperationCost(1, reads, writes, items_read, refused, request_charge)
+        with self._lock:
+            self._costs[kind] = self._costs.get(kind, OperationCost()) + cost
+
+    def snapshot(self) -> dict[OperationKind, OperationCost]:
+        with self._lock:
+            return dict(self._costs)
+
+    def total(self) -> OperationCost:
+        total = OperationCost()
+        for cost in self.snapshot().values():
+            total = total + cost
+        return total
+
+
+class StateStore(ABC):
+    """The durable state store: one `StateRecord` per order, keyed by OrderID."""
+
+    metrics: StoreMetrics
+
+    @property
+    @abstractmethod
+    def max_page_size(self) -> int:
+        """The cap on items per page; larger requests are served this many."""
+
+    @abstractmethod
+    def create(self, record: StateRecord) -> Created[StateRecord]:
+        """Insert the record, or return the existing one unchanged (S2, S4)."""
+
+    @abstractmethod
+    def get(self, order_id: str) -> StateRecord | None:
+        """The record with its etag, or None."""
+
+    @abstractmethod
+    def replace(self, record: StateRecord) -> StateRecord:
+        """Write `record` if the stored etag still equals `record.etag` (D3, U4).
+
+        Returns the stored record with its new etag; raises `PreconditionFailed` when the
+        record changed since it was read and `RecordNotFound` when it does not exist.
+        """
+
+    @abstractmethod
+    def fenced_update(self, change: FencedChange) -> StateRecord | None:
+        """Apply `change` in one conditional write with no read (D4, E5).
+
+        Returns the record after the change, or None when the guard did not hold (another
+        attempt holds the record, its state moved on, or it does not exist).
+        """
+
+    @abstractmethod
+    def query_claimable(
+        self, *, now: datetime, page_size: int, continuation: str | None = None
+    ) -> Page[StateRecord]:
+        """Pending records with LockedBy null whose CompleteBy is null or <= now (D1, U5)."""
+
+    @abstractmethod
+    def query_expired(
+        self,
+        *,
+        window_start: datetime,
+        now: datetime,
+        page_size: int,
+        continuation: str | None = None,
+    ) -> Page[StateRecord]:
+        """Processing or Compensating records with window_start <= CompleteBy <= now,
+        oldest deadline first (U1, U2, C2)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections; the store is unusable afterwards."""
+
+
+class OrderStore(ABC):
+    """The orders database: the immutable order data, keyed by OrderID (S2)."""
+
+    metrics: StoreMetrics
+
+    @abstractmethod
+    def create(self, order: Order) -> Created[Order]:
+        """Insert the order, or return the existing one unchanged (S2)."""
+
+    @abstractmethod
+    def get(self, order_id: str) -> Order | None:
+        """The order, or None (D6: the orchestration loads it)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections; the store is unusable afterwards."""

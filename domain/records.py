@@ -1,0 +1,213 @@
+"""The state record of one order and the identifiers around it (S4, D2, C1, C3, C7).
+
+A `StateRecord` is what the state store holds per order: the contract fields of
+contracts.md (`id`, `OrderID`, `LockedBy`, `CompleteBy`, `ProcessState`, `FailureCount`,
+`ReplyTo`, `SchemaVersion`) plus the attempt counter, timestamps, the name of the running
+step and the ordered compensation log of C1. Timestamps are serialised in one fixed-width
+ISO-8601 UTC form so that string order equals time order, which is what lets both SQLite
+and Cosmos DB compare `CompleteBy` values in a query.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+RECORD_SCHEMA_VERSION = 1
+"""Version of the state record's shape (C7). Readers accept every version listed here."""
+
+SUPPORTED_RECORD_VERSIONS = frozenset({1})
+
+ORDER_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
+"""contracts.md: 1-64 characters of `[A-Za-z0-9._-]`; never contains the `:` of instance ids."""
+
+_UTC_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+class ProcessState(StrEnum):
+    """`ProcessState` values of the state record (contracts.md; C2 keeps compensation apart)."""
+
+    PENDING = "Pending"
+    PROCESSING = "Processing"
+    PROCESSED = "Processed"
+    ERROR = "Error"
+    COMPENSATING = "Compensating"
+    COMPENSATED = "Compensated"
+    COMPENSATION_FAILED = "CompensationFailed"
+
+
+class RecordFormatError(ValueError):
+    """A stored document or identifier does not have the shape this code understands."""
+
+
+def format_utc(moment: datetime) -> str:
+    """Fixed-width ISO-8601 UTC text (`2026-01-02T03:04:05.000000Z`), sortable as a string."""
+    if moment.tzinfo is None:
+        raise ValueError(f"naive datetime {moment!r}: pass an aware UTC datetime")
+    return moment.astimezone(UTC).strftime(_UTC_FORMAT)
+
+
+def parse_utc(text: str) -> datetime:
+    """Inverse of `format_utc`; also accepts any ISO-8601 text with an offset or `Z`."""
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as error:
+        raise RecordFormatError(f"not an ISO-8601 timestamp: {text!r}") from error
+    if parsed.tzinfo is None:
+        raise RecordFormatError(f"timestamp without a UTC offset: {text!r}")
+    return parsed.astimezone(UTC)
+
+
+@dataclass(frozen=True, order=True)
+class InstanceId:
+    """Attempt-specific orchestration instance id `"{OrderID}:{attempt}"` (D2).
+
+    It is also the fencing token (D4, E7): `LockedBy` holds it while the attempt owns the
+    record, and the remote service refuses calls from an attempt older than one it has seen.
+    """
+
+    order_id: str
+    attempt: int
+
+    def __post_init__(self) -> None:
+        if not ORDER_ID_PATTERN.fullmatch(self.order_id):
+            raise RecordFormatError(f"invalid OrderID in instance id: {self.order_id!r}")
+        if self.attempt < 1:
+            raise RecordFormatError(
+                f"attempt must be >= 1 in instance id of order {self.order_id!r}, "
+                f"got {self.attempt}"
+            )
+
+    def __str__(self) -> str:
+        return f"{self.order_id}:{self.attempt}"
+
+    @classmethod
+    def parse(cls, text: str) -> InstanceId:
+        order_id, separator, attempt = text.rpartition(":")
+        if not separator or not attempt.isdigit():
+            raise RecordFormatError(
+                f"instance id {text!r} is not of the form '{{OrderID}}:{{attempt}}'"
+            )
+        return cls(order_id, int(attempt))
+
+
+@dataclass(frozen=True)
+class CompletedStep:
+    """One entry of the compensation log (C1): a step that finished and may need undoing.
+
+    Only the step name and the idempotency key of its side effect are kept, never the
+    order's data or secrets (C3): compensation looks the rest up through the key.
+    """
+
+    step: str
+    idempotency_key: str
+    completed_at: datetime
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "idempotencyKey": self.idempotency_key,
+            "completedAt": format_utc(self.completed_at),
+        }
+
+    @classmethod
+    def from_document(cls, document: Mapping[str, Any]) -> CompletedStep:
+        try:
+            return cls(
+                step=str(document["step"]),
+                idempotency_key=str(document["idempotencyKey"]),
+                completed_at=parse_utc(str(document["completedAt"])),
+            )
+        except KeyError as error:
+            raise RecordFormatError(f"compensation log entry lacks {error}") from error
+
+
+@dataclass(frozen=True)
+class StateRecord:
+    """The state of one order in the state store. Immutable: transitions return new records.
+
+    `etag` is the store's concurrency token of the version this object was read as; it is
+    not part of the document and is `None` for a record that was never stored.
+    """
+
+    order_id: str
+    process_state: ProcessState
+    locked_by: str | None
+    complete_by: datetime | None
+    failure_count: int
+    reply_to: str | None
+    attempt: int
+    created_at: datetime
+    updated_at: datetime
+    current_step: str | None = None
+    last_error: str | None = None
+    compensation_log: tuple[CompletedStep, ...] = ()
+    schema_version: int = RECORD_SCHEMA_VERSION
+    etag: str | None = field(default=None, compare=False)
+
+    @property
+    def instance_id(self) -> InstanceId | None:
+        """The attempt that holds the record, parsed from `LockedBy`."""
+        return None if self.locked_by is None else InstanceId.parse(self.locked_by)
+
+    def to_document(self) -> dict[str, Any]:
+        """The stored JSON document, with the contract field names of contracts.md."""
+        return {
+            "id": self.order_id,
+            "OrderID": self.order_id,
+            "LockedBy": self.locked_by,
+            "CompleteBy": None if self.complete_by is None else format_utc(self.complete_by),
+            "ProcessState": self.process_state.value,
+            "FailureCount": self.failure_count,
+            "ReplyTo": self.reply_to,
+            "SchemaVersion": self.schema_version,
+            "Attempt": self.attempt,
+            "CurrentStep": self.current_step,
+            "LastError": self.last_error,
+            "CompensationLog": [entry.to_document() for entry in self.compensation_log],
+            "CreatedAt": format_utc(self.created_at),
+            "UpdatedAt": format_utc(self.updated_at),
+        }
+
+    @classmethod
+    def from_document(cls, document: Mapping[str, Any], etag: str | None = None) -> StateRecord:
+        """Read a stored document; refuses shapes of an unknown `SchemaVersion` (C7)."""
+        version = document.get("SchemaVersion")
+        if version not in SUPPORTED_RECORD_VERSIONS:
+            raise RecordFormatError(
+                f"state record {document.get('id')!r} has SchemaVersion {version!r}; "
+                f"this code reads {sorted(SUPPORTED_RECORD_VERSIONS)}"
+            )
+        try:
+            complete_by = document["CompleteBy"]
+            return cls(
+                order_id=str(document["OrderID"]),
+                process_state=ProcessState(document["ProcessState"]),
+                locked_by=document["LockedBy"],
+                complete_by=None if complete_by is None else parse_utc(str(complete_by)),
+                failure_count=int(document["FailureCount"]),
+                reply_to=document["ReplyTo"],
+                attempt=int(document["Attempt"]),
+                created_at=parse_utc(str(document["CreatedAt"])),
+                updated_at=parse_utc(str(document["UpdatedAt"])),
+                current_step=document.get("CurrentStep"),
+                last_error=document.get("LastError"),
+                compensation_log=tuple(
+                    CompletedStep.from_document(entry)
+                    for entry in document.get("CompensationLog", [])
+                ),
+                schema_version=int(version),
+                etag=etag,
+            )
+        except KeyError as error:
+            raise RecordFormatError(
+                f"state record {document.get('id')!r} lacks field {error}"
+            ) from error
+        except ValueError as error:
+            raise RecordFormatError(
+                f"state record {document.get('id')!r} is malformed: {error}"
+            ) from error

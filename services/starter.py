@@ -1,0 +1,64 @@
+"""The starter's claims (D1-D3, U5).
+
+Page through claimable records (Pending, LockedBy null, past any retry delay) and claim
+each with a conditional replace on the etag it was read with: Processing, the next
+attempt's instance id in LockedBy, and a provisional CompleteBy. Only the claims this call
+won are returned; the Functions layer starts one orchestration per claim, with the claim's
+instance id, after the claim is stored. Two starters never win the same attempt (D3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from domain.policies import Settings, claim_deadline
+from domain.ports import PreconditionFailed, StateStore
+from domain.records import InstanceId, StateRecord
+from domain.transitions import claim, is_claimable
+from services.paging import BoundedScan, StopReason
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A won claim: start the orchestration `instance_id` for `record`."""
+
+    instance_id: InstanceId
+    record: StateRecord
+
+
+@dataclass(frozen=True)
+class StarterRun:
+    claims: tuple[Claim, ...]
+    pages: int
+    items_read: int
+    lost_races: int
+    stopped: StopReason | None
+
+
+def claim_pending(
+    states: StateStore, settings: Settings, now: datetime, *, max_claims: int | None = None
+) -> StarterRun:
+    """Claim up to `max_claims` (default STARTER_MAX_CLAIMS) due Pending records."""
+    cap = settings.starter_max_claims if max_claims is None else max_claims
+    scan: BoundedScan[StateRecord] = BoundedScan(
+        fetch=lambda size, token: states.query_claimable(
+            now=now, page_size=size, continuation=token
+        ),
+        page_size=settings.store_page_size,
+        max_items=cap,
+        max_pages=settings.starter_max_pages,
+    )
+    claims: list[Claim] = []
+    lost_races = 0
+    deadline = claim_deadline(now, settings)
+    for record in scan:
+        if not is_claimable(record, now):
+            continue
+        try:
+            stored = states.replace(claim(record, now=now, claim_deadline=deadline))
+        except PreconditionFailed:
+            lost_races += 1
+            continue
+        claims.append(Claim(InstanceId(stored.order_id, stored.attempt), stored))
+    return StarterRun(tuple(claims), scan.pages, scan.items_read, lost_races, scan.stopped)

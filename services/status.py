@@ -1,0 +1,58 @@
+"""Status replies and operator alerts: who is told what (R1, R2, S3, E8, U4, C2).
+
+Status messages go only to the reply queue recorded in the state record, and only while
+that queue is still on the `REPLY_QUEUES` allow-list (R1): a queue removed from the list
+since submission gets nothing. Functions here decide and build; the Functions layer sends.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from domain.contracts import (
+    AlertKind,
+    OperatorAlert,
+    OrderStatus,
+    StatusMessage,
+    operator_alert,
+    status_message,
+)
+from domain.policies import Settings
+from domain.records import StateRecord
+
+
+def reply_queue_allowed(queue: str | None, settings: Settings) -> bool:
+    """R1: a reply queue is usable only when it is on the allow-list."""
+    return queue is not None and queue in settings.reply_queues
+
+
+def status_for(
+    record: StateRecord,
+    status: OrderStatus,
+    *,
+    settings: Settings,
+    now: datetime,
+    reason: str | None = None,
+) -> StatusMessage | None:
+    """The status message for the order's own reply queue, or None when it has none (R2).
+
+    `received` carries no attempt (none has started); later statuses carry the attempt
+    that reached them, which keeps their message ids distinct across attempts.
+    """
+    if record.reply_to is None or not reply_queue_allowed(record.reply_to, settings):
+        return None
+    return status_message(
+        queue=record.reply_to,
+        order_id=record.order_id,
+        status=status,
+        attempt=None if status is OrderStatus.RECEIVED else record.attempt,
+        reason=reason,
+        at=now,
+    )
+
+
+def alert_for(record: StateRecord, kind: AlertKind, *, reason: str, now: datetime) -> OperatorAlert:
+    """An operator alert about one attempt of an order (E8, U4, C2)."""
+    return operator_alert(
+        kind=kind, order_id=record.order_id, reason=reason, at=now, attempt=record.attempt
+    )

@@ -1,0 +1,146 @@
+"""Fenced state writes of an orchestration attempt (D4, D6, E2, E5, E6, E8, C1, C2).
+
+Each function is one blind conditional write through `StateStore.fenced_update`: it takes
+effect only while `LockedBy` still names the attempt's instance id (D4), so an expired
+attempt that wakes up late changes nothing (E5). A refused write returns an outcome with
+`applied=False` and no messages: the attempt must end quietly, since the supervisor or a
+newer attempt owns the order now.
+
+Timer first (E6) needs no function here: the orchestration ends without touching the
+record, whose expired CompleteBy is the supervisor's signal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from domain import transitions
+from domain.contracts import AlertKind, OperatorAlert, OrderStatus, StatusMessage
+from domain.policies import Settings, compensation_deadline, step_deadline
+from domain.ports import StateStore
+from domain.records import CompletedStep, InstanceId, StateRecord
+from services.status import alert_for, status_for
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """Result of a fenced write: the record after it, and what to send if it applied."""
+
+    instance_id: InstanceId
+    applied: bool
+    record: StateRecord | None
+    status: StatusMessage | None = None
+    alert: OperatorAlert | None = None
+
+
+def _outcome(instance: InstanceId, record: StateRecord | None) -> StepOutcome:
+    return StepOutcome(instance, record is not None, record)
+
+
+def start_step(
+    states: StateStore,
+    instance: InstanceId,
+    *,
+    step: str,
+    now: datetime,
+    settings: Settings,
+    completed: CompletedStep | None = None,
+) -> StepOutcome:
+    """Set CompleteBy = now + STEP_TIMEOUT_SECONDS for `step` (D6, E2).
+
+    The new deadline is `outcome.record.complete_by`: the orchestration's durable timer
+    races the agent against it. `completed` logs the previous step for compensation (C1).
+    """
+    change = transitions.set_step_deadline(
+        instance,
+        step=step,
+        complete_by=step_deadline(now, settings),
+        now=now,
+        completed=completed,
+    )
+    return _outcome(instance, states.fenced_update(change))
+
+
+def complete_order(
+    states: StateStore,
+    instance: InstanceId,
+    *,
+    now: datetime,
+    settings: Settings,
+    completed: CompletedStep | None = None,
+) -> StepOutcome:
+    """The agent answered before the timer: Processed and a `completed` status (E5, R2)."""
+    record = states.fenced_update(
+        transitions.mark_processed(instance, now=now, completed=completed)
+    )
+    if record is None:
+        return _outcome(instance, None)
+    status = status_for(record, OrderStatus.COMPLETED, settings=settings, now=now)
+    return StepOutcome(instance, True, record, status=status)
+
+
+def fail_order(
+    states: StateStore,
+    instance: InstanceId,
+    *,
+    reason: str,
+    compensate: bool,
+    now: datetime,
+    settings: Settings,
+) -> StepOutcome:
+    """A non-transient error from the remote service (E8).
+
+    With nothing to undo: Error, an `order-error` alert and a `failed` status. When steps
+    completed (`compensate`, the orchestration knows its own log): Compensating, and the
+    orchestration runs the compensation next (C1); its end is reported by
+    `finish_compensation`.
+    """
+    if compensate:
+        change = transitions.begin_compensation(
+            instance, now=now, reason=reason, complete_by=compensation_deadline(now, settings)
+        )
+        return _outcome(instance, states.fenced_update(change))
+    record = states.fenced_update(transitions.mark_error(instance, now=now, reason=reason))
+    if record is None:
+        return _outcome(instance, None)
+    return StepOutcome(
+        instance,
+        True,
+        record,
+        status=status_for(record, OrderStatus.FAILED, settings=settings, now=now, reason=reason),
+        alert=alert_for(record, AlertKind.ORDER_ERROR, reason=reason, now=now),
+    )
+
+
+def finish_compensation(
+    states: StateStore,
+    instance: InstanceId,
+    *,
+    failure: str | None,
+    now: datetime,
+    settings: Settings,
+) -> StepOutcome:
+    """Compensation ran: Compensated, or CompensationFailed with an alert (C2, R2).
+
+    `failure` is None when every logged step was undone, else what went wrong.
+    """
+    if failure is None:
+        record = states.fenced_update(transitions.mark_compensated(instance, now=now))
+        if record is None:
+            return _outcome(instance, None)
+        status = status_for(record, OrderStatus.COMPENSATED, settings=settings, now=now)
+        return StepOutcome(instance, True, record, status=status)
+    change = transitions.mark_compensation_failed(instance, now=now, reason=failure)
+    record = states.fenced_update(change)
+    if record is None:
+        return _outcome(instance, None)
+    return StepOutcome(
+        instance,
+        True,
+        record,
+        status=status_for(
+            record, OrderStatus.COMPENSATION_FAILED, settings=settings, now=now, reason=failure
+        ),
+        alert=alert_for(record, AlertKind.COMPENSATION_FAILED, reason=failure, now=now),
+    )

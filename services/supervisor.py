@@ -1,0 +1,170 @@
+"""The supervisor's sweep (U1-U7, C2).
+
+One sweep looks at records whose attempt (or compensation) is running past its CompleteBy,
+inside a bounded window, with an item cap, a page cap and continuation-token paging (U2).
+Each expired record is recovered with a conditional replace on the etag it was read with,
+which also proves LockedBy is still the expired attempt (U4): of two supervisors that read
+the same record only one write succeeds, so a failure is never counted twice (U6). The
+sweep only requests recovery - a retry through the starter, or compensation - and never
+does the work itself. It reports what it read, wrote and spent.
+
+A crashed sweep needs no hand-over: recovered records leave the query, so the next tick
+continues with what is left (U6). The cadence is the SUPERVISOR_SCHEDULE setting (U7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from domain import transitions
+from domain.contracts import AlertKind, OperatorAlert, OrderStatus, StatusMessage
+from domain.policies import (
+    GiveUp,
+    Settings,
+    compensation_deadline,
+    supervisor_decision,
+    sweep_window_start,
+)
+from domain.ports import PreconditionFailed, StateStore
+from domain.records import InstanceId, ProcessState, StateRecord
+from services.paging import BoundedScan, StopReason
+from services.status import alert_for, status_for
+
+
+class RecoveryKind(StrEnum):
+    RETRY = "retry"
+    RETRY_AFTER_LONG_WAIT = "retry-after-long-wait"
+    GAVE_UP = "gave-up"
+    COMPENSATION_REQUESTED = "compensation-requested"
+    COMPENSATION_STALLED = "compensation-stalled"
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """One recovery this sweep won. Send `status` and `alert` when set; start the
+    compensation orchestration `compensation_instance` when set (C1)."""
+
+    kind: RecoveryKind
+    expired_instance: str
+    record: StateRecord
+    status: StatusMessage | None = None
+    alert: OperatorAlert | None = None
+    compensation_instance: InstanceId | None = None
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """What one sweep did and cost (U2)."""
+
+    window_start: datetime
+    now: datetime
+    pages: int
+    items_read: int
+    writes: int
+    lost_races: int
+    request_charge: float
+    stopped: StopReason | None
+    recoveries: tuple[Recovery, ...]
+
+    def count(self, kind: RecoveryKind) -> int:
+        return sum(1 for recovery in self.recoveries if recovery.kind is kind)
+
+
+def sweep(states: StateStore, settings: Settings, now: datetime) -> SweepReport:
+    """Run one bounded sweep at `now` (U1, U2, U4, U5, U6, C2)."""
+    window_start = sweep_window_start(now, settings)
+    scan: BoundedScan[StateRecord] = BoundedScan(
+        fetch=lambda size, token: states.query_expired(
+            window_start=window_start, now=now, page_size=size, continuation=token
+        ),
+        page_size=settings.store_page_size,
+        max_items=settings.supervisor_max_items,
+        max_pages=settings.supervisor_max_pages,
+    )
+    recoveries: list[Recovery] = []
+    writes = lost_races = 0
+    for expired in scan:
+        if not transitions.is_expired(expired, now):
+            continue
+        planned, kind = _plan(expired, settings, now)
+        writes += 1
+        try:
+            stored = states.replace(planned)
+        except PreconditionFailed:
+            lost_races += 1
+            continue
+        recoveries.append(_recovery(kind, expired, stored, settings, now))
+    return SweepReport(
+        window_start=window_start,
+        now=now,
+        pages=scan.pages,
+        items_read=scan.items_read,
+        writes=writes,
+        lost_races=lost_races,
+        request_charge=scan.request_charge,
+        stopped=scan.stopped,
+        recoveries=tuple(recoveries),
+    )
+
+
+def _plan(
+    expired: StateRecord, settings: Settings, now: datetime
+) -> tuple[StateRecord, RecoveryKind]:
+    if expired.process_state is ProcessState.COMPENSATING:
+        stalled = transitions.stall_compensation(
+            expired,
+            now=now,
+            reason=f"compensation by {expired.locked_by} passed its CompleteBy unfinished",
+        )
+        return stalled, RecoveryKind.COMPENSATION_STALLED
+    decision = supervisor_decision(expired.failure_count, now, settings)
+    if isinstance(decision, GiveUp):
+        given_up = transitions.give_up(
+            expired,
+            now=now,
+            reason=decision.reason,
+            compensation_deadline=compensation_deadline(now, settings),
+        )
+        if given_up.process_state is ProcessState.COMPENSATING:
+            return given_up, RecoveryKind.COMPENSATION_REQUESTED
+        return given_up, RecoveryKind.GAVE_UP
+    retried = transitions.retry_later(expired, now=now, not_before=decision.not_before)
+    kind = RecoveryKind.RETRY_AFTER_LONG_WAIT if decision.long_wait else RecoveryKind.RETRY
+    return retried, kind
+
+
+def _recovery(
+    kind: RecoveryKind, expired: StateRecord, stored: StateRecord, settings: Settings, now: datetime
+) -> Recovery:
+    expired_instance = expired.locked_by or ""
+    reason = stored.last_error or ""
+    if kind is RecoveryKind.GAVE_UP:
+        return Recovery(
+            kind,
+            expired_instance,
+            stored,
+            status=status_for(
+                stored, OrderStatus.FAILED, settings=settings, now=now, reason=reason
+            ),
+            alert=alert_for(stored, AlertKind.ORDER_ERROR, reason=reason, now=now),
+        )
+    if kind is RecoveryKind.COMPENSATION_REQUESTED:
+        return Recovery(
+            kind,
+            expired_instance,
+            stored,
+            compensation_instance=InstanceId(stored.order_id, stored.attempt),
+        )
+    if kind is RecoveryKind.COMPENSATION_STALLED:
+        return Recovery(
+            kind,
+            expired_instance,
+            stored,
+            status=status_for(
+                stored, OrderStatus.COMPENSATION_FAILED, settings=settings, now=now, reason=reason
+            ),
+            alert=alert_for(stored, AlertKind.COMPENSATION_FAILED, reason=reason, now=now),
+        )
+    return Recovery(kind, expired_instance, stored)

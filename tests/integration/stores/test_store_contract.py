@@ -1,0 +1,451 @@
+"""Store contract: every StateStore/OrderStore backend passes this suite (S2, D1, D3, D4, U1, U2).
+
+Parametrised over the `store_factory` fixture (conftest.py): SQLite now, Cosmos in issue 5.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from domain import transitions
+from domain.contracts import Order, OrderItem
+from domain.ports import (
+    InvalidContinuation,
+    OperationKind,
+    OrderStore,
+    PreconditionFailed,
+    RecordNotFound,
+    StateStore,
+    StoreMetrics,
+)
+from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord
+from tests.integration.stores.store_backends import StoreFactory
+
+NOW = datetime(2026, 8, 1, 12, 0, tzinfo=UTC)
+FUTURE = NOW + timedelta(minutes=5)
+THREAD_TIMEOUT = 60.0
+
+
+def pending(order_id: str, **changes: object) -> StateRecord:
+    record = transitions.new_record(order_id, "replies-a", NOW - timedelta(minutes=1))
+    return replace(record, **changes)  # type: ignore[arg-type]
+
+
+def processing(order_id: str, attempt: int = 1, **changes: object) -> StateRecord:
+    fields: dict[str, object] = {
+        "process_state": ProcessState.PROCESSING,
+        "attempt": attempt,
+        "locked_by": f"{order_id}:{attempt}",
+        "complete_by": NOW - timedelta(seconds=10),
+    }
+    return pending(order_id, **{**fields, **changes})
+
+
+def stored(states: StateStore, record: StateRecord) -> StateRecord:
+    created = states.create(record)
+    assert created.created
+    return created.record
+
+
+def an_order(order_id: str, currency: str = "EUR") -> Order:
+    return Order(order_id, "customer-1", (OrderItem("sku-1", 2),), currency)
+
+
+# --- idempotent create (S2, S4) -----------------------------------------------------------
+
+
+def test_create_stores_a_new_record_with_an_etag(stores: tuple[StateStore, OrderStore]) -> None:
+    states, _ = stores
+    created = states.create(pending("o-1"))
+    assert created.created
+    assert created.record == pending("o-1")
+    assert created.record.etag
+    fetched = states.get("o-1")
+    assert fetched == pending("o-1")
+    assert fetched is not None
+    assert fetched.etag == created.record.etag
+
+
+def test_create_of_an_existing_record_returns_it_and_never_overwrites_s2(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    first = stored(states, pending("o-1"))
+    again = states.create(pending("o-1", reply_to="replies-b"))
+    assert not again.created
+    assert again.record == first
+    assert again.record.etag == first.etag
+    assert states.get("o-1") == first
+
+
+def test_get_of_a_missing_record_is_none(stores: tuple[StateStore, OrderStore]) -> None:
+    states, orders = stores
+    assert states.get("nope") is None
+    assert orders.get("nope") is None
+
+
+# --- etag-conditional replace (D3, U4) -----------------------------------------------------
+
+
+def test_replace_with_the_current_etag_writes_and_issues_a_new_etag(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    record = stored(states, pending("o-1"))
+    claimed = transitions.claim(record, now=NOW, claim_deadline=FUTURE)
+    written = states.replace(claimed)
+    assert written == claimed
+    assert written.etag not in (None, record.etag)
+    assert states.get("o-1") == claimed
+
+
+def test_replace_with_a_stale_etag_is_refused_and_changes_nothing_d3(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    record = stored(states, pending("o-1"))
+    winner = states.replace(transitions.claim(record, now=NOW, claim_deadline=FUTURE))
+    with pytest.raises(PreconditionFailed, match="o-1"):
+        states.replace(transitions.claim(record, now=NOW, claim_deadline=FUTURE))
+    after = states.get("o-1")
+    assert after == winner
+    assert after is not None
+    assert after.etag == winner.etag
+
+
+def test_replace_of_a_missing_record_or_without_etag_is_refused(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    with pytest.raises(RecordNotFound, match="o-9"):
+        states.replace(replace(pending("o-9"), etag="made-up"))
+    with pytest.raises(ValueError, match="needs the etag"):
+        states.replace(pending("o-9"))
+
+
+# --- fenced update: one conditional write, no read (D4, E5) -------------------------------
+
+
+def test_fenced_update_applies_exactly_what_the_domain_change_says_d4(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    before = stored(states, processing("o-1", attempt=2))
+    change = transitions.set_step_deadline(
+        InstanceId("o-1", 2),
+        step="ship",
+        complete_by=FUTURE,
+        now=NOW,
+        completed=CompletedStep("reserve", "o-1:reserve", NOW),
+    )
+    after = states.fenced_update(change)
+    assert after == change.apply(before)
+    assert after is not None
+    assert after.etag not in (None, before.etag)
+    assert states.get("o-1") == after
+    with pytest.raises(PreconditionFailed):
+        states.replace(before)
+
+
+def test_fenced_appends_keep_the_compensation_log_in_order_c1(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    stored(states, processing("o-1"))
+    instance = InstanceId("o-1", 1)
+    steps = [CompletedStep(f"step-{i}", f"o-1:{i}", NOW) for i in range(3)]
+    for step in steps[:2]:
+        change = transitions.set_step_deadline(
+            instance, step="next", complete_by=FUTURE, now=NOW, completed=step
+        )
+        assert states.fenced_update(change) is not None
+    done = states.fenced_update(transitions.mark_processed(instance, now=NOW, completed=steps[2]))
+    assert done is not None
+    assert done.process_state is ProcessState.PROCESSED
+    assert done.compensation_log == tuple(steps)
+
+
+@pytest.mark.parametrize(
+    "existing",
+    [
+        processing("o-1", attempt=3),
+        processing("o-1", attempt=2, process_state=ProcessState.ERROR),
+        pending("o-1", attempt=2),
+    ],
+    ids=["newer-attempt-holds-it", "state-moved-on", "released-by-supervisor"],
+)
+def test_fenced_update_of_a_stale_attempt_is_refused_and_changes_nothing_d4_e5(
+    stores: tuple[StateStore, OrderStore], existing: StateRecord
+) -> None:
+    states, _ = stores
+    before = stored(states, existing)
+    refused = states.fenced_update(transitions.mark_processed(InstanceId("o-1", 2), now=NOW))
+    assert refused is None
+    after = states.get("o-1")
+    assert after == before
+    assert after is not None
+    assert after.etag == before.etag
+
+
+def test_fenced_update_of_a_missing_record_is_refused(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    assert states.fenced_update(transitions.mark_processed(InstanceId("o-1", 1), now=NOW)) is None
+    assert states.get("o-1") is None
+
+
+# --- claimable query (D1, U5) --------------------------------------------------------------
+
+
+def test_claimable_query_returns_due_unlocked_pending_records_only_d1(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    for record in [
+        pending("due-new"),
+        pending("due-retry", complete_by=NOW - timedelta(seconds=1), failure_count=1),
+        pending("due-exactly-now", complete_by=NOW),
+        pending("waiting-longer", complete_by=NOW + timedelta(seconds=1)),
+        processing("running"),
+        processing("processed", process_state=ProcessState.PROCESSED),
+        processing("error", process_state=ProcessState.ERROR),
+        processing("compensating", process_state=ProcessState.COMPENSATING),
+    ]:
+        stored(states, record)
+    page = states.query_claimable(now=NOW, page_size=50)
+    assert sorted(r.order_id for r in page.items) == ["due-exactly-now", "due-new", "due-retry"]
+    assert page.continuation is None
+    for record in page.items:
+        assert record == states.get(record.order_id)
+        states.replace(transitions.claim(record, now=NOW, claim_deadline=FUTURE))
+    assert states.query_claimable(now=NOW, page_size=50).items == ()
+
+
+def drain(fetch: Callable[[str | None], tuple[list[str], str | None]]) -> list[list[str]]:
+    pages: list[list[str]] = []
+    token: str | None = None
+    while True:
+        ids, token = fetch(token)
+        pages.append(ids)
+        if token is None:
+            return pages
+        assert len(pages) < 100, "paging must end"
+
+
+def flat(pages: list[list[str]]) -> list[str]:
+    return [item for page in pages for item in page]
+
+
+def test_claimable_pages_cover_every_record_exactly_once_u2(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    for index in range(23):
+        stored(states, pending(f"o-{index:02}"))
+
+    def fetch(token: str | None) -> tuple[list[str], str | None]:
+        page = states.query_claimable(now=NOW, page_size=5, continuation=token)
+        return [r.order_id for r in page.items], page.continuation
+
+    pages = drain(fetch)
+    assert [len(page) for page in pages] == [5, 5, 5, 5, 3]
+    assert sorted(flat(pages)) == [f"o-{index:02}" for index in range(23)]
+
+
+def test_claimable_paging_skips_nothing_when_records_are_claimed_between_pages_d1(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    for index in range(12):
+        stored(states, pending(f"o-{index:02}"))
+    seen: list[str] = []
+    token: str | None = None
+    while True:
+        page = states.query_claimable(now=NOW, page_size=4, continuation=token)
+        for record in page.items:
+            states.replace(transitions.claim(record, now=NOW, claim_deadline=FUTURE))
+            seen.append(record.order_id)
+        token = page.continuation
+        if token is None:
+            break
+    assert sorted(seen) == [f"o-{index:02}" for index in range(12)]
+
+
+def test_page_size_is_capped_by_the_store_u2(stores: tuple[StateStore, OrderStore]) -> None:
+    states, _ = stores
+    cap = states.max_page_size
+    for index in range(cap + 3):
+        stored(states, pending(f"o-{index:05}"))
+    page = states.query_claimable(now=NOW, page_size=cap + 50)
+    assert len(page.items) == cap
+    assert page.continuation is not None
+    rest = states.query_claimable(now=NOW, page_size=cap, continuation=page.continuation)
+    assert len(rest.items) == 3
+    assert rest.continuation is None
+    with pytest.raises(ValueError, match="page_size"):
+        states.query_claimable(now=NOW, page_size=0)
+
+
+def test_foreign_continuation_tokens_are_refused(stores: tuple[StateStore, OrderStore]) -> None:
+    states, _ = stores
+    for index in range(3):
+        stored(states, pending(f"o-{index}"))
+    token = states.query_claimable(now=NOW, page_size=1).continuation
+    assert token is not None
+    with pytest.raises(InvalidContinuation):
+        states.query_expired(window_start=NOW, now=NOW, page_size=1, continuation=token)
+    with pytest.raises(InvalidContinuation):
+        states.query_claimable(now=NOW, page_size=1, continuation="not-a-token")
+
+
+# --- expired query (U1, U2, C2) -----------------------------------------------------------
+
+
+def test_expired_query_is_bounded_by_the_window_and_ordered_by_deadline_u1_u2(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    window_start = NOW - timedelta(hours=1)
+    for order_id, deadline, state in [
+        ("before-window", window_start - timedelta(microseconds=1), ProcessState.PROCESSING),
+        ("at-window-start", window_start, ProcessState.PROCESSING),
+        ("expired-late", NOW - timedelta(seconds=1), ProcessState.PROCESSING),
+        ("expired-early", NOW - timedelta(minutes=30), ProcessState.PROCESSING),
+        ("expired-now", NOW, ProcessState.PROCESSING),
+        ("still-running", NOW + timedelta(microseconds=1), ProcessState.PROCESSING),
+        ("stalled-compensation", NOW - timedelta(minutes=10), ProcessState.COMPENSATING),
+        ("finished", NOW - timedelta(minutes=5), ProcessState.PROCESSED),
+    ]:
+        stored(states, processing(order_id, complete_by=deadline, process_state=state))
+    stored(states, pending("retry-waiting", complete_by=NOW - timedelta(minutes=1)))
+
+    def fetch(token: str | None) -> tuple[list[str], str | None]:
+        page = states.query_expired(
+            window_start=window_start, now=NOW, page_size=2, continuation=token
+        )
+        return [r.order_id for r in page.items], page.continuation
+
+    assert flat(drain(fetch)) == [
+        "at-window-start",
+        "expired-early",
+        "stalled-compensation",
+        "expired-late",
+        "expired-now",
+    ]
+
+
+def test_records_with_the_same_deadline_page_without_loss_u2(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    for index in range(7):
+        stored(states, processing(f"o-{index}", complete_by=NOW - timedelta(seconds=5)))
+
+    def fetch(token: str | None) -> tuple[list[str], str | None]:
+        page = states.query_expired(
+            window_start=NOW - timedelta(hours=1), now=NOW, page_size=3, continuation=token
+        )
+        return [r.order_id for r in page.items], page.continuation
+
+    assert sorted(flat(drain(fetch))) == [f"o-{index}" for index in range(7)]
+
+
+# --- metrics -------------------------------------------------------------------------------
+
+
+def test_metrics_count_reads_writes_items_and_refusals(store_factory: StoreFactory) -> None:
+    metrics = StoreMetrics()
+    states, orders = store_factory.open_stores(metrics)
+    orders.create(an_order("o-1"))
+    record = stored(states, processing("o-1"))
+    states.fenced_update(transitions.mark_processed(InstanceId("o-1", 7), now=NOW))
+    states.get("o-1")
+    orders.get("o-1")
+    states.query_expired(window_start=NOW - timedelta(hours=1), now=NOW, page_size=10)
+    states.replace(replace(record, failure_count=1))
+    snapshot = metrics.snapshot()
+    assert snapshot[OperationKind.CREATE].writes == 2
+    assert snapshot[OperationKind.READ].reads == 2
+    assert snapshot[OperationKind.FENCED_UPDATE].refused == 1
+    assert snapshot[OperationKind.QUERY].items_read == 1
+    assert snapshot[OperationKind.QUERY].reads == 1
+    assert snapshot[OperationKind.REPLACE].writes == 1
+    total = metrics.total()
+    assert total.calls == 7
+    assert total.request_charge >= 0.0
+
+
+# --- orders database (S2) ------------------------------------------------------------------
+
+
+def test_orders_create_is_idempotent_and_never_overwrites_s2(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    _, orders = stores
+    assert orders.create(an_order("o-1")).created
+    again = orders.create(an_order("o-1"))
+    assert not again.created
+    assert again.record == an_order("o-1")
+    conflicting = orders.create(an_order("o-1", currency="USD"))
+    assert not conflicting.created
+    assert conflicting.record == an_order("o-1")
+    assert orders.get("o-1") == an_order("o-1")
+
+
+def test_the_two_stores_are_independent_s2(stores: tuple[StateStore, OrderStore]) -> None:
+    states, orders = stores
+    orders.create(an_order("o-1"))
+    assert states.get("o-1") is None
+    stored(states, pending("o-2"))
+    assert orders.get("o-2") is None
+
+
+# --- concurrency (D3, U6) ------------------------------------------------------------------
+
+
+def test_of_many_hosts_claiming_the_same_read_exactly_one_wins_d3(
+    store_factory: StoreFactory,
+) -> None:
+    states, _ = store_factory.open_stores()
+    record = stored(states, pending("o-1"))
+    hosts = [store_factory.open_stores()[0] for _ in range(8)]
+    barrier = threading.Barrier(len(hosts), timeout=THREAD_TIMEOUT)
+
+    def try_claim(host: StateStore) -> bool:
+        barrier.wait()
+        try:
+            host.replace(transitions.claim(record, now=NOW, claim_deadline=FUTURE))
+        except PreconditionFailed:
+            return False
+        return True
+
+    with ThreadPoolExecutor(len(hosts)) as pool:
+        outcomes = list(pool.map(try_claim, hosts, timeout=THREAD_TIMEOUT))
+    assert outcomes.count(True) == 1
+    final = states.get("o-1")
+    assert final is not None
+    assert final.locked_by == "o-1:1"
+
+
+def test_one_store_object_serves_many_threads(stores: tuple[StateStore, OrderStore]) -> None:
+    states, orders = stores
+
+    def lifecycle(index: int) -> StateRecord | None:
+        order_id = f"o-{index}"
+        orders.create(an_order(order_id))
+        record = stored(states, pending(order_id))
+        claimed = states.replace(transitions.claim(record, now=NOW, claim_deadline=FUTURE))
+        return states.fenced_update(
+            transitions.mark_processed(InstanceId(order_id, claimed.attempt), now=NOW)
+        )
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lifecycle, range(40), timeout=THREAD_TIMEOUT))
+    assert all(r is not None and r.process_state is ProcessState.PROCESSED for r in results)

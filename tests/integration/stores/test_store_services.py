@@ -1,0 +1,622 @@
+"""The service layer over real stores: submission, starter, fenced steps, supervisor.
+
+Rules: S1-S4, C6 (submission), D1-D3 (starter, racing starters in threads), D4/E5/E8/C1/C2
+(fenced writes of an attempt), U1-U6 (bounded sweeps, thresholds, concurrent supervisors),
+R1-R2 (status replies), and the cost target of a fault-free order.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from domain.contracts import AlertKind, Order
+from domain.policies import Settings
+from domain.ports import (
+    OperationKind,
+    OrderStore,
+    Page,
+    RecordNotFound,
+    StateStore,
+    StoreMetrics,
+)
+from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord
+from domain.transitions import IllegalTransition
+from services.operator import load_order, resubmit_order
+from services.paging import StopReason
+from services.starter import claim_pending
+from services.steps import StepOutcome, complete_order, fail_order, finish_compensation, start_step
+from services.submission import (
+    INVALID_MESSAGE_REASON,
+    ORDER_CONFLICT_REASON,
+    Accepted,
+    DeadLetter,
+    submit_order,
+)
+from services.supervisor import RecoveryKind, sweep
+from tests.integration.stores.store_backends import StoreFactory
+
+T0 = datetime(2026, 9, 1, 10, 0, tzinfo=UTC)
+THREAD_TIMEOUT = 60.0
+SETTINGS = Settings(
+    reply_queues=frozenset({"replies-a"}),
+    step_timeout_seconds=30,
+    claim_timeout_seconds=60,
+    max_failures=3,
+    retry_delay_seconds=0,
+    long_wait_after_failures=3,
+)
+
+
+def order_body(order_id: str, currency: str = "EUR", **extra: Any) -> str:
+    return json.dumps(
+        {
+            "schemaVersion": 1,
+            "orderId": order_id,
+            "customerId": "customer-1",
+            "items": [{"sku": "sku-1", "quantity": 1}],
+            "currency": currency,
+            **extra,
+        }
+    )
+
+
+def submit(
+    stores: tuple[StateStore, OrderStore],
+    order_id: str,
+    *,
+    currency: str = "EUR",
+    reply_to: str | None = "replies-a",
+    now: datetime = T0,
+    settings: Settings = SETTINGS,
+) -> Accepted | DeadLetter:
+    states, orders = stores
+    return submit_order(
+        order_body(order_id, currency),
+        reply_to=reply_to,
+        message_id=order_id,
+        orders=orders,
+        states=states,
+        settings=settings,
+        now=now,
+    )
+
+
+def accepted(stores: tuple[StateStore, OrderStore], order_id: str) -> Accepted:
+    result = submit(stores, order_id)
+    assert isinstance(result, Accepted), result
+    return result
+
+
+def claim_one(states: StateStore, now: datetime = T0) -> InstanceId:
+    run = claim_pending(states, SETTINGS, now)
+    assert len(run.claims) == 1, run
+    return run.claims[0].instance_id
+
+
+def state_of(states: StateStore, order_id: str) -> StateRecord:
+    record = states.get(order_id)
+    assert record is not None
+    return record
+
+
+# --- submission (S1-S4, C6, R1) ------------------------------------------------------------
+
+
+def test_a_valid_order_is_written_to_both_stores_and_acknowledged_s2_s4_r2(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, orders = stores
+    result = accepted(stores, "o-1")
+    assert result.order_created
+    assert result.state_created
+    assert orders.get("o-1") == result.order
+    record = state_of(states, "o-1")
+    assert (record.process_state, record.locked_by, record.complete_by) == (
+        ProcessState.PENDING,
+        None,
+        None,
+    )
+    assert (record.failure_count, record.reply_to) == (0, "replies-a")
+    assert result.status is not None
+    assert result.status.queue == "replies-a"
+    assert result.status.message_id == "o-1:received:-"
+    assert result.status.body["status"] == "received"
+
+
+def test_a_redelivered_order_is_accepted_again_without_rewriting_anything_s2(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    first = accepted(stores, "o-1")
+    claim_one(states)
+    in_progress = state_of(states, "o-1")
+    again = accepted(stores, "o-1")
+    assert not again.order_created
+    assert not again.state_created
+    assert again.status is not None
+    assert first.status is not None
+    assert again.status.message_id == first.status.message_id
+    after = state_of(states, "o-1")
+    assert after == in_progress
+    assert after.etag == in_progress.etag
+
+
+def test_a_conflicting_duplicate_is_dead_lettered_with_an_alert_and_never_written_s3(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, orders = stores
+    original = accepted(stores, "o-1")
+    record = state_of(states, "o-1")
+    result = submit(stores, "o-1", currency="USD")
+    assert isinstance(result, DeadLetter)
+    assert result.reason == ORDER_CONFLICT_REASON
+    assert "differs in currency" in result.description
+    assert result.alert.body["kind"] == AlertKind.ORDER_CONFLICT.value
+    assert result.alert.body["orderId"] == "o-1"
+    assert orders.get("o-1") == original.order
+    assert state_of(states, "o-1").etag == record.etag
+
+
+@pytest.mark.parametrize(
+    ("body", "reply_to", "reason"),
+    [
+        ("{oops", "replies-a", "not valid JSON"),
+        (order_body("o-1", currency="eur"), "replies-a", "currency"),
+        (order_body("o-1", coupon="x"), "replies-a", "unknown fields ['coupon']"),
+        (order_body("o-1"), "replies-z", "'replies-z' is not an allow-listed reply queue"),
+    ],
+)
+def test_an_invalid_message_is_dead_lettered_before_touching_the_stores_s3_r1(
+    store_factory: StoreFactory, body: str, reply_to: str, reason: str
+) -> None:
+    metrics = StoreMetrics()
+    states, orders = store_factory.open_stores(metrics)
+    result = submit_order(
+        body,
+        reply_to=reply_to,
+        message_id="msg-17",
+        orders=orders,
+        states=states,
+        settings=SETTINGS,
+        now=T0,
+    )
+    assert isinstance(result, DeadLetter)
+    assert result.reason == INVALID_MESSAGE_REASON
+    assert reason in result.description
+    assert result.alert.body["kind"] == AlertKind.INVALID_MESSAGE.value
+    assert result.alert.message_id == "invalid-message:msg-17"
+    assert metrics.total().calls == 0
+
+
+def test_a_crash_between_the_two_writes_is_completed_by_redelivery_c6(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, orders = stores
+    orders.create(Order.from_document(json.loads(order_body("o-1")) | {"id": "o-1"}))
+    result = accepted(stores, "o-1")
+    assert not result.order_created
+    assert result.state_created
+    assert state_of(states, "o-1").process_state is ProcessState.PENDING
+
+
+def test_without_a_reply_queue_there_is_no_status_message_r1(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    result = submit(stores, "o-1", reply_to=None)
+    assert isinstance(result, Accepted)
+    assert result.status is None
+
+
+# --- starter (D1-D3) -----------------------------------------------------------------------
+
+
+def test_the_starter_claims_each_pending_order_once_with_attempt_ids_d1_d2_d3(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    for index in range(5):
+        accepted(stores, f"o-{index}")
+    run = claim_pending(states, SETTINGS, T0)
+    assert sorted(str(claim.instance_id) for claim in run.claims) == [
+        f"o-{index}:1" for index in range(5)
+    ]
+    for claim in run.claims:
+        record = state_of(states, claim.instance_id.order_id)
+        assert record.process_state is ProcessState.PROCESSING
+        assert record.locked_by == str(claim.instance_id)
+        assert record.complete_by == T0 + timedelta(seconds=60)
+    assert claim_pending(states, SETTINGS, T0).claims == ()
+
+
+def test_the_starter_respects_its_claim_cap_d1(stores: tuple[StateStore, OrderStore]) -> None:
+    states, _ = stores
+    for index in range(7):
+        accepted(stores, f"o-{index}")
+    run = claim_pending(states, SETTINGS, T0, max_claims=3)
+    assert len(run.claims) == 3
+    assert run.stopped is StopReason.ITEM_CAP
+    assert len(claim_pending(states, SETTINGS, T0).claims) == 4
+
+
+def test_racing_starters_never_claim_the_same_attempt_d3(store_factory: StoreFactory) -> None:
+    stores = store_factory.open_stores()
+    for index in range(120):
+        accepted(stores, f"o-{index:03}")
+    settings = replace(SETTINGS, store_page_size=10, starter_max_claims=25)
+    starters = [store_factory.open_stores()[0] for _ in range(4)]
+    barrier = threading.Barrier(len(starters), timeout=THREAD_TIMEOUT)
+
+    def run_starter(states: StateStore) -> tuple[list[str], int]:
+        barrier.wait()
+        won: list[str] = []
+        lost = 0
+        for _ in range(50):
+            run = claim_pending(states, settings, T0)
+            won += [str(claim.instance_id) for claim in run.claims]
+            lost += run.lost_races
+            if run.items_read == 0:
+                break
+        return won, lost
+
+    with ThreadPoolExecutor(len(starters)) as pool:
+        results = list(pool.map(run_starter, starters, timeout=THREAD_TIMEOUT))
+    claims = [claim for won, _ in results for claim in won]
+    assert len(claims) == len(set(claims)) == 120
+    assert sorted(claims) == [f"o-{index:03}:1" for index in range(120)]
+
+
+# --- fenced writes of an attempt (D4, E5, E6, E8, C1, C2) ----------------------------------
+
+
+def test_a_fault_free_order_completes_and_reports_completed_e5_r2(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    accepted(stores, "o-1")
+    instance = claim_one(states)
+    step = start_step(states, instance, step="fulfil", now=T0, settings=SETTINGS)
+    assert step.applied
+    assert step.record is not None
+    assert step.record.complete_by == T0 + timedelta(seconds=30)
+    done = complete_order(states, instance, now=T0 + timedelta(seconds=1), settings=SETTINGS)
+    assert done.applied
+    assert state_of(states, "o-1").process_state is ProcessState.PROCESSED
+    assert done.status is not None
+    assert done.status.message_id == "o-1:completed:1"
+
+
+def test_a_stale_attempt_cannot_touch_the_record_of_its_successor_d4_e5(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    accepted(stores, "o-1")
+    first = claim_one(states)
+    start_step(states, first, step="fulfil", now=T0, settings=SETTINGS)
+    later = T0 + timedelta(seconds=31)
+    report = sweep(states, SETTINGS, later)
+    assert report.count(RecoveryKind.RETRY) == 1
+    second = claim_one(states, later)
+    assert second == InstanceId("o-1", 2)
+    stale_writes: list[Callable[[], StepOutcome]] = [
+        lambda: start_step(states, first, step="fulfil", now=later, settings=SETTINGS),
+        lambda: complete_order(states, first, now=later, settings=SETTINGS),
+        lambda: fail_order(
+            states, first, reason="late", compensate=False, now=later, settings=SETTINGS
+        ),
+    ]
+    for stale_write in stale_writes:
+        outcome = stale_write()
+        assert not outcome.applied
+        assert outcome.status is None
+        assert outcome.alert is None
+    record = state_of(states, "o-1")
+    assert (record.process_state, record.locked_by) == (ProcessState.PROCESSING, "o-1:2")
+    assert complete_order(states, second, now=later, settings=SETTINGS).applied
+
+
+def test_a_late_completion_after_the_supervisor_took_over_is_refused_e5_e6(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    accepted(stores, "o-1")
+    instance = claim_one(states)
+    sweep(states, SETTINGS, T0 + timedelta(seconds=61))
+    outcome = complete_order(states, instance, now=T0 + timedelta(seconds=62), settings=SETTINGS)
+    assert not outcome.applied
+    record = state_of(states, "o-1")
+    assert (record.process_state, record.failure_count) == (ProcessState.PENDING, 1)
+
+
+def test_a_permanent_error_ends_in_error_with_an_alert_and_a_failed_status_e8(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    accepted(stores, "o-1")
+    instance = claim_one(states)
+    outcome = fail_order(
+        states, instance, reason="card declined", compensate=False, now=T0, settings=SETTINGS
+    )
+    assert outcome.applied
+    assert state_of(states, "o-1").process_state is ProcessState.ERROR
+    assert outcome.alert is not None
+    assert outcome.status is not None
+    assert outcome.alert.body["kind"] == "order-error"
+    assert outcome.alert.body["reason"] == "card declined"
+    assert outcome.status.message_id == "o-1:failed:1"
+    assert outcome.status.body["reason"] == "card declined"
+
+
+def test_a_failure_after_completed_steps_compensates_and_reports_it_c1_c2(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    for order_id in ("o-ok", "o-bad"):
+        accepted(stores, order_id)
+    for instance in claim_pending(states, SETTINGS, T0).claims:
+        iid = instance.instance_id
+        reserved = CompletedStep("reserve", f"{iid.order_id}:reserve", T0)
+        start_step(states, iid, step="reserve", now=T0, settings=SETTINGS)
+        start_step(states, iid, step="charge", now=T0, settings=SETTINGS, completed=reserved)
+        failing = fail_order(
+            states, iid, reason="charge refused", compensate=True, now=T0, settings=SETTINGS
+        )
+        assert failing.applied
+        assert failing.status is None
+        compensating = state_of(states, iid.order_id)
+        assert compensating.process_state is ProcessState.COMPENSATING
+        assert compensating.compensation_log == (reserved,)
+        failure = None if iid.order_id == "o-ok" else "release refused"
+        finished = finish_compensation(states, iid, failure=failure, now=T0, settings=SETTINGS)
+        assert finished.applied
+        assert finished.status is not None
+        if failure is None:
+            assert finished.status.message_id == "o-ok:compensated:1"
+            assert finished.alert is None
+        else:
+            assert finished.status.message_id == "o-bad:compensation-failed:1"
+            assert finished.alert is not None
+            assert finished.alert.body["kind"] == "compensation-failed"
+    assert state_of(states, "o-ok").process_state is ProcessState.COMPENSATED
+    assert state_of(states, "o-bad").process_state is ProcessState.COMPENSATION_FAILED
+
+
+def test_a_reply_queue_removed_from_the_allow_list_gets_no_status_r1(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    accepted(stores, "o-1")
+    instance = claim_one(states)
+    locked_down = replace(SETTINGS, reply_queues=frozenset())
+    outcome = complete_order(states, instance, now=T0, settings=locked_down)
+    assert outcome.applied
+    assert outcome.status is None
+
+
+# --- supervisor (U1-U6) --------------------------------------------------------------------
+
+
+def expired_orders(stores: tuple[StateStore, OrderStore], count: int) -> datetime:
+    """Submit and claim `count` orders and return a time when every claim has expired."""
+    states, _ = stores
+    for index in range(count):
+        accepted(stores, f"o-{index:03}")
+    claimed = 0
+    while claimed < count:
+        claimed += len(claim_pending(states, SETTINGS, T0).claims)
+    return T0 + timedelta(seconds=SETTINGS.claim_timeout_seconds + 1)
+
+
+def test_a_sweep_is_bounded_by_its_item_cap_and_the_next_one_continues_u2_u6(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    later = expired_orders(stores, 30)
+    settings = replace(SETTINGS, store_page_size=4, supervisor_max_items=10)
+    first = sweep(states, settings, later)
+    assert (first.items_read, first.pages, first.stopped) == (10, 3, StopReason.ITEM_CAP)
+    assert len(first.recoveries) == first.writes == 10
+    totals = [len(first.recoveries)]
+    for _ in range(5):
+        report = sweep(states, settings, later)
+        totals.append(len(report.recoveries))
+        if report.stopped is StopReason.EXHAUSTED:
+            break
+    assert totals == [10, 10, 10]
+    assert report.stopped is StopReason.EXHAUSTED
+    assert all(
+        r.process_state is ProcessState.PENDING and r.failure_count == 1
+        for r in (state_of(states, f"o-{index:03}") for index in range(30))
+    )
+
+
+def test_a_sweep_is_bounded_by_its_page_cap_u2(stores: tuple[StateStore, OrderStore]) -> None:
+    states, _ = stores
+    later = expired_orders(stores, 10)
+    settings = replace(SETTINGS, store_page_size=3, supervisor_max_pages=2)
+    report = sweep(states, settings, later)
+    assert (report.items_read, report.pages, report.stopped) == (6, 2, StopReason.PAGE_CAP)
+
+
+def test_a_sweep_stops_when_the_store_repeats_a_continuation_token_u2(
+    stores: tuple[StateStore, OrderStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    states, _ = stores
+    later = expired_orders(stores, 3)
+    real_query = states.query_expired
+
+    def looping_query(**kwargs: Any) -> Page[StateRecord]:
+        page = real_query(**{**kwargs, "continuation": None, "page_size": 1})
+        return Page(page.items, "same-token-every-time")
+
+    monkeypatch.setattr(states, "query_expired", looping_query)
+    report = sweep(states, SETTINGS, later)
+    assert report.stopped is StopReason.REPEATED_TOKEN
+    assert report.pages == 2
+
+
+def test_a_sweep_ignores_records_outside_its_window_u2(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    expired_orders(stores, 2)
+    far_later = T0 + timedelta(seconds=SETTINGS.supervisor_window_seconds + 120)
+    report = sweep(states, SETTINGS, far_later)
+    assert report.items_read == 0
+    assert report.recoveries == ()
+
+
+def test_below_the_threshold_an_order_is_retried_and_at_it_given_up_with_an_alert_u4(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    accepted(stores, "o-1")
+    now = T0
+    kinds = []
+    for attempt in (1, 2, 3):
+        assert claim_one(states, now) == InstanceId("o-1", attempt)
+        now += timedelta(seconds=61)
+        report = sweep(states, SETTINGS, now)
+        assert len(report.recoveries) == 1
+        kinds.append(report.recoveries[0].kind)
+        assert report.recoveries[0].expired_instance == f"o-1:{attempt}"
+    assert kinds == [RecoveryKind.RETRY, RecoveryKind.RETRY, RecoveryKind.GAVE_UP]
+    record = state_of(states, "o-1")
+    assert (record.process_state, record.failure_count) == (ProcessState.ERROR, 3)
+    gave_up = report.recoveries[0]
+    assert gave_up.alert is not None
+    assert gave_up.status is not None
+    assert gave_up.alert.body["kind"] == "order-error"
+    assert "MAX_FAILURES=3" in gave_up.alert.body["reason"]
+    assert gave_up.status.message_id == "o-1:failed:3"
+    assert claim_pending(states, SETTINGS, now + timedelta(hours=1)).claims == ()
+
+
+def test_past_the_long_wait_threshold_the_retry_waits_longer_u5(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    settings = replace(
+        SETTINGS,
+        max_failures=4,
+        long_wait_after_failures=2,
+        retry_delay_seconds=1,
+        long_retry_delay_seconds=300,
+    )
+    accepted(stores, "o-1")
+    claim_one(states)
+    now = T0 + timedelta(seconds=61)
+    assert sweep(states, settings, now).recoveries[0].kind is RecoveryKind.RETRY
+    now += timedelta(seconds=1)
+    claim_one(states, now)
+    now += timedelta(seconds=61)
+    report = sweep(states, settings, now)
+    assert report.recoveries[0].kind is RecoveryKind.RETRY_AFTER_LONG_WAIT
+    assert state_of(states, "o-1").complete_by == now + timedelta(seconds=300)
+    assert claim_pending(states, settings, now + timedelta(seconds=299)).claims == ()
+    assert len(claim_pending(states, settings, now + timedelta(seconds=300)).claims) == 1
+
+
+def test_two_supervisors_at_once_never_double_count_a_failure_u6(
+    store_factory: StoreFactory,
+) -> None:
+    stores = store_factory.open_stores()
+    later = expired_orders(stores, 60)
+    settings = replace(SETTINGS, store_page_size=7)
+    supervisors = [store_factory.open_stores()[0] for _ in range(3)]
+    barrier = threading.Barrier(len(supervisors), timeout=THREAD_TIMEOUT)
+
+    def run_sweep(states: StateStore) -> tuple[int, int]:
+        barrier.wait()
+        report = sweep(states, settings, later)
+        return len(report.recoveries), report.lost_races
+
+    with ThreadPoolExecutor(len(supervisors)) as pool:
+        results = list(pool.map(run_sweep, supervisors, timeout=THREAD_TIMEOUT))
+    assert sum(recovered for recovered, _ in results) == 60
+    states = stores[0]
+    counts = {state_of(states, f"o-{index:03}").failure_count for index in range(60)}
+    assert counts == {1}
+
+
+def test_giving_up_after_completed_steps_requests_compensation_and_a_stall_is_reported_c1_c2(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    settings = replace(SETTINGS, max_failures=1, retry_budget=3, compensation_timeout_seconds=90)
+    accepted(stores, "o-1")
+    instance = claim_one(states)
+    reserved = CompletedStep("reserve", "o-1:reserve", T0)
+    start_step(states, instance, step="charge", now=T0, settings=settings, completed=reserved)
+    now = T0 + timedelta(seconds=31)
+    requested = sweep(states, settings, now).recoveries[0]
+    assert requested.kind is RecoveryKind.COMPENSATION_REQUESTED
+    assert requested.compensation_instance == InstanceId("o-1", 2)
+    assert requested.status is None
+    assert requested.alert is None
+    record = state_of(states, "o-1")
+    assert (record.process_state, record.locked_by) == (ProcessState.COMPENSATING, "o-1:2")
+    stalled = sweep(states, settings, now + timedelta(seconds=91)).recoveries[0]
+    assert stalled.kind is RecoveryKind.COMPENSATION_STALLED
+    assert stalled.alert is not None
+    assert stalled.status is not None
+    assert stalled.alert.body["kind"] == "compensation-failed"
+    assert stalled.status.message_id == "o-1:compensation-failed:2"
+    assert state_of(states, "o-1").process_state is ProcessState.COMPENSATION_FAILED
+
+
+# --- cost of one fault-free order ----------------------------------------------------------
+
+
+def test_a_fault_free_order_costs_at_most_five_writes_and_two_reads(
+    store_factory: StoreFactory,
+) -> None:
+    metrics = StoreMetrics()
+    stores = store_factory.open_stores(metrics)
+    states, orders = stores
+    accepted(stores, "o-1")
+    instance = claim_one(states)
+    assert orders.get("o-1") is not None
+    start_step(states, instance, step="fulfil", now=T0, settings=SETTINGS)
+    assert complete_order(states, instance, now=T0, settings=SETTINGS).applied
+    total = metrics.total()
+    assert (total.writes, total.reads) == (5, 2)
+    snapshot = metrics.snapshot()
+    assert snapshot[OperationKind.FENCED_UPDATE].writes == 2
+    assert snapshot[OperationKind.QUERY].reads == 1
+
+
+# --- orchestration reads and operator actions (D6, E8) -------------------------------------
+
+
+def test_an_attempt_loads_its_order_and_a_missing_order_is_explained_d6(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    _, orders = stores
+    submitted = accepted(stores, "o-1")
+    assert load_order(orders, InstanceId("o-1", 1)) == submitted.order
+    with pytest.raises(RecordNotFound, match="'o-2' of attempt o-2:1"):
+        load_order(orders, InstanceId("o-2", 1))
+
+
+def test_an_operator_resubmits_an_order_in_error_for_a_new_attempt_e8(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    accepted(stores, "o-1")
+    instance = claim_one(states)
+    fail_order(states, instance, reason="permanent", compensate=False, now=T0, settings=SETTINGS)
+    resubmitted = resubmit_order(states, "o-1", T0 + timedelta(minutes=5))
+    assert resubmitted.process_state is ProcessState.PENDING
+    assert claim_one(states, T0 + timedelta(minutes=5)) == InstanceId("o-1", 2)
+    with pytest.raises(IllegalTransition, match="only an order in Error"):
+        resubmit_order(states, "o-1", T0 + timedelta(minutes=6))
+    with pytest.raises(RecordNotFound, match="o-9"):
+        resubmit_order(states, "o-9", T0)

@@ -1,0 +1,132 @@
+"""State record shape, timestamps and instance ids (S4, D2, C7)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from domain.records import (
+    CompletedStep,
+    InstanceId,
+    ProcessState,
+    RecordFormatError,
+    StateRecord,
+    format_utc,
+    parse_utc,
+)
+
+T0 = datetime(2026, 3, 4, 5, 6, 7, 890000, tzinfo=UTC)
+
+
+def a_record(**changes: object) -> StateRecord:
+    fields: dict[str, object] = {
+        "order_id": "order-1",
+        "process_state": ProcessState.PROCESSING,
+        "locked_by": "order-1:2",
+        "complete_by": T0 + timedelta(seconds=30),
+        "failure_count": 1,
+        "reply_to": "replies-a",
+        "attempt": 2,
+        "created_at": T0,
+        "updated_at": T0,
+        "current_step": "fulfil",
+        "last_error": None,
+        "compensation_log": (CompletedStep("reserve", "order-1:reserve", T0),),
+    }
+    fields.update(changes)
+    return StateRecord(**fields)  # type: ignore[arg-type]
+
+
+def test_utc_text_is_fixed_width_so_string_order_is_time_order() -> None:
+    moments = [T0, T0.replace(microsecond=0), T0 + timedelta(days=400), T0 - timedelta(hours=7)]
+    texts = [format_utc(moment) for moment in moments]
+    assert len({len(text) for text in texts}) == 1
+    assert sorted(texts) == [format_utc(moment) for moment in sorted(moments)]
+    assert format_utc(T0) == "2026-03-04T05:06:07.890000Z"
+
+
+def test_utc_text_converts_other_offsets_and_round_trips() -> None:
+    east = T0.astimezone(timezone(timedelta(hours=2)))
+    assert format_utc(east) == format_utc(T0)
+    assert parse_utc(format_utc(T0)) == T0
+    assert parse_utc("2026-03-04T07:06:07.89+02:00") == T0
+
+
+def test_naive_and_malformed_timestamps_are_refused() -> None:
+    with pytest.raises(ValueError, match="naive"):
+        format_utc(datetime(2026, 1, 1))
+    with pytest.raises(RecordFormatError, match="offset"):
+        parse_utc("2026-01-01T00:00:00")
+    with pytest.raises(RecordFormatError, match="ISO-8601"):
+        parse_utc("yesterday")
+
+
+def test_instance_id_is_order_id_and_attempt_d2() -> None:
+    instance = InstanceId("order-1", 3)
+    assert str(instance) == "order-1:3"
+    assert InstanceId.parse("order-1:3") == instance
+    assert InstanceId.parse("a.b_c-9:12") == InstanceId("a.b_c-9", 12)
+
+
+@pytest.mark.parametrize("text", ["order-1", "order-1:", ":3", "order-1:x", "order-1:0", "a:b:1"])
+def test_malformed_instance_ids_are_refused(text: str) -> None:
+    with pytest.raises(RecordFormatError):
+        InstanceId.parse(text)
+
+
+def test_document_uses_the_contract_field_names() -> None:
+    document = a_record().to_document()
+    contract = {
+        "id",
+        "OrderID",
+        "LockedBy",
+        "CompleteBy",
+        "ProcessState",
+        "FailureCount",
+        "ReplyTo",
+        "SchemaVersion",
+    }
+    assert contract <= document.keys()
+    assert document["id"] == document["OrderID"] == "order-1"
+    assert document["ProcessState"] == "Processing"
+    assert document["CompleteBy"] == "2026-03-04T05:06:37.890000Z"
+    assert document["SchemaVersion"] == 1
+    assert document["CompensationLog"] == [
+        {
+            "step": "reserve",
+            "idempotencyKey": "order-1:reserve",
+            "completedAt": "2026-03-04T05:06:07.890000Z",
+        }
+    ]
+
+
+def test_document_round_trips_and_keeps_the_etag_apart() -> None:
+    record = a_record(complete_by=None, locked_by=None, reply_to=None)
+    restored = StateRecord.from_document(record.to_document(), etag="e1")
+    assert restored == record
+    assert restored.etag == "e1"
+    assert "etag" not in record.to_document()
+
+
+def test_unknown_schema_version_is_refused_c7() -> None:
+    document = a_record().to_document()
+    document["SchemaVersion"] = 2
+    with pytest.raises(RecordFormatError, match="SchemaVersion 2"):
+        StateRecord.from_document(document)
+
+
+def test_missing_or_malformed_fields_name_the_record() -> None:
+    document = a_record().to_document()
+    del document["FailureCount"]
+    with pytest.raises(RecordFormatError, match="'order-1' lacks field 'FailureCount'"):
+        StateRecord.from_document(document)
+    document = a_record().to_document()
+    document["ProcessState"] = "Running"
+    with pytest.raises(RecordFormatError, match="'order-1' is malformed"):
+        StateRecord.from_document(document)
+
+
+def test_instance_id_of_a_record_comes_from_locked_by() -> None:
+    assert a_record().instance_id == InstanceId("order-1", 2)
+    assert a_record(locked_by=None).instance_id is None

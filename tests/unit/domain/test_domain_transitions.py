@@ -1,0 +1,289 @@
+"""The order state machine, exhaustively (S4, D2-D4, E5, E8, U4, U5, C1, C2)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from domain import transitions
+from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord
+from domain.transitions import FencedChange, FenceLost, IllegalTransition
+
+NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+PAST = NOW - timedelta(seconds=1)
+FUTURE = NOW + timedelta(seconds=1)
+STEP = CompletedStep("reserve", "order-7:reserve", PAST)
+ALL_STATES = list(ProcessState)
+
+
+def record_in(state: ProcessState, **changes: object) -> StateRecord:
+    base = replace(
+        transitions.new_record("order-7", "replies-a", PAST),
+        process_state=state,
+        attempt=2,
+        locked_by=None if state is ProcessState.PENDING else "order-7:2",
+        complete_by=PAST if state is not ProcessState.PENDING else None,
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_first_write_is_pending_unlocked_without_deadline_s4() -> None:
+    record = transitions.new_record("order-7", "replies-a", NOW)
+    assert record.process_state is ProcessState.PENDING
+    assert record.locked_by is None
+    assert record.complete_by is None
+    assert record.failure_count == 0
+    assert record.attempt == 0
+    assert record.reply_to == "replies-a"
+    assert record.compensation_log == ()
+
+
+WholeRecordTransition = Callable[[StateRecord], StateRecord]
+WHOLE_RECORD: dict[str, tuple[WholeRecordTransition, set[ProcessState]]] = {
+    "claim": (
+        lambda r: transitions.claim(r, now=NOW, claim_deadline=FUTURE),
+        {ProcessState.PENDING},
+    ),
+    "retry_later": (
+        lambda r: transitions.retry_later(r, now=NOW, not_before=FUTURE),
+        {ProcessState.PROCESSING},
+    ),
+    "give_up": (
+        lambda r: transitions.give_up(r, now=NOW, reason="r", compensation_deadline=FUTURE),
+        {ProcessState.PROCESSING},
+    ),
+    "stall_compensation": (
+        lambda r: transitions.stall_compensation(r, now=NOW, reason="r"),
+        {ProcessState.COMPENSATING},
+    ),
+    "resubmit": (lambda r: transitions.resubmit(r, now=NOW), {ProcessState.ERROR}),
+}
+
+
+@pytest.mark.parametrize("state", ALL_STATES)
+@pytest.mark.parametrize("name", sorted(WHOLE_RECORD))
+def test_whole_record_transitions_are_allowed_only_from_their_states(
+    name: str, state: ProcessState
+) -> None:
+    transition, allowed = WHOLE_RECORD[name]
+    record = record_in(state)
+    if state in allowed:
+        assert transition(record).updated_at == NOW
+    else:
+        with pytest.raises(IllegalTransition, match="order-7"):
+            transition(record)
+
+
+def test_claim_takes_the_next_attempt_with_a_provisional_deadline_d2_d3() -> None:
+    claimed = transitions.claim(record_in(ProcessState.PENDING), now=NOW, claim_deadline=FUTURE)
+    assert claimed.process_state is ProcessState.PROCESSING
+    assert claimed.attempt == 3
+    assert claimed.locked_by == "order-7:3"
+    assert claimed.instance_id == InstanceId("order-7", 3)
+    assert claimed.complete_by == FUTURE
+
+
+def test_claim_refuses_a_locked_or_not_yet_due_pending_record_d1_u5() -> None:
+    with pytest.raises(IllegalTransition, match="claimable"):
+        transitions.claim(
+            record_in(ProcessState.PENDING, locked_by="order-7:2"), now=NOW, claim_deadline=FUTURE
+        )
+    not_due = record_in(ProcessState.PENDING, complete_by=FUTURE)
+    assert not transitions.is_claimable(not_due, NOW)
+    with pytest.raises(IllegalTransition):
+        transitions.claim(not_due, now=NOW, claim_deadline=FUTURE)
+    due = record_in(ProcessState.PENDING, complete_by=NOW)
+    assert transitions.is_claimable(due, NOW)
+
+
+@pytest.mark.parametrize("state", ALL_STATES)
+def test_only_running_records_past_their_deadline_are_expired_u1(state: ProcessState) -> None:
+    running = state in (ProcessState.PROCESSING, ProcessState.COMPENSATING)
+    assert transitions.is_expired(record_in(state, complete_by=NOW), NOW) is running
+    assert transitions.is_expired(record_in(state, complete_by=PAST), NOW) is running
+    assert not transitions.is_expired(record_in(state, complete_by=FUTURE), NOW)
+    assert not transitions.is_expired(record_in(state, complete_by=None), NOW)
+
+
+def test_supervisor_transitions_refuse_a_record_that_has_not_expired_u4() -> None:
+    running = record_in(ProcessState.PROCESSING, complete_by=FUTURE)
+    with pytest.raises(IllegalTransition, match="CompleteBy"):
+        transitions.retry_later(running, now=NOW, not_before=FUTURE)
+    with pytest.raises(IllegalTransition, match="CompleteBy"):
+        transitions.give_up(running, now=NOW, reason="r", compensation_deadline=FUTURE)
+    compensating = record_in(ProcessState.COMPENSATING, complete_by=FUTURE)
+    with pytest.raises(IllegalTransition, match="CompleteBy"):
+        transitions.stall_compensation(compensating, now=NOW, reason="r")
+
+
+def test_retry_counts_the_failure_and_frees_the_record_for_the_starter_u4_u5() -> None:
+    retried = transitions.retry_later(
+        record_in(ProcessState.PROCESSING, failure_count=1), now=NOW, not_before=FUTURE
+    )
+    assert retried.process_state is ProcessState.PENDING
+    assert retried.locked_by is None
+    assert retried.failure_count == 2
+    assert retried.complete_by == FUTURE
+    assert retried.attempt == 2
+    assert not transitions.is_claimable(retried, NOW)
+    assert transitions.is_claimable(retried, FUTURE)
+
+
+def test_give_up_with_nothing_to_undo_is_error_u4() -> None:
+    given_up = transitions.give_up(
+        record_in(ProcessState.PROCESSING, failure_count=2),
+        now=NOW,
+        reason="3 attempts expired",
+        compensation_deadline=FUTURE,
+    )
+    assert given_up.process_state is ProcessState.ERROR
+    assert given_up.failure_count == 3
+    assert given_up.last_error == "3 attempts expired"
+    assert given_up.complete_by is None
+    assert given_up.attempt == 2
+
+
+def test_give_up_with_completed_steps_requests_compensation_under_a_new_attempt_c1() -> None:
+    given_up = transitions.give_up(
+        record_in(ProcessState.PROCESSING, compensation_log=(STEP,)),
+        now=NOW,
+        reason="gave up",
+        compensation_deadline=FUTURE,
+    )
+    assert given_up.process_state is ProcessState.COMPENSATING
+    assert given_up.attempt == 3
+    assert given_up.locked_by == "order-7:3"
+    assert given_up.complete_by == FUTURE
+    assert given_up.compensation_log == (STEP,)
+
+
+def test_stalled_compensation_becomes_compensation_failed_c2() -> None:
+    stalled = transitions.stall_compensation(
+        record_in(ProcessState.COMPENSATING), now=NOW, reason="stalled"
+    )
+    assert stalled.process_state is ProcessState.COMPENSATION_FAILED
+    assert stalled.last_error == "stalled"
+    assert stalled.complete_by is None
+
+
+def test_resubmit_returns_an_error_to_pending_with_a_fresh_failure_count_e8() -> None:
+    resubmitted = transitions.resubmit(
+        record_in(ProcessState.ERROR, failure_count=3, complete_by=None), now=NOW
+    )
+    assert resubmitted.process_state is ProcessState.PENDING
+    assert resubmitted.failure_count == 0
+    assert resubmitted.locked_by is None
+    assert transitions.is_claimable(resubmitted, NOW)
+
+
+INSTANCE = InstanceId("order-7", 2)
+FencedFactory = Callable[[InstanceId], FencedChange]
+FENCED: dict[str, tuple[FencedFactory, ProcessState, ProcessState]] = {
+    "set_step_deadline": (
+        lambda i: transitions.set_step_deadline(i, step="ship", complete_by=FUTURE, now=NOW),
+        ProcessState.PROCESSING,
+        ProcessState.PROCESSING,
+    ),
+    "mark_processed": (
+        lambda i: transitions.mark_processed(i, now=NOW),
+        ProcessState.PROCESSING,
+        ProcessState.PROCESSED,
+    ),
+    "mark_error": (
+        lambda i: transitions.mark_error(i, now=NOW, reason="permanent"),
+        ProcessState.PROCESSING,
+        ProcessState.ERROR,
+    ),
+    "begin_compensation": (
+        lambda i: transitions.begin_compensation(i, now=NOW, reason="x", complete_by=FUTURE),
+        ProcessState.PROCESSING,
+        ProcessState.COMPENSATING,
+    ),
+    "mark_compensated": (
+        lambda i: transitions.mark_compensated(i, now=NOW),
+        ProcessState.COMPENSATING,
+        ProcessState.COMPENSATED,
+    ),
+    "mark_compensation_failed": (
+        lambda i: transitions.mark_compensation_failed(i, now=NOW, reason="undo failed"),
+        ProcessState.COMPENSATING,
+        ProcessState.COMPENSATION_FAILED,
+    ),
+}
+
+
+@pytest.mark.parametrize("state", ALL_STATES)
+@pytest.mark.parametrize("name", sorted(FENCED))
+def test_fenced_changes_apply_only_from_their_state_when_the_fence_holds_d4(
+    name: str, state: ProcessState
+) -> None:
+    factory, allowed, target = FENCED[name]
+    change = factory(INSTANCE)
+    record = record_in(state, locked_by=str(INSTANCE))
+    if state is allowed:
+        changed = change.apply(record)
+        assert changed.process_state is target
+        assert changed.updated_at == NOW
+        assert changed.locked_by == str(INSTANCE)
+    else:
+        with pytest.raises(FenceLost, match="order-7"):
+            change.apply(record)
+
+
+@pytest.mark.parametrize("name", sorted(FENCED))
+def test_fenced_changes_of_a_stale_attempt_are_refused_d4_e5(name: str) -> None:
+    factory, allowed, _ = FENCED[name]
+    newer = record_in(allowed, locked_by="order-7:3", attempt=3)
+    change = factory(INSTANCE)
+    assert not change.holds_for(newer)
+    with pytest.raises(FenceLost, match="'order-7:2' refused"):
+        change.apply(newer)
+
+
+def test_a_fenced_change_never_applies_to_another_order() -> None:
+    change = transitions.mark_processed(InstanceId("order-8", 2), now=NOW)
+    with pytest.raises(FenceLost):
+        change.apply(record_in(ProcessState.PROCESSING, locked_by="order-8:2"))
+
+
+def test_step_deadline_sets_complete_by_and_logs_the_previous_step_in_one_change_c1() -> None:
+    change = transitions.set_step_deadline(
+        INSTANCE, step="ship", complete_by=FUTURE, now=NOW, completed=STEP
+    )
+    changed = change.apply(record_in(ProcessState.PROCESSING))
+    assert changed.complete_by == FUTURE
+    assert changed.current_step == "ship"
+    assert changed.compensation_log == (STEP,)
+
+
+def test_processed_clears_the_deadline_and_can_log_the_last_step_e5() -> None:
+    later = CompletedStep("ship", "order-7:ship", NOW)
+    change = transitions.mark_processed(INSTANCE, now=NOW, completed=later)
+    changed = change.apply(record_in(ProcessState.PROCESSING, compensation_log=(STEP,)))
+    assert changed.complete_by is None
+    assert changed.compensation_log == (STEP, later)
+
+
+def test_error_and_compensation_failures_keep_their_reason_e8_c2() -> None:
+    errored = transitions.mark_error(INSTANCE, now=NOW, reason="card declined").apply(
+        record_in(ProcessState.PROCESSING)
+    )
+    assert errored.last_error == "card declined"
+    assert errored.complete_by is None
+    compensating = transitions.begin_compensation(
+        INSTANCE, now=NOW, reason="card declined", complete_by=FUTURE
+    ).apply(record_in(ProcessState.PROCESSING))
+    assert compensating.complete_by == FUTURE
+    failed = transitions.mark_compensation_failed(INSTANCE, now=NOW, reason="undo refused").apply(
+        compensating
+    )
+    assert failed.last_error == "undo refused"
+
+
+def test_compensation_runs_the_log_newest_first_c1() -> None:
+    steps = tuple(CompletedStep(f"s{i}", f"k{i}", NOW) for i in range(3))
+    record = record_in(ProcessState.COMPENSATING, compensation_log=steps)
+    assert [s.step for s in transitions.steps_to_compensate(record)] == ["s2", "s1", "s0"]
