@@ -19,7 +19,7 @@ from domain import transitions
 from domain.contracts import AlertKind, OperatorAlert, OrderStatus, StatusMessage
 from domain.policies import Settings, compensation_deadline, step_deadline
 from domain.ports import StateStore
-from domain.records import CompletedStep, InstanceId, StateRecord
+from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord
 from services.status import alert_for, status_for
 
 
@@ -36,6 +36,22 @@ class StepOutcome:
 
 def _outcome(instance: InstanceId, record: StateRecord | None) -> StepOutcome:
     return StepOutcome(instance, record is not None, record)
+
+
+def _already_reached(
+    states: StateStore, instance: InstanceId, state: ProcessState
+) -> StateRecord | None:
+    """After a refused write: the record, when THIS attempt already moved it to `state`.
+
+    An activity may run twice (C8): the first run's write applied but its status message was
+    not sent. The repeat must recognise its own earlier write and send the message again
+    (stable message ids de-duplicate it), while a stale attempt still gets nothing. Only the
+    refusal path pays this read.
+    """
+    record = states.get(instance.order_id)
+    if record is not None and record.locked_by == str(instance) and record.process_state is state:
+        return record
+    return None
 
 
 def start_step(
@@ -73,7 +89,7 @@ def complete_order(
     """The agent answered before the timer: Processed and a `completed` status (E5, R2)."""
     record = states.fenced_update(
         transitions.mark_processed(instance, now=now, completed=completed)
-    )
+    ) or _already_reached(states, instance, ProcessState.PROCESSED)
     if record is None:
         return _outcome(instance, None)
     status = status_for(record, OrderStatus.COMPLETED, settings=settings, now=now)
@@ -101,7 +117,9 @@ def fail_order(
             instance, now=now, reason=reason, complete_by=compensation_deadline(now, settings)
         )
         return _outcome(instance, states.fenced_update(change))
-    record = states.fenced_update(transitions.mark_error(instance, now=now, reason=reason))
+    record = states.fenced_update(
+        transitions.mark_error(instance, now=now, reason=reason)
+    ) or _already_reached(states, instance, ProcessState.ERROR)
     if record is None:
         return _outcome(instance, None)
     return StepOutcome(

@@ -322,6 +322,42 @@ def test_a_stale_attempt_cannot_touch_the_record_of_its_successor_d4_e5(
     assert complete_order(states, second, now=later, settings=SETTINGS).applied
 
 
+def test_a_repeated_completion_of_the_same_attempt_resends_its_status_c8_r2(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """The activity ran, its write applied, sending the status failed; the retry must send it."""
+    states, _ = stores
+    accepted(stores, "o-1")
+    instance = claim_one(states)
+    start_step(states, instance, step="fulfil", now=T0, settings=SETTINGS)
+    first = complete_order(states, instance, now=T0, settings=SETTINGS)
+    again = complete_order(states, instance, now=T0 + timedelta(seconds=1), settings=SETTINGS)
+    assert first.applied
+    assert again.applied
+    assert first.status is not None
+    assert again.status is not None
+    assert again.status.message_id == first.status.message_id == "o-1:completed:1"
+    failed = fail_order(
+        states, instance, reason="late", compensate=False, now=T0, settings=SETTINGS
+    )
+    assert not failed.applied
+    assert state_of(states, "o-1").process_state is ProcessState.PROCESSED
+
+
+def test_a_stale_attempt_gets_nothing_after_its_successor_completed_d4_c8(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    accepted(stores, "o-1")
+    first = claim_one(states)
+    later = T0 + timedelta(seconds=61)
+    sweep(states, SETTINGS, later)
+    second = claim_one(states, later)
+    assert complete_order(states, second, now=later, settings=SETTINGS).applied
+    stale = complete_order(states, first, now=later, settings=SETTINGS)
+    assert (stale.applied, stale.status) == (False, None)
+
+
 def test_a_late_completion_after_the_supervisor_took_over_is_refused_e5_e6(
     stores: tuple[StateStore, OrderStore],
 ) -> None:
