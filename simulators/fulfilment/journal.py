@@ -1,0 +1,63 @@
+"""The ledger's optional JSON-lines file, so a restarted simulator keeps idempotency and fences.
+
+Each line is one fact the ledger learnt (a fulfilment, a compensation, a raised fence), written
+and flushed before the client hears about it: a process killed at any point (even ``kill -9``)
+leaves either the whole fact or nothing, so a retry after a restart replays instead of
+performing the side effect twice (E7, C8). A line cut short by the kill is dropped on load.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+
+class CorruptJournal(ValueError):
+    """A ledger file with a damaged line before its end; it is not safe to guess past it."""
+
+
+class LedgerJournal:
+    """Appends ledger facts to ``path`` and reads back the facts written by earlier runs."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._drop_torn_tail()
+        self._file: IO[str] | None = None
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        if not self.path.exists():
+            return
+        with self.path.open(encoding="utf-8") as lines:
+            for number, line in enumerate(lines, start=1):
+                try:
+                    event = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise CorruptJournal(
+                        f"{self.path}:{number} is not a JSON line ({error}); move the file "
+                        "away to start with an empty ledger"
+                    ) from None
+                if not isinstance(event, dict):
+                    raise CorruptJournal(f"{self.path}:{number} is not a JSON object")
+                yield event
+
+    def append(self, event: dict[str, Any]) -> None:
+        if self._file is None:
+            self._file = self.path.open("a", encoding="utf-8")
+        self._file.write(json.dumps(event, separators=(",", ":")) + "\n")
+        # The OS keeps flushed bytes when the process dies, which is the crash this file is for.
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def _drop_torn_tail(self) -> None:
+        if not self.path.exists():
+            return
+        content = self.path.read_bytes()
+        if content and not content.endswith(b"\n"):
+            with self.path.open("r+b") as file:
+                file.truncate(content.rfind(b"\n") + 1)
