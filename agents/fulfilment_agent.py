@@ -1,0 +1,108 @@
+"""The fulfilment agent's call policy (E7, E9, C4, C8).
+
+Tries the remote service until it answers definitively, retrying transient faults with
+full-jitter exponential backoff, within two bounds: its share of the end-to-end retry budget
+(``Settings.agent_max_tries``, C4) and the step's deadline. It starts no new call after the
+deadline (E7); a call already in flight may finish. Every try sends the same idempotency key
+and the attempt as fencing token, so retries and overlapping attempts never repeat a side
+effect (C8). A circuit breaker shared by the process stops calls while the service keeps
+failing (E9); a refused call counts as a try and waits like a transient fault.
+
+The agent only reports; it never changes the state record or recovers the workflow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import random
+from collections.abc import Awaitable, Callable
+
+from agents.fulfilment_client import (
+    Fulfilled,
+    FulfilmentClient,
+    PermanentFailure,
+    Superseded,
+)
+from domain.agent_messages import AgentOutcome, AgentRequest, AgentResponse
+from domain.policies import CircuitBreaker, Settings, next_retry_delay
+
+log = logging.getLogger("agents.fulfilment")
+
+CALL_TIMEOUT_SECONDS = 10.0
+
+
+async def run_fulfilment_agent(
+    request: AgentRequest,
+    client: FulfilmentClient,
+    breaker: CircuitBreaker,
+    settings: Settings,
+    *,
+    now: Callable[[], dt.datetime],
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    jitter: Callable[[], float] = random.random,
+) -> AgentResponse:
+    tries = 0
+    last_problem = "no try was started"
+    while True:
+        remaining = (request.deadline - now()).total_seconds()
+        if remaining <= 0:
+            return _respond(request, AgentOutcome.GAVE_UP, f"deadline passed; {last_problem}")
+        tries += 1
+        if breaker.allow_request():
+            result = await client.fulfil(
+                request.order,
+                attempt=request.attempt,
+                idempotency_key=request.idempotency_key,
+                timeout_seconds=min(remaining, CALL_TIMEOUT_SECONDS),
+            )
+            if isinstance(result, Fulfilled):
+                breaker.record_success()
+                return _respond(request, AgentOutcome.SUCCEEDED, fulfilment_id=result.fulfilment_id)
+            if isinstance(result, PermanentFailure):
+                breaker.record_success()  # the service answered: it is healthy, the order is not
+                return _respond(request, AgentOutcome.FAILED, result.reason)
+            if isinstance(result, Superseded):
+                breaker.record_success()
+                return _respond(request, AgentOutcome.SUPERSEDED, result.reason)
+            breaker.record_failure()
+            last_problem = f"try {tries}: {result.reason}"
+        else:
+            last_problem = f"try {tries}: circuit breaker open"
+        log.info(
+            "agent retrying order=%s instance=%s problem=%s",
+            request.order.order_id,
+            request.instance_id,
+            last_problem,
+        )
+        delay = next_retry_delay(
+            tries_done=tries,
+            max_tries=settings.agent_max_tries,
+            now=now(),
+            deadline=request.deadline,
+            base_seconds=settings.agent_backoff_base_seconds,
+            max_seconds=settings.agent_backoff_max_seconds,
+            random=jitter,
+        )
+        if delay is None:
+            return _respond(
+                request, AgentOutcome.GAVE_UP, f"stopped after {tries} tries; {last_problem}"
+            )
+        await sleep(delay)
+
+
+def _respond(
+    request: AgentRequest,
+    outcome: AgentOutcome,
+    detail: str | None = None,
+    *,
+    fulfilment_id: str | None = None,
+) -> AgentResponse:
+    return AgentResponse(
+        request_id=request.request_id,
+        instance_id=request.instance_id,
+        outcome=outcome,
+        detail=detail,
+        fulfilment_id=fulfilment_id,
+    )

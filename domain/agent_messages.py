@@ -1,0 +1,157 @@
+"""The scheduler <-> agent messages (E1, E3, E4, E7, C7): the project's own internal contract.
+
+A request carries everything the agent needs to act on its own: the order, the attempt (the
+fencing token the remote service enforces, E7), the idempotency key that stays the same on
+every try and every attempt of the step (so no side effect happens twice, C8) and the
+deadline after which the agent starts no new side effect (E7).
+
+Message ids are stable, derived from the request id, so a resend is removed by Service Bus
+duplicate detection on both queues (E4). Both shapes carry a schema version (C7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from domain.contracts import Order, decode_json, encode_json
+from domain.records import InstanceId, format_utc, parse_utc
+
+AGENT_SCHEMA_VERSION = 1
+AGENT_RESPONSE_EVENT = "AgentResponse"
+
+
+class AgentMessageError(ValueError):
+    """A request or response that does not follow this contract."""
+
+
+class AgentOutcome(StrEnum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # non-transient, unrecoverable (E8)
+    GAVE_UP = "gave-up"  # transient faults outlasted the tries or the deadline (E9)
+    SUPERSEDED = "superseded"  # the remote service saw a newer attempt (E7 fencing)
+
+
+@dataclass(frozen=True)
+class AgentRequest:
+    instance_id: str
+    step: str
+    order: Order
+    deadline: datetime
+
+    @property
+    def request_id(self) -> str:
+        return f"{self.instance_id}:{self.step}"
+
+    @property
+    def message_id(self) -> str:
+        return self.request_id
+
+    @property
+    def attempt(self) -> int:
+        return InstanceId.parse(self.instance_id).attempt
+
+    @property
+    def idempotency_key(self) -> str:
+        # The same for every attempt of the step: a side effect done by an expired attempt
+        # is recognised, not repeated, when the next attempt asks again.
+        return f"{self.order.order_id}:{self.step}"
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "schemaVersion": AGENT_SCHEMA_VERSION,
+            "requestId": self.request_id,
+            "instanceId": self.instance_id,
+            "step": self.step,
+            "deadline": format_utc(self.deadline),
+            "order": self.order.to_document(),
+        }
+
+    def to_json(self) -> str:
+        return encode_json(self.to_document())
+
+    @classmethod
+    def from_document(cls, document: Any) -> AgentRequest:
+        fields = _fields(document, "instanceId", "step", "deadline", "order")
+        try:
+            return cls(
+                instance_id=str(fields["instanceId"]),
+                step=str(fields["step"]),
+                order=Order.from_document(fields["order"]),
+                deadline=parse_utc(str(fields["deadline"])),
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise AgentMessageError(f"agent request is malformed: {error}") from error
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> AgentRequest:
+        return cls.from_document(_decode(text))
+
+
+@dataclass(frozen=True)
+class AgentResponse:
+    request_id: str
+    instance_id: str
+    outcome: AgentOutcome
+    detail: str | None = None
+    fulfilment_id: str | None = None
+
+    @property
+    def message_id(self) -> str:
+        return f"{self.request_id}:response"
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "schemaVersion": AGENT_SCHEMA_VERSION,
+            "requestId": self.request_id,
+            "instanceId": self.instance_id,
+            "outcome": self.outcome.value,
+            "detail": self.detail,
+            "fulfilmentId": self.fulfilment_id,
+        }
+
+    def to_json(self) -> str:
+        return encode_json(self.to_document())
+
+    @classmethod
+    def from_document(cls, document: Any) -> AgentResponse:
+        fields = _fields(document, "requestId", "instanceId", "outcome")
+        try:
+            outcome = AgentOutcome(fields["outcome"])
+        except ValueError as error:
+            raise AgentMessageError(f"agent response has unknown outcome: {error}") from error
+        detail, fulfilment = document.get("detail"), document.get("fulfilmentId")
+        return cls(
+            request_id=str(fields["requestId"]),
+            instance_id=str(fields["instanceId"]),
+            outcome=outcome,
+            detail=None if detail is None else str(detail),
+            fulfilment_id=None if fulfilment is None else str(fulfilment),
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> AgentResponse:
+        return cls.from_document(_decode(text))
+
+
+def _decode(text: str | bytes) -> Any:
+    try:
+        return decode_json(text)
+    except ValueError as error:
+        raise AgentMessageError(f"agent message is not JSON: {error}") from error
+
+
+def _fields(document: Any, *names: str) -> dict[str, Any]:
+    if not isinstance(document, dict):
+        raise AgentMessageError("agent message must be a JSON object")
+    if document.get("schemaVersion") != AGENT_SCHEMA_VERSION:
+        raise AgentMessageError(
+            f"agent message schemaVersion {document.get('schemaVersion')!r} is not "
+            f"{AGENT_SCHEMA_VERSION}"
+        )
+    missing = [name for name in names if document.get(name) is None]
+    if missing:
+        raise AgentMessageError(f"agent message lacks {', '.join(missing)}")
+    return {name: document[name] for name in names}

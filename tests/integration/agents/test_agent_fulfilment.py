@@ -1,0 +1,175 @@
+"""The fulfilment agent against the real simulated service (E7, E8, E9, C4, C8).
+
+The agent's time is injected: its sleeps move a fake clock instead of waiting, while every
+call goes over HTTP to the running service, whose ledger proves what happened remotely.
+"""
+
+import datetime as dt
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+
+from agents.fulfilment_agent import run_fulfilment_agent
+from agents.fulfilment_client import FulfilmentClient
+from domain.agent_messages import AgentOutcome, AgentRequest
+from domain.contracts import Order, OrderItem
+from domain.policies import CircuitBreaker, Settings
+from simulators.fulfilment import FaultKind, FaultPlan, FaultRule, FulfilmentService
+
+T0 = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+SETTINGS = Settings(retry_budget=12, max_failures=3)  # 4 tries per attempt (C4)
+ORDER = Order("o-1", "c-1", (OrderItem("sku-1", 2),), "EUR")
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = T0
+        self.slept: list[float] = []
+
+    def __call__(self) -> dt.datetime:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += dt.timedelta(seconds=seconds)
+
+
+@pytest.fixture
+async def service() -> AsyncIterator[FulfilmentService]:
+    running = FulfilmentService(FaultPlan.preset("none"))
+    await running.start()
+    yield running
+    await running.stop()
+
+
+@pytest.fixture
+async def client(service: FulfilmentService) -> AsyncIterator[FulfilmentClient]:
+    async with aiohttp.ClientSession() as session:
+        yield FulfilmentClient(service.base_url, session)
+
+
+def request(attempt: int = 1, deadline_seconds: float = 30) -> AgentRequest:
+    return AgentRequest(
+        instance_id=f"o-1:{attempt}",
+        step="fulfil",
+        order=ORDER,
+        deadline=T0 + dt.timedelta(seconds=deadline_seconds),
+    )
+
+
+def breaker(time: FakeTime, threshold: int = 5) -> CircuitBreaker:
+    return CircuitBreaker(
+        failure_threshold=threshold,
+        reset_seconds=30,
+        clock=lambda: (time.now - T0).total_seconds(),
+    )
+
+
+async def run(
+    client: FulfilmentClient, time: FakeTime, req: AgentRequest, guard: CircuitBreaker | None = None
+) -> object:
+    return await run_fulfilment_agent(
+        req,
+        client,
+        guard or breaker(time),
+        SETTINGS,
+        now=time,
+        sleep=time.sleep,
+        jitter=lambda: 0.5,
+    )
+
+
+def fulfilments(service: FulfilmentService) -> int:
+    return int(service.stats()["fulfilments"])
+
+
+async def test_success_first_try(service: FulfilmentService, client: FulfilmentClient) -> None:
+    response = await run(client, FakeTime(), request())
+    assert response.outcome is AgentOutcome.SUCCEEDED
+    assert response.fulfilment_id
+    assert response.message_id == "o-1:1:fulfil:response"
+    assert fulfilments(service) == 1
+
+
+async def test_transient_faults_are_retried_with_backoff_e9(
+    service: FulfilmentService, client: FulfilmentClient
+) -> None:
+    service.replace_fault_plan(FaultPlan(rules=(FaultRule(FaultKind.TRANSIENT, times=2),)))
+    time = FakeTime()
+    response = await run(client, time, request())
+    assert response.outcome is AgentOutcome.SUCCEEDED
+    assert service.stats()["requests"] == 3
+    assert time.slept == [0.05, 0.1]  # full jitter at 0.5 of base 0.1 x 2^(n-1)
+    assert fulfilments(service) == 1
+
+
+async def test_lost_response_then_retry_performs_the_side_effect_once_c8(
+    service: FulfilmentService, client: FulfilmentClient
+) -> None:
+    service.replace_fault_plan(FaultPlan(rules=(FaultRule(FaultKind.LOST_RESPONSE, times=1),)))
+    response = await run(client, FakeTime(), request())
+    assert response.outcome is AgentOutcome.SUCCEEDED
+    assert service.stats()["replays"] == 1
+    assert service.stats()["double_side_effects"] == 0
+    assert fulfilments(service) == 1
+
+
+async def test_a_newer_attempt_replays_the_older_attempts_side_effect_e7(
+    service: FulfilmentService, client: FulfilmentClient
+) -> None:
+    first = await run(client, FakeTime(), request(attempt=1))
+    second = await run(client, FakeTime(), request(attempt=2))
+    assert second.outcome is AgentOutcome.SUCCEEDED
+    assert second.fulfilment_id == first.fulfilment_id
+    assert service.stats()["double_side_effects"] == 0
+
+
+async def test_a_stale_attempt_is_refused_by_the_service_e7(
+    service: FulfilmentService, client: FulfilmentClient
+) -> None:
+    await run(client, FakeTime(), request(attempt=2))
+    stale = await run(client, FakeTime(), request(attempt=1))
+    assert stale.outcome is AgentOutcome.SUPERSEDED
+    assert service.stats()["stale_writes_refused"] == 1
+
+
+async def test_permanent_failure_is_reported_not_retried_e8(
+    service: FulfilmentService, client: FulfilmentClient
+) -> None:
+    service.replace_fault_plan(FaultPlan(rules=(FaultRule(FaultKind.PERMANENT),)))
+    response = await run(client, FakeTime(), request())
+    assert response.outcome is AgentOutcome.FAILED
+    assert service.stats()["requests"] == 1
+    assert fulfilments(service) == 0
+
+
+async def test_tries_stop_at_the_agents_share_of_the_retry_budget_c4(
+    service: FulfilmentService, client: FulfilmentClient
+) -> None:
+    service.replace_fault_plan(FaultPlan(rules=(FaultRule(FaultKind.TRANSIENT),)))
+    response = await run(client, FakeTime(), request(deadline_seconds=3600))
+    assert response.outcome is AgentOutcome.GAVE_UP
+    assert service.stats()["requests"] == SETTINGS.agent_max_tries == 4
+
+
+async def test_no_new_call_starts_after_the_deadline_e7(
+    service: FulfilmentService, client: FulfilmentClient
+) -> None:
+    service.replace_fault_plan(FaultPlan(rules=(FaultRule(FaultKind.TRANSIENT),)))
+    time = FakeTime()
+    response = await run(client, time, request(deadline_seconds=0.04))
+    assert response.outcome is AgentOutcome.GAVE_UP
+    assert service.stats()["requests"] == 1  # the next try would start after the deadline
+    assert time.now < T0 + dt.timedelta(seconds=0.04)
+
+
+async def test_an_open_breaker_keeps_calls_away_from_a_failing_service_e9(
+    service: FulfilmentService, client: FulfilmentClient
+) -> None:
+    service.replace_fault_plan(FaultPlan(rules=(FaultRule(FaultKind.TRANSIENT),)))
+    time = FakeTime()
+    guard = breaker(time, threshold=2)
+    response = await run(client, time, request(deadline_seconds=3600), guard)
+    assert response.outcome is AgentOutcome.GAVE_UP
+    assert service.stats()["requests"] == 2  # tries 3 and 4 were refused by the open breaker
