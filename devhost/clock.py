@@ -1,9 +1,14 @@
 """The devhost's notion of time: real by default, virtual for tests.
 
-Everything that waits for a moment (timer triggers, durable timers) waits through a Clock, so
-a test can run the same code under a VirtualClock that only moves when the host says so: when
+Everything that waits for a moment (timer triggers, durable timers) waits through one Clock,
+so a test can run the same code under a VirtualClock that only moves when told to: when
 nothing is runnable, the host jumps time to the earliest pending wake-up, like Temporal's
 time-skipping test server. A ten-minute timeout then costs milliseconds.
+
+Two ways to wait are offered because the waiters differ: a timer trigger simply sleeps until
+its next occurrence (``sleep_until``), while the durable engine's loop waits for new work OR
+its next timer, so it asks how long a real wait would help (``seconds_until``) and is woken
+when virtual time is moved (``on_change``).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import asyncio
 import datetime as dt
 import heapq
 import itertools
+from collections.abc import Callable
 from typing import Protocol
 
 UTC = dt.UTC
@@ -26,6 +32,14 @@ class Clock(Protocol):
         """Return once ``now() >= moment``."""
         ...
 
+    def seconds_until(self, moment: dt.datetime) -> float | None:
+        """Real seconds to wait for ``moment``, or None if waiting in real time cannot help."""
+        ...
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` whenever the clock is moved by hand."""
+        ...
+
 
 class RealClock:
     def now(self) -> dt.datetime:
@@ -36,14 +50,24 @@ class RealClock:
         if delay > 0:
             await asyncio.sleep(delay)
 
+    def seconds_until(self, moment: dt.datetime) -> float | None:
+        return max(0.0, (moment - self.now()).total_seconds())
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """Real time is never moved by hand, so there is nothing to notify."""
+
 
 class VirtualClock:
     """Time that moves only through ``advance_to``; sleepers wake in deadline order."""
 
     def __init__(self, start: dt.datetime | None = None) -> None:
-        self._now = start or dt.datetime(2030, 1, 1, tzinfo=UTC)
+        moment = start or dt.datetime(2030, 1, 1, tzinfo=UTC)
+        if moment.tzinfo is None:
+            raise ValueError("VirtualClock needs a timezone-aware start time")
+        self._now = moment.astimezone(UTC)
         self._sleepers: list[tuple[dt.datetime, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
+        self._listeners: list[Callable[[], None]] = []
 
     def now(self) -> dt.datetime:
         return self._now
@@ -55,6 +79,12 @@ class VirtualClock:
         heapq.heappush(self._sleepers, (moment, next(self._order), waiter))
         await waiter
 
+    def seconds_until(self, moment: dt.datetime) -> float | None:
+        return 0.0 if moment <= self._now else None
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
     def next_wakeup(self) -> dt.datetime | None:
         """The earliest moment a sleeper waits for (cancelled sleepers are dropped)."""
         while self._sleepers and self._sleepers[0][2].done():
@@ -62,13 +92,16 @@ class VirtualClock:
         return self._sleepers[0][0] if self._sleepers else None
 
     def advance_to(self, moment: dt.datetime) -> None:
-        """Move time forward (never back) and wake every sleeper whose moment has come."""
-        if moment > self._now:
-            self._now = moment
+        """Move time forward (never back), wake due sleepers and tell the listeners."""
+        if moment <= self._now:
+            return
+        self._now = moment.astimezone(UTC)
         while self._sleepers and self._sleepers[0][0] <= self._now:
             _, _, waiter = heapq.heappop(self._sleepers)
             if not waiter.done():
                 waiter.set_result(None)
+        for listener in self._listeners:
+            listener()
 
     def advance(self, delta: dt.timedelta) -> None:
         self.advance_to(self._now + delta)

@@ -1,0 +1,707 @@
+"""The devhost's Durable Functions engine: scheduler, activities, timers, client operations.
+
+Issue 3: orchestrations run through the SDK's own replay engine (``replay.py``), their
+state lives in SQLite (``store.py``), activities run at least once with the worker's
+(de)serialisation in a bounded pool, timers follow an injectable clock (``clock.py``),
+and the client operations of the ``durableClient`` binding are async methods here.
+
+The engine makes no assumption about how functions are triggered: a host drives it either
+with the background loop (``start``/``stop``) or step by step (``run_until_idle``,
+``advance_to_next_timer``), deciding itself when virtual time may jump
+(``has_runnable_work``, ``next_timer_at``).  One engine per database file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import traceback
+import uuid
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+from azure.functions._durable_functions import df_dumps
+from azure.functions.decorators.function_app import Function
+
+from devhost.clock import Clock, RealClock, VirtualClock
+from devhost.durable.history import (
+    EventType,
+    OrchestrationStatusCode,
+    execution_started,
+    format_timestamp,
+    new_event,
+)
+from devhost.durable.registry import ActivityFunction, FunctionRegistry, UnknownFunctionError
+from devhost.durable.replay import EpisodeOutcome, EpisodeRequest, run_episode
+from devhost.durable.status import (
+    InstanceAlreadyExistsError,
+    InstanceNotFoundError,
+    InvalidInstanceIdError,
+    OrchestrationStatus,
+    RuntimeStatus,
+    decode_json,
+)
+from devhost.durable.store import ActivityWorkItem, DueTimer, DurableStore, InstanceRecord
+from devhost.durable.translation import SubOrchestrationRequest
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_CONCURRENT_ACTIVITIES = 10
+_TERMINAL = {s.value for s in RuntimeStatus if s.is_terminal}
+_FORBIDDEN_ID_CHARACTERS = set("/\\#?")
+
+
+class EngineStalledError(RuntimeError):
+    """``run_until_complete`` found an instance that nothing can move forward."""
+
+
+class DurableEngine:
+    """Runs the orchestrations and activities of one app on one SQLite database."""
+
+    def __init__(
+        self,
+        functions: Iterable[Function],
+        database: str = ":memory:",
+        *,
+        clock: Clock | None = None,
+        max_concurrent_activities: int = DEFAULT_MAX_CONCURRENT_ACTIVITIES,
+    ) -> None:
+        if max_concurrent_activities < 1:
+            raise ValueError("max_concurrent_activities must be at least 1")
+        self.registry = FunctionRegistry.from_functions(functions)
+        self.clock: Clock = clock or RealClock()
+        self.store = DurableStore(database)
+        self.max_concurrent_activities = max_concurrent_activities
+        self._executor = ThreadPoolExecutor(
+            max_workers=max_concurrent_activities, thread_name_prefix="durable-activity"
+        )
+        self._running: dict[int, asyncio.Task[None]] = {}
+        self._wake = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self.clock.on_change(self._wake.set)
+
+    # -- client operations (the durableClient binding) ---------------------------------
+
+    async def start_new(self, name: str, instance_id: str | None = None, input: Any = None) -> str:
+        """Schedule a new instance of orchestrator ``name``; return its instance id.
+
+        A non-terminal instance with the same id is an error (as in Durable Functions);
+        a terminal one is replaced, history included.
+        """
+        self.registry.orchestrator(name)
+        instance_id = instance_id or uuid.uuid4().hex
+        _validate_instance_id(instance_id)
+        input_json = None if input is None else df_dumps(input)
+        with self.store.transaction():
+            existing = self.store.get_instance(instance_id)
+            if existing is not None and existing.runtime_status not in _TERMINAL:
+                raise InstanceAlreadyExistsError(instance_id, existing.runtime_status)
+            if existing is not None:
+                self.store.delete_instance(instance_id)
+            self._create_instance(instance_id, name, input_json, None)
+        logger.info("orchestration scheduled instance_id=%s name=%s", instance_id, name)
+        self._wake.set()
+        return instance_id
+
+    async def raise_event(self, instance_id: str, event_name: str, event_data: Any = None) -> None:
+        """Send an external event; unknown instance -> ``InstanceNotFoundError``.
+
+        Events for a completed, failed or terminated instance are dropped and logged.
+        """
+        with self.store.transaction():
+            record = self._require(instance_id)
+            if record.runtime_status in _TERMINAL:
+                logger.warning(
+                    "external event dropped instance_id=%s event=%s reason=instance is %s",
+                    instance_id,
+                    event_name,
+                    record.runtime_status,
+                )
+                return
+            event = new_event(
+                EventType.EVENT_RAISED,
+                self.clock.now(),
+                Name=event_name,
+                Input=None if event_data is None else df_dumps(event_data),
+            )
+            self.store.post(instance_id, record.execution_id, event)
+        self._wake.set()
+
+    async def get_status(
+        self, instance_id: str, show_history: bool = False, show_input: bool = True
+    ) -> OrchestrationStatus | None:
+        """The status of an instance, or None if it does not exist."""
+        record = self.store.get_instance(instance_id)
+        if record is None:
+            return None
+        return self._status(record, show_history, show_input)
+
+    async def get_status_by(
+        self,
+        runtime_status: Iterable[RuntimeStatus | str] | None = None,
+        created_time_from: dt.datetime | None = None,
+        created_time_to: dt.datetime | None = None,
+    ) -> list[OrchestrationStatus]:
+        """Statuses of the instances matching every given filter."""
+        statuses = None if runtime_status is None else [_status_name(s) for s in runtime_status]
+        records = self.store.query_instances(statuses, created_time_from, created_time_to)
+        return [self._status(record, False, True) for record in records]
+
+    async def terminate(self, instance_id: str, reason: str) -> bool:
+        """Terminate a pending or running instance; its pending work is discarded.
+
+        Returns False (and changes nothing) when the instance had already finished.
+        """
+        with self.store.transaction():
+            record = self._require(instance_id)
+            if record.runtime_status in _TERMINAL:
+                return False
+            now = self.clock.now()
+            output_json = df_dumps(reason)
+            self.store.append_history(
+                instance_id,
+                [
+                    new_event(EventType.EXECUTION_TERMINATED, now, Input=output_json),
+                    new_event(
+                        EventType.EXECUTION_COMPLETED,
+                        now,
+                        OrchestrationStatus=int(OrchestrationStatusCode.TERMINATED),
+                        Result=output_json,
+                    ),
+                ],
+            )
+            finished = replace(
+                record,
+                runtime_status=RuntimeStatus.TERMINATED.value,
+                output_json=output_json,
+                last_updated_time=now,
+            )
+            self._finish(finished)
+        logger.info("orchestration terminated instance_id=%s reason=%s", instance_id, reason)
+        return True
+
+    async def purge_instance_history(self, instance_id: str) -> int:
+        """Delete an instance and its history; return how many instances were deleted."""
+        with self.store.transaction():
+            if self.store.get_instance(instance_id) is None:
+                return 0
+            self.store.delete_instance(instance_id)
+        return 1
+
+    # -- what a host-level scheduler needs ---------------------------------------------
+
+    def has_runnable_work(self) -> bool:
+        """Whether anything can happen without time moving (messages, activities, due timers)."""
+        if self._running or self.store.has_messages() or self._pending_work():
+            return True
+        next_timer = self.store.next_timer_at()
+        return next_timer is not None and next_timer <= self.clock.now()
+
+    def next_timer_at(self) -> dt.datetime | None:
+        """When the earliest armed timer fires, or None."""
+        return self.store.next_timer_at()
+
+    async def run_until_idle(self) -> None:
+        """Do all the work possible without moving time: episodes, activities, due timers."""
+        self._require_not_serving()
+        while True:
+            if self._step():
+                continue
+            if self._running:
+                await asyncio.wait(
+                    list(self._running.values()), return_when=asyncio.FIRST_COMPLETED
+                )
+                continue
+            return
+
+    async def advance_to_next_timer(self) -> dt.datetime | None:
+        """Virtual time only: jump to the next timer, then run until idle.
+
+        Returns the new time, or None when no timer is armed (time does not move).
+        """
+        clock = self._virtual_clock()
+        await self.run_until_idle()
+        next_timer = self.store.next_timer_at()
+        if next_timer is None:
+            return None
+        clock.advance_to(next_timer)
+        await self.run_until_idle()
+        return clock.now()
+
+    async def run_until_complete(
+        self, instance_id: str, max_timer_jumps: int = 10_000
+    ) -> OrchestrationStatus:
+        """Virtual time only: run, skipping time, until ``instance_id`` finishes."""
+        for _ in range(max_timer_jumps):
+            await self.run_until_idle()
+            status = await self.get_status(instance_id)
+            if status is None:
+                raise InstanceNotFoundError(instance_id)
+            if status.runtime_status.is_terminal:
+                return status
+            if await self.advance_to_next_timer() is None:
+                raise EngineStalledError(
+                    f"instance '{instance_id}' is {status.runtime_status.value} and nothing "
+                    "can move it forward: no messages, no activities, no timers (it waits "
+                    "for an external event that was not raised)"
+                )
+        raise EngineStalledError(
+            f"instance '{instance_id}' did not finish within {max_timer_jumps} timer jumps"
+        )
+
+    # -- background mode ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Run the engine in the background until ``stop``."""
+        self._require_not_serving()
+        self._loop_task = asyncio.create_task(self._serve(), name="durable-engine")
+
+    async def stop(self) -> None:
+        """Stop the background loop and wait for running async activities to be cancelled."""
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+            self._loop_task = None
+        for task in list(self._running.values()):
+            task.cancel()
+        await asyncio.gather(*self._running.values(), return_exceptions=True)
+        self._running.clear()
+
+    async def close(self) -> None:
+        """Stop and release the database; unfinished activities re-run on the next engine."""
+        await self.stop()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.store.close()
+
+    async def _serve(self) -> None:
+        try:
+            await self._serve_forever()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("durable engine loop stopped database=%s", self.store.path)
+            raise
+
+    async def _serve_forever(self) -> None:
+        while True:
+            self._wake.clear()
+            if self._step():
+                await asyncio.sleep(0)
+                continue
+            timeout = None
+            next_timer = self.store.next_timer_at()
+            if next_timer is not None:
+                timeout = self.clock.seconds_until(next_timer)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+
+    def _require_not_serving(self) -> None:
+        if self._loop_task is not None:
+            raise RuntimeError("the engine runs in the background; stop() it before stepping")
+
+    def _virtual_clock(self) -> VirtualClock:
+        if not isinstance(self.clock, VirtualClock):
+            raise TypeError("time can only be skipped with a VirtualClock")
+        return self.clock
+
+    # -- one scheduling pass -----------------------------------------------------------
+
+    def _step(self) -> bool:
+        """Fire due timers, run every pending episode, dispatch activities."""
+        progressed = self._fire_due_timers()
+        for instance_id in self.store.instances_with_messages():
+            self._run_episode(instance_id)
+            progressed = True
+        return self._dispatch_activities() or progressed
+
+    def _fire_due_timers(self) -> bool:
+        due = self.store.due_timers(self.clock.now())
+        for timer in due:
+            self._fire(timer)
+        return bool(due)
+
+    def _fire(self, timer: DueTimer) -> None:
+        with self.store.transaction():
+            self.store.remove_timer(timer)
+            self.store.post(
+                timer.instance_id,
+                timer.execution_id,
+                new_event(
+                    EventType.TIMER_FIRED,
+                    self.clock.now(),
+                    TimerId=timer.timer_id,
+                    FireAt=format_timestamp(timer.fire_at),
+                ),
+            )
+
+    def _run_episode(self, instance_id: str) -> None:
+        with self.store.transaction():
+            messages = self.store.take_messages(instance_id)
+            record = self.store.get_instance(instance_id)
+            if record is None:
+                logger.warning(
+                    "messages dropped instance_id=%s reason=instance was purged", instance_id
+                )
+                return
+            if record.runtime_status in _TERMINAL:
+                logger.warning(
+                    "messages dropped instance_id=%s reason=instance is %s events=%s",
+                    instance_id,
+                    record.runtime_status,
+                    [m.event.get("Name") or m.event["EventType"] for m in messages],
+                )
+                return
+            new_events = []
+            for message in messages:
+                if message.event["EventType"] == EventType.EVENT_RAISED:
+                    self.store.buffer_event(instance_id, message.event)
+                elif message.execution_id == record.execution_id:
+                    new_events.append(message.event)
+            buffered = self.store.buffered_events(instance_id)
+            past = self.store.history(instance_id)
+            if not new_events and (not buffered or not past):
+                return
+            try:
+                orchestrator = self.registry.orchestrator(record.name)
+            except UnknownFunctionError as error:
+                self._commit_failure_without_replay(record, new_events, str(error))
+                return
+            outcome = run_episode(
+                EpisodeRequest(
+                    instance_id=instance_id,
+                    orchestrator=orchestrator,
+                    input_json=record.input_json,
+                    parent_instance_id=record.parent_instance_id,
+                    past=past,
+                    new_events=new_events,
+                    buffered_events=buffered,
+                    now=self.clock.now(),
+                )
+            )
+            if (
+                new_events
+                or outcome.delivered_buffer_ids
+                or outcome.runtime_status == RuntimeStatus.FAILED
+            ):
+                self._commit(record, outcome)
+
+    def _commit(self, record: InstanceRecord, outcome: EpisodeOutcome) -> None:
+        instance_id, execution_id = record.instance_id, record.execution_id
+        now = self.clock.now()
+        self.store.remove_buffered_events(outcome.delivered_buffer_ids)
+        self.store.append_history(instance_id, outcome.events)
+        plan = outcome.translation
+        for activity in plan.activities:
+            self.store.add_work(
+                instance_id, execution_id, activity.task_id, activity.name, activity.input_json
+            )
+        for timer in plan.timers:
+            self.store.add_timer(instance_id, execution_id, timer.timer_id, timer.fire_at)
+        self.store.cancel_timers(instance_id, execution_id, plan.cancelled_timer_ids)
+        for failure in plan.immediate_failures:
+            self.store.post(instance_id, execution_id, failure.event)
+        for child in plan.sub_orchestrations:
+            self._start_sub_orchestration(record, child)
+        custom_status = outcome.custom_status_json or record.custom_status_json
+        updated = replace(
+            record,
+            runtime_status=outcome.runtime_status,
+            custom_status_json=custom_status,
+            last_updated_time=now,
+        )
+        if outcome.runtime_status == RuntimeStatus.CONTINUED_AS_NEW:
+            self._continue_as_new(updated, outcome.continue_as_new_input)
+        elif outcome.runtime_status in _TERMINAL:
+            self._finish(replace(updated, output_json=outcome.output_json))
+            logger.info(
+                "orchestration finished instance_id=%s name=%s status=%s",
+                instance_id,
+                record.name,
+                outcome.runtime_status,
+            )
+        else:
+            self.store.put_instance(updated)
+
+    def _commit_failure_without_replay(
+        self, record: InstanceRecord, new_events: list[dict[str, Any]], message: str
+    ) -> None:
+        now = self.clock.now()
+        output_json = df_dumps(message)
+        self.store.append_history(
+            record.instance_id,
+            [
+                new_event(EventType.ORCHESTRATOR_STARTED, now),
+                *new_events,
+                new_event(EventType.ORCHESTRATOR_COMPLETED, now),
+                new_event(
+                    EventType.EXECUTION_COMPLETED,
+                    now,
+                    OrchestrationStatus=int(OrchestrationStatusCode.FAILED),
+                    Result=output_json,
+                ),
+            ],
+        )
+        self._finish(
+            replace(
+                record,
+                runtime_status=RuntimeStatus.FAILED.value,
+                output_json=output_json,
+                last_updated_time=now,
+            )
+        )
+        logger.error("orchestration failed instance_id=%s error=%s", record.instance_id, message)
+
+    def _continue_as_new(self, record: InstanceRecord, input_json: str | None) -> None:
+        """New generation: fresh history and execution id; buffered events are kept."""
+        self.store.delete_history(record.instance_id)
+        self.store.clear_execution_state(record.instance_id)
+        generation = replace(
+            record, execution_id=uuid.uuid4().hex, input_json=input_json, output_json=None
+        )
+        self.store.put_instance(generation)
+        self.store.post(
+            record.instance_id,
+            generation.execution_id,
+            execution_started(
+                self.clock.now(),
+                record.name,
+                record.instance_id,
+                input_json,
+                record.parent_instance_id,
+            ),
+        )
+
+    def _finish(self, record: InstanceRecord) -> None:
+        """Store a terminal status, drop pending work, tell the parent orchestration."""
+        self.store.put_instance(record)
+        self.store.clear_execution_state(record.instance_id)
+        dropped = self.store.discard_buffered_events(record.instance_id)
+        if dropped:
+            logger.warning(
+                "external events dropped instance_id=%s events=%s reason=instance is %s",
+                record.instance_id,
+                dropped,
+                record.runtime_status,
+            )
+        self._notify_parent(record)
+
+    def _notify_parent(self, child: InstanceRecord) -> None:
+        if child.parent_instance_id is None or child.parent_task_id is None:
+            return
+        parent = self.store.get_instance(child.parent_instance_id)
+        if (
+            parent is None
+            or parent.execution_id != child.parent_execution_id
+            or parent.runtime_status in _TERMINAL
+        ):
+            return
+        now = self.clock.now()
+        if child.runtime_status == RuntimeStatus.COMPLETED:
+            event = new_event(
+                EventType.SUB_ORCHESTRATION_COMPLETED,
+                now,
+                TaskScheduledId=child.parent_task_id,
+                Result=child.output_json,
+            )
+        else:
+            event = new_event(
+                EventType.SUB_ORCHESTRATION_FAILED,
+                now,
+                TaskScheduledId=child.parent_task_id,
+                Reason=(
+                    f"Sub-orchestration '{child.name}' (instance '{child.instance_id}') "
+                    f"{child.runtime_status.lower()}: {decode_json(child.output_json)}"
+                ),
+                Details="",
+            )
+        self.store.post(parent.instance_id, parent.execution_id, event)
+
+    def _start_sub_orchestration(
+        self, parent: InstanceRecord, request: SubOrchestrationRequest
+    ) -> None:
+        existing = self.store.get_instance(request.instance_id)
+        problem = None
+        if existing is not None and existing.runtime_status not in _TERMINAL:
+            problem = str(InstanceAlreadyExistsError(request.instance_id, existing.runtime_status))
+        elif request.name not in self.registry.orchestrators:
+            problem = str(
+                UnknownFunctionError(
+                    "orchestrator", request.name, sorted(self.registry.orchestrators)
+                )
+            )
+        if problem is not None:
+            self.store.post(
+                parent.instance_id,
+                parent.execution_id,
+                new_event(
+                    EventType.SUB_ORCHESTRATION_FAILED,
+                    self.clock.now(),
+                    TaskScheduledId=request.task_id,
+                    Reason=f"Sub-orchestration '{request.name}' could not start: {problem}",
+                    Details="",
+                ),
+            )
+            return
+        if existing is not None:
+            self.store.delete_instance(request.instance_id)
+        self._create_instance(
+            request.instance_id,
+            request.name,
+            request.input_json,
+            (parent.instance_id, parent.execution_id, request.task_id),
+        )
+
+    def _create_instance(
+        self,
+        instance_id: str,
+        name: str,
+        input_json: str | None,
+        parent: tuple[str, str, int] | None,
+    ) -> None:
+        now = self.clock.now()
+        record = InstanceRecord(
+            instance_id=instance_id,
+            name=name,
+            execution_id=uuid.uuid4().hex,
+            input_json=input_json,
+            output_json=None,
+            custom_status_json=None,
+            runtime_status=RuntimeStatus.PENDING.value,
+            created_time=now,
+            last_updated_time=now,
+            parent_instance_id=parent[0] if parent else None,
+            parent_execution_id=parent[1] if parent else None,
+            parent_task_id=parent[2] if parent else None,
+        )
+        self.store.put_instance(record)
+        self.store.post(
+            instance_id,
+            record.execution_id,
+            execution_started(now, name, instance_id, input_json, record.parent_instance_id),
+        )
+
+    # -- activities --------------------------------------------------------------------
+
+    def _pending_work(self) -> list[ActivityWorkItem]:
+        return [item for item in self.store.work_items() if item.work_id not in self._running]
+
+    def _dispatch_activities(self) -> bool:
+        dispatched = False
+        for item in self._pending_work():
+            if len(self._running) >= self.max_concurrent_activities:
+                break
+            self._running[item.work_id] = asyncio.create_task(
+                self._execute(item), name=f"activity-{item.name}-{item.work_id}"
+            )
+            dispatched = True
+        return dispatched
+
+    async def _execute(self, item: ActivityWorkItem) -> None:
+        try:
+            try:
+                activity = self.registry.activity(item.name)
+                result_json = await self._invoke(activity, item.input_json)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                self._report_activity(item, None, error)
+            else:
+                self._report_activity(item, result_json, None)
+        finally:
+            self._running.pop(item.work_id, None)
+            self._wake.set()
+
+    async def _invoke(self, activity: ActivityFunction, input_json: str | None) -> str:
+        argument = activity.decode_input(input_json)
+        if activity.is_async:
+            result = await activity.function(**{activity.input_parameter: argument})
+        else:
+            loop = asyncio.get_running_loop()
+            result = await loop.run_in_executor(
+                self._executor,
+                lambda: activity.function(**{activity.input_parameter: argument}),
+            )
+        return activity.encode_output(result)
+
+    def _report_activity(
+        self, item: ActivityWorkItem, result_json: str | None, error: Exception | None
+    ) -> None:
+        """Remove the work item and post its outcome in one transaction (at-least-once)."""
+        now = self.clock.now()
+        if error is None:
+            event = new_event(
+                EventType.TASK_COMPLETED, now, TaskScheduledId=item.task_id, Result=result_json
+            )
+        else:
+            logger.warning(
+                "activity failed instance_id=%s activity=%s task_id=%s error=%r",
+                item.instance_id,
+                item.name,
+                item.task_id,
+                error,
+            )
+            event = new_event(
+                EventType.TASK_FAILED,
+                now,
+                TaskScheduledId=item.task_id,
+                Reason=f"Activity function '{item.name}' failed: {type(error).__name__}: {error}",
+                Details="".join(traceback.format_exception(error)),
+            )
+        with self.store.transaction():
+            if not self.store.remove_work(item.work_id):
+                return
+            record = self.store.get_instance(item.instance_id)
+            if (
+                record is None
+                or record.execution_id != item.execution_id
+                or record.runtime_status in _TERMINAL
+            ):
+                logger.info(
+                    "activity result dropped instance_id=%s activity=%s reason=instance moved on",
+                    item.instance_id,
+                    item.name,
+                )
+                return
+            self.store.post(item.instance_id, item.execution_id, event)
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _require(self, instance_id: str) -> InstanceRecord:
+        record = self.store.get_instance(instance_id)
+        if record is None:
+            raise InstanceNotFoundError(instance_id)
+        return record
+
+    def _status(
+        self, record: InstanceRecord, show_history: bool, show_input: bool
+    ) -> OrchestrationStatus:
+        return OrchestrationStatus(
+            name=record.name,
+            instance_id=record.instance_id,
+            created_time=record.created_time,
+            last_updated_time=record.last_updated_time,
+            input=decode_json(record.input_json) if show_input else None,
+            output=decode_json(record.output_json),
+            runtime_status=RuntimeStatus(record.runtime_status),
+            custom_status=decode_json(record.custom_status_json),
+            history=self.store.history(record.instance_id) if show_history else None,
+        )
+
+
+def _status_name(status: RuntimeStatus | str | Any) -> str:
+    value = getattr(status, "value", status)
+    return RuntimeStatus(str(value)).value
+
+
+def _validate_instance_id(instance_id: str) -> None:
+    if len(instance_id) > 256:
+        raise InvalidInstanceIdError(instance_id, "longer than 256 characters")
+    bad = _FORBIDDEN_ID_CHARACTERS.intersection(instance_id)
+    if bad or any(ord(c) < 32 for c in instance_id):
+        raise InvalidInstanceIdError(
+            instance_id, "must not contain '/', '\\', '#', '?' or control characters"
+        )

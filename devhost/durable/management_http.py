@@ -1,0 +1,215 @@
+"""The Durable extension's HTTP management API, emulated on the engine (issue 3).
+
+Functions get a ``df.DurableOrchestrationClient`` from the durableClient binding: the host
+hands them a JSON string of URLs (``client_binding_json``), and the unchanged SDK makes
+aiohttp calls to those URLs.  This server answers them on 127.0.0.1 (ephemeral port):
+
+* ``POST   {rpc}orchestrators/{name}[/{instanceId}]``          start_new
+* ``POST   {rpc}instances/{id}/raiseEvent/{event}``            raise_event
+* ``GET    {rpc}instances/{id}?showHistory=&showInput=``       get_status
+* ``GET    {rpc}instances/?runtimeStatus=&createdTimeFrom=&createdTimeTo=&instanceIdPrefix=``
+* ``POST   {rpc}instances/{id}/terminate?reason=``             terminate
+* ``DELETE {rpc}instances/{id}``                               purge_instance_history
+
+``{rpc}`` is ``/durabletask/``; the same routes also answer under the public webhook prefix
+``/runtime/webhooks/durabletask/`` that ``create_check_status_response`` links to.
+Status codes follow the extension, because the SDK maps them to its exceptions.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from devhost.durable.engine import DurableEngine
+from devhost.durable.history import parse_timestamp
+from devhost.durable.registry import UnknownFunctionError
+from devhost.durable.status import DurableClientError, RuntimeStatus
+
+RPC_PREFIX = "/durabletask/"
+WEBHOOK_PREFIX = "/runtime/webhooks/durabletask/"
+DEFAULT_TASK_HUB = "DevHostHub"
+_INSTANCE_ID_PLACEHOLDER = "INSTANCEID"
+
+
+class ManagementApi:
+    """An aiohttp server exposing one engine through the extension's management API."""
+
+    def __init__(
+        self, engine: DurableEngine, task_hub: str = DEFAULT_TASK_HUB, host: str = "127.0.0.1"
+    ) -> None:
+        self.engine = engine
+        self.task_hub = task_hub
+        self.host = host
+        self._runner: web.AppRunner | None = None
+        self._port: int | None = None
+
+    @property
+    def base_url(self) -> str:
+        if self._port is None:
+            raise RuntimeError("the management API is not started")
+        return f"http://{self.host}:{self._port}"
+
+    async def start(self) -> None:
+        """Listen on an ephemeral port of ``host``."""
+        app = web.Application()
+        for prefix in (RPC_PREFIX, WEBHOOK_PREFIX):
+            app.router.add_post(prefix + "orchestrators/{name}", self._start_new)
+            app.router.add_post(prefix + "orchestrators/{name}/{instance_id}", self._start_new)
+            app.router.add_post(
+                prefix + "instances/{instance_id}/raiseEvent/{event}", self._raise_event
+            )
+            app.router.add_post(prefix + "instances/{instance_id}/terminate", self._terminate)
+            app.router.add_get(prefix + "instances/", self._query)
+            app.router.add_get(prefix + "instances", self._query)
+            app.router.add_get(prefix + "instances/{instance_id}", self._get_status)
+            app.router.add_delete(prefix + "instances/{instance_id}", self._purge)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, 0)
+        await site.start()
+        self._port = int(self._runner.addresses[0][1])
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+            self._port = None
+
+    def client_binding_json(self) -> str:
+        """The durableClient binding value the host passes to functions."""
+        webhooks = self.base_url + WEBHOOK_PREFIX.rstrip("/")
+        query = f"?taskHub={self.task_hub}&connection=Storage"
+        instance = f"{webhooks}/instances/{_INSTANCE_ID_PLACEHOLDER}"
+        return json.dumps(
+            {
+                "taskHubName": self.task_hub,
+                "creationUrls": {
+                    "createNewInstancePostUri": f"{webhooks}/orchestrators/{{functionName}}"
+                    f"[/{{instanceId}}]{query}",
+                    "createAndWaitOnNewInstancePostUri": f"{webhooks}/orchestrators/"
+                    f"{{functionName}}[/{{instanceId}}]{query}&timeout={{timeoutInSeconds}}"
+                    "&pollingInterval={intervalInSeconds}",
+                },
+                "managementUrls": {
+                    "id": _INSTANCE_ID_PLACEHOLDER,
+                    "statusQueryGetUri": f"{instance}{query}",
+                    "sendEventPostUri": f"{instance}/raiseEvent/{{eventName}}{query}",
+                    "terminatePostUri": f"{instance}/terminate?reason={{text}}"
+                    f"&taskHub={self.task_hub}&connection=Storage",
+                    "rewindPostUri": f"{instance}/rewind?reason={{text}}"
+                    f"&taskHub={self.task_hub}&connection=Storage",
+                    "purgeHistoryDeleteUri": f"{instance}{query}",
+                    "restartPostUri": f"{instance}/restart{query}",
+                },
+                "baseUrl": webhooks,
+                "requiredQueryStringParameters": "",
+                "rpcBaseUrl": self.base_url + RPC_PREFIX,
+                "httpBaseUrl": webhooks,
+            }
+        )
+
+    # -- handlers ----------------------------------------------------------------------
+
+    async def _start_new(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        try:
+            instance_id = await self.engine.start_new(
+                name, request.match_info.get("instance_id"), await _payload(request)
+            )
+        except (DurableClientError, UnknownFunctionError) as error:
+            return web.json_response({"ExceptionMessage": str(error)}, status=400)
+        return web.json_response(self._instance_links(instance_id), status=202)
+
+    async def _raise_event(self, request: web.Request) -> web.Response:
+        instance_id = request.match_info["instance_id"]
+        status = await self.engine.get_status(instance_id, show_input=False)
+        if status is None:
+            return _message(404, f"No instance with ID '{instance_id}' found.")
+        if status.runtime_status.is_terminal:
+            return _message(410, f"Instance '{instance_id}' is {status.runtime_status.value}.")
+        await self.engine.raise_event(
+            instance_id, request.match_info["event"], await _payload(request)
+        )
+        return web.json_response(None, status=202)
+
+    async def _get_status(self, request: web.Request) -> web.Response:
+        instance_id = request.match_info["instance_id"]
+        status = await self.engine.get_status(
+            instance_id,
+            show_history=_flag(request, "showHistory", False),
+            show_input=_flag(request, "showInput", True),
+        )
+        if status is None:
+            return _message(404, f"No instance with ID '{instance_id}' found.")
+        finished = status.runtime_status.is_terminal
+        return web.json_response(status.to_json(), status=200 if finished else 202)
+
+    async def _query(self, request: web.Request) -> web.Response:
+        statuses_arg = request.query.get("runtimeStatus")
+        created_from = request.query.get("createdTimeFrom")
+        created_to = request.query.get("createdTimeTo")
+        try:
+            runtime_statuses = (
+                [RuntimeStatus(s) for s in statuses_arg.split(",")] if statuses_arg else None
+            )
+            time_from = parse_timestamp(created_from) if created_from else None
+            time_to = parse_timestamp(created_to) if created_to else None
+        except ValueError as error:
+            return _message(400, f"invalid query: {error}")
+        statuses = await self.engine.get_status_by(runtime_statuses, time_from, time_to)
+        prefix = request.query.get("instanceIdPrefix", "")
+        return web.json_response(
+            [s.to_json() for s in statuses if s.instance_id.startswith(prefix)]
+        )
+
+    async def _terminate(self, request: web.Request) -> web.Response:
+        instance_id = request.match_info["instance_id"]
+        if await self.engine.get_status(instance_id, show_input=False) is None:
+            return _message(404, f"No instance with ID '{instance_id}' found.")
+        terminated = await self.engine.terminate(instance_id, request.query.get("reason", ""))
+        if not terminated:
+            return _message(410, f"Instance '{instance_id}' is not running.")
+        return web.json_response(None, status=202)
+
+    async def _purge(self, request: web.Request) -> web.Response:
+        deleted = await self.engine.purge_instance_history(request.match_info["instance_id"])
+        if not deleted:
+            return _message(404, "No instance was purged.")
+        return web.json_response({"instancesDeleted": deleted})
+
+    def _instance_links(self, instance_id: str) -> dict[str, Any]:
+        urls = json.loads(self.client_binding_json())["managementUrls"]
+        links = {
+            key: value.replace(_INSTANCE_ID_PLACEHOLDER, instance_id) for key, value in urls.items()
+        }
+        return {**links, "id": instance_id}
+
+
+async def _payload(request: web.Request) -> Any:
+    """Decode a request body.
+
+    The SDK serialises inputs and event data to a JSON string and then posts that string
+    as JSON, so a body that decodes to a string holding JSON is decoded once more.
+    """
+    text = await request.text()
+    if not text:
+        return None
+    value = json.loads(text)
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def _flag(request: web.Request, name: str, default: bool) -> bool:
+    value = request.query.get(name)
+    return default if value is None else value.lower() == "true"
+
+
+def _message(status: int, message: str) -> web.Response:
+    return web.json_response(message, status=status)
