@@ -2,8 +2,9 @@
 
 Sync functions run on a bounded thread pool (the worker's PYTHON_THREADPOOL_THREAD_COUNT),
 async ones on the host's event loop. A parameter named ``context`` receives the invocation
-context. Each invocation is logged with its function name and invocation id so a failure can
-be traced to the trigger that caused it.
+context, and each input binding the host provides (``durableClient``: the client binding
+JSON) is filled in by type. Each invocation is logged with its function name and invocation
+id so a failure can be traced to the trigger that caused it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import inspect
 import logging
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,8 +44,14 @@ def default_thread_count() -> int:
 
 
 class FunctionInvoker:
-    def __init__(self, app_root: str, max_threads: int | None = None) -> None:
+    def __init__(
+        self,
+        app_root: str,
+        max_threads: int | None = None,
+        input_bindings: Mapping[str, Callable[[], Any]] | None = None,
+    ) -> None:
         self._app_root = app_root
+        self._input_bindings = dict(input_bindings or {})
         self._executor = ThreadPoolExecutor(
             max_workers=max_threads or default_thread_count(), thread_name_prefix="function"
         )
@@ -52,6 +59,10 @@ class FunctionInvoker:
     async def invoke(self, function: IndexedFunction, arguments: Mapping[str, Any]) -> Any:
         user_function = function.user_function
         kwargs = dict(arguments)
+        for binding in function.bindings:
+            provide = self._input_bindings.get(str(binding["type"]))
+            if provide is not None and binding is not function.trigger:
+                kwargs.setdefault(str(binding["name"]), provide())
         invocation_id = str(uuid.uuid4())
         if "context" in inspect.signature(user_function).parameters:
             kwargs.setdefault(

@@ -2,7 +2,7 @@
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 DEFAULT_BOUND_SECONDS = 20.0
 
@@ -29,3 +29,14 @@ def eventually_sync(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {bound:.0f}s waiting for: {what}")
         time.sleep(0.001)
+
+
+async def eventually_true(
+    condition: Callable[[], Awaitable[bool]], what: str, bound: float = DEFAULT_BOUND_SECONDS
+) -> None:
+    """``eventually`` for conditions that must await (a peek at a queue, a status query)."""
+    deadline = time.monotonic() + bound
+    while not await condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {bound:.0f}s waiting for: {what}")
+        await asyncio.sleep(0.05)
