@@ -58,7 +58,10 @@ def load_app(spec: str, app_root: Path) -> FunctionRegister:
     if root not in sys.path:
         sys.path.insert(0, root)
     try:
-        module = importlib.import_module(module_name)
+        # A second load in one process (tests starting several hosts) gets a fresh app:
+        # get_functions() may be called only once per app object.
+        loaded = sys.modules.get(module_name)
+        module = importlib.reload(loaded) if loaded else importlib.import_module(module_name)
     except Exception as error:
         detail = "".join(traceback.format_exception_only(error)).strip()
         raise IndexingError(f"cannot import {module_name!r} from {root}: {detail}") from error

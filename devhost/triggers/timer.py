@@ -41,6 +41,7 @@ class TimerTrigger:
         self._clock = clock
         self._monitor = monitor
         self._schedule = CronSchedule.parse(str(function.trigger["schedule"]))
+        self.firing = False
 
     @property
     def name(self) -> str:

@@ -1,0 +1,186 @@
+"""The devhost: runs a Functions app's real code offline, like the Functions host would.
+
+Start-up follows the host: read local.settings.json and export its Values, read host.json,
+import and index the app (errors name the function and cause), then start the Durable engine
+(histories in ``<data>/durable.sqlite``), the durableClient management API, and one listener
+per trigger: Service Bus (through the real azure-servicebus SDK), timer and HTTP.
+
+Time comes from one Clock. Under a VirtualClock, ``skip_time`` jumps to the earliest wake-up
+(a durable timer or a timer trigger) once no work is runnable, so tests of timeouts and
+schedules take milliseconds; under the RealClock (the default for ``devhost start``) nothing
+is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from azure.durable_functions.models.utils import http_utils
+
+from devhost.clock import Clock, RealClock, VirtualClock
+from devhost.durable import DurableEngine
+from devhost.durable.management_http import ManagementApi
+from devhost.host_config import HostConfig
+from devhost.indexing import IndexedFunction, index_app, load_app
+from devhost.invocation import FunctionInvoker
+from devhost.schedule_monitor import ScheduleMonitor
+from devhost.settings import AppSettings
+from devhost.triggers.http import HttpTriggerServer
+from devhost.triggers.servicebus import ServiceBusTrigger
+from devhost.triggers.timer import TimerTrigger
+
+log = logging.getLogger("devhost")
+
+DURABLE_TRIGGERS = frozenset({"orchestrationTrigger", "activityTrigger"})
+
+
+@dataclass(frozen=True)
+class HostOptions:
+    app: str = "function_app:app"
+    app_root: Path = Path(".")
+    data_dir: Path = Path(".devhost")
+    http_port: int = 7071
+    clock: Clock = field(default_factory=RealClock)
+
+
+class DevHost:
+    def __init__(self, options: HostOptions, settings: AppSettings | None = None) -> None:
+        self.options = options
+        self.settings = settings or AppSettings.load(options.app_root)
+        self.clock = options.clock
+        self.functions: list[IndexedFunction] = []
+        self.engine: DurableEngine | None = None
+        self.management: ManagementApi | None = None
+        self.http: HttpTriggerServer | None = None
+        self._invoker: FunctionInvoker | None = None
+        self._monitor: ScheduleMonitor | None = None
+        self._service_bus: list[ServiceBusTrigger] = []
+        self._timers: list[TimerTrigger] = []
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        self.settings.export()
+        config = HostConfig.load(self.options.app_root)
+        self.functions = index_app(load_app(self.options.app, self.options.app_root), self.settings)
+        self.options.data_dir.mkdir(parents=True, exist_ok=True)
+        self.engine = DurableEngine(
+            [f.function for f in self.functions if f.trigger_type in DURABLE_TRIGGERS],
+            str(self.options.data_dir / "durable.sqlite"),
+            clock=self.clock,
+            max_concurrent_activities=config.durable_task.max_concurrent_activities,
+        )
+        self.management = ManagementApi(self.engine)
+        await self.management.start()
+        client_binding = self.management.client_binding_json()
+        self._invoker = FunctionInvoker(
+            str(self.options.app_root.resolve()),
+            input_bindings={"durableClient": lambda: client_binding},
+        )
+        self._monitor = ScheduleMonitor(self.options.data_dir / "schedules.sqlite")
+        await self.engine.start()
+        self.http = HttpTriggerServer(
+            self._of_type("httpTrigger"), self._invoker, route_prefix=config.route_prefix
+        )
+        await self.http.start(port=self.options.http_port)
+        for function in self._of_type("timerTrigger"):
+            timer = TimerTrigger(function, self._invoker, self.clock, self._monitor)
+            self._timers.append(timer)
+            self._spawn(timer.run(), function.name)
+        for function in self._of_type("serviceBusTrigger"):
+            listener = ServiceBusTrigger(function, self._invoker, self.settings, config.service_bus)
+            self._service_bus.append(listener)
+            self._spawn(listener.run(), function.name)
+        log.info(
+            "devhost started app=%s functions=%d http_port=%d",
+            self.options.app,
+            len(self.functions),
+            self.http.port,
+        )
+
+    def _of_type(self, trigger_type: str) -> Sequence[IndexedFunction]:
+        return [f for f in self.functions if f.trigger_type == trigger_type]
+
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        async def supervised() -> None:
+            # A listener that dies (e.g. its queue does not exist) is reported, not hidden.
+            try:
+                await work
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("trigger listener stopped function=%s", name)
+                raise
+
+        self._tasks.append(asyncio.create_task(supervised(), name=f"trigger:{name}"))
+
+    @property
+    def listener_failures(self) -> list[BaseException]:
+        """Exceptions of trigger listeners that stopped (a healthy host has none)."""
+        failures: list[BaseException] = []
+        for task in self._tasks:
+            if task.done() and not task.cancelled():
+                error = task.exception()
+                if error is not None:
+                    failures.append(error)
+        return failures
+
+    def is_idle(self) -> bool:
+        """No orchestration work runnable and no trigger invocation in flight."""
+        engine_busy = self.engine is not None and self.engine.has_runnable_work()
+        return (
+            not engine_busy
+            and all(listener.in_flight == 0 for listener in self._service_bus)
+            and not any(timer.firing for timer in self._timers)
+        )
+
+    def next_wakeup(self) -> dt.datetime | None:
+        moments = [
+            self.clock.next_wakeup() if isinstance(self.clock, VirtualClock) else None,
+            self.engine.next_timer_at() if self.engine is not None else None,
+        ]
+        return min((m for m in moments if m is not None), default=None)
+
+    async def skip_time(self) -> dt.datetime | None:
+        """Virtual time only: when idle, jump to the next wake-up; returns the new time.
+
+        Woken waiters get one turn of the event loop before this returns, so a timer
+        invocation that just started already counts as work for ``is_idle``.
+        """
+        if not isinstance(self.clock, VirtualClock):
+            raise TypeError("time can only be skipped with a VirtualClock")
+        if not self.is_idle():
+            return None
+        moment = self.next_wakeup()
+        if moment is None:
+            return None
+        self.clock.advance_to(moment)
+        await asyncio.sleep(0)
+        return self.clock.now()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        if self.http is not None:
+            await self.http.stop()
+        if self.engine is not None:
+            await self.engine.close()
+        if self.management is not None:
+            await self.management.stop()
+        # The Durable SDK keeps one aiohttp session per process; it belongs to this loop.
+        await http_utils._close_session()
+        if self._invoker is not None:
+            self._invoker.close()
+        if self._monitor is not None:
+            self._monitor.close()
+        log.info("devhost stopped")

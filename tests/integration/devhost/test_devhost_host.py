@@ -1,0 +1,120 @@
+"""The whole devhost on the example app: every trigger type, virtual time (issue 3).
+
+Service Bus starts an orchestration, HTTP reads and approves it through the durableClient
+binding, a timer trigger ticks, and under the VirtualClock a ten-minute durable timeout
+and twenty timer ticks pass without waiting.
+"""
+
+import datetime as dt
+import importlib
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from azure.servicebus import ServiceBusMessage
+from azure.servicebus.aio import ServiceBusClient
+
+from devhost.clock import VirtualClock
+from devhost.durable import RuntimeStatus
+from devhost.host import DevHost, HostOptions
+from devhost.servicebus.server import ServiceBusBroker
+from devhost.settings import AppSettings
+from tests.support.broker import queue, running_broker
+from tests.support.waiting import eventually, eventually_true
+
+APPS = Path(__file__).parent / "apps"
+START = dt.datetime(2030, 1, 1, 0, 0, 5, tzinfo=dt.UTC)
+HTTP_TIMEOUT = aiohttp.ClientTimeout(total=10)
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[ServiceBusBroker]:
+    with running_broker([queue("jobs")]) as running:
+        yield running
+
+
+@pytest.fixture
+async def host(tmp_path: Path, broker: ServiceBusBroker) -> AsyncIterator[DevHost]:
+    options = HostOptions(
+        app="every_trigger_app:app",
+        app_root=APPS,
+        data_dir=tmp_path,
+        http_port=0,
+        clock=VirtualClock(START),
+    )
+    settings = AppSettings({"SB": broker.connection_string, "JOBS_QUEUE": "jobs"})
+    running = DevHost(options, settings)
+    await running.start()
+    yield running
+    await running.stop()
+    assert running.listener_failures == []
+
+
+async def submit(broker: ServiceBusBroker, job: str) -> None:
+    async with ServiceBusClient.from_connection_string(broker.connection_string) as client:
+        sender = client.get_queue_sender("jobs")
+        async with sender:
+            await sender.send_messages(ServiceBusMessage(job), timeout=10)
+
+
+async def status(host: DevHost, job: str) -> dict[str, Any]:
+    assert host.http is not None
+    url = f"http://127.0.0.1:{host.http.port}/api/jobs/{job}"
+    async with aiohttp.ClientSession(timeout=HTTP_TIMEOUT) as session, session.get(url) as response:
+        return {} if response.status == 404 else dict(await response.json())
+
+
+async def waiting_for_approval(host: DevHost, job: str) -> bool:
+    assert host.engine is not None
+    current = await host.engine.get_status(job)
+    return (
+        current is not None
+        and current.custom_status is None
+        and host.is_idle()
+        and (current.runtime_status is RuntimeStatus.RUNNING)
+    )
+
+
+async def test_service_bus_http_and_durable_client_work_together(
+    host: DevHost, broker: ServiceBusBroker
+) -> None:
+    await submit(broker, "job-1")
+    await eventually_true(lambda: waiting_for_approval(host, "job-1"), "job-1 waits")
+    assert (await status(host, "job-1"))["status"] == "Running"
+    assert host.http is not None
+    url = f"http://127.0.0.1:{host.http.port}/api/jobs/job-1/approve"
+    async with (
+        aiohttp.ClientSession(timeout=HTTP_TIMEOUT) as session,
+        session.post(url, data="alice") as response,
+    ):
+        assert response.status == 202
+
+    async def completed() -> bool:
+        return (await status(host, "job-1")).get("status") == "Completed"
+
+    await eventually_true(completed, "job-1 completes")
+    assert (await status(host, "job-1"))["output"] == {
+        "doubled": 10,
+        "outcome": "approved",
+        "by": "alice",
+    }
+
+
+async def test_virtual_time_runs_a_ten_minute_timeout_and_the_timer_schedule(
+    host: DevHost, broker: ServiceBusBroker
+) -> None:
+    app_module = importlib.import_module("every_trigger_app")
+    await submit(broker, "job-2")
+    await eventually_true(lambda: waiting_for_approval(host, "job-2"), "job-2 waits")
+    assert host.engine is not None
+    while (await status(host, "job-2")).get("status") != "Completed":
+        await eventually(host.is_idle, "the host is idle")
+        assert await host.skip_time() is not None, "nothing left to wake up"
+
+    assert (await status(host, "job-2"))["output"]["outcome"] == "timed-out"
+    assert host.clock.now() - START >= dt.timedelta(minutes=10)
+    ticks = app_module.ticks
+    assert len(ticks) >= 20
+    assert all(not tick.past_due for tick in ticks)
