@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,9 +64,10 @@ class DevHost:
         self._service_bus: list[ServiceBusTrigger] = []
         self._timers: list[TimerTrigger] = []
         self._tasks: list[asyncio.Task[None]] = []
+        self._restore_environment: Callable[[], None] = lambda: None
 
     async def start(self) -> None:
-        self.settings.export()
+        self._restore_environment = self.settings.export()
         config = HostConfig.load(self.options.app_root)
         self.functions = index_app(load_app(self.options.app, self.options.app_root), self.settings)
         self.options.data_dir.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,11 +38,25 @@ class AppSettings:
     def get(self, name: str) -> str | None:
         return self.values.get(name)
 
-    def export(self, environ: MutableMapping[str, str] | None = None) -> None:
-        """Make every setting visible to function code through ``os.environ``."""
+    def export(self, environ: MutableMapping[str, str] | None = None) -> Callable[[], None]:
+        """Make every setting visible to function code through ``os.environ``.
+
+        The merged values already rank the environment first, so writing them back changes
+        only what local.settings.json (or the caller) supplied. Returns a function that puts
+        the environment back as it was, for hosts that stop inside a longer-lived process.
+        """
         target = os.environ if environ is None else environ
-        for name, value in self.values.items():
-            target.setdefault(name, value)
+        previous = {name: target.get(name) for name in self.values}
+        target.update(self.values)
+
+        def restore() -> None:
+            for name, value in previous.items():
+                if value is None:
+                    target.pop(name, None)
+                else:
+                    target[name] = value
+
+        return restore
 
     def resolve(self, text: str, *, where: str) -> str:
         """Replace each ``%NAME%`` in a binding value with the setting's value."""

@@ -98,6 +98,13 @@ def _queue_list(value: str, name: str) -> frozenset[str]:
     return frozenset(part.strip() for part in value.split(",") if part.strip())
 
 
+def _agent_transport(value: str, name: str) -> str:
+    """E1: the agent sits behind the Service Bus queue pair or runs as an activity."""
+    if value not in ("servicebus", "activity"):
+        raise SettingsError(f"{name} must be 'servicebus' or 'activity', got {value!r}")
+    return value
+
+
 def _store_kind(value: str, name: str) -> str:
     if value not in ("sqlite", "cosmos"):
         raise SettingsError(f"{name} must be 'sqlite' or 'cosmos', got {value!r}")
@@ -139,6 +146,7 @@ class Settings:
     supervisor_window_seconds: float = 86400.0
     supervisor_max_items: int = 500
     supervisor_max_pages: int = 20
+    agent_transport: str = "servicebus"
 
     def __post_init__(self) -> None:
         RetryBudget(self.retry_budget, self.max_failures, self.agent_delivery_attempts)
@@ -196,6 +204,7 @@ ENVIRONMENT_NAMES: dict[str, str] = {
     "supervisor_window_seconds": "SUPERVISOR_WINDOW_SECONDS",
     "supervisor_max_items": "SUPERVISOR_MAX_ITEMS",
     "supervisor_max_pages": "SUPERVISOR_MAX_PAGES",
+    "agent_transport": "AGENT_TRANSPORT",
 }
 """Field of `Settings` -> app setting name. contracts.md names are kept exactly."""
 
@@ -231,6 +240,7 @@ _PARSERS: dict[str, Callable[[str, str], object]] = {
     "supervisor_window_seconds": _seconds,
     "supervisor_max_items": _positive_int,
     "supervisor_max_pages": _positive_int,
+    "agent_transport": _agent_transport,
 }
 
 

@@ -63,7 +63,8 @@ class SdkBinding:
         trigger_name = str(function.trigger["name"])
         message_parameter = None
         action_parameters = []
-        for name, parameter in inspect.signature(function.user_function).parameters.items():
+        signature = inspect.signature(function.user_function, eval_str=True)
+        for name, parameter in signature.parameters.items():
             annotation = parameter.annotation
             if not isinstance(annotation, type):
                 continue

@@ -144,3 +144,11 @@ def test_unreadable_local_settings_is_reported(tmp_path: Path) -> None:
     (tmp_path / "local.settings.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(SettingsError, match="cannot read app settings"):
         AppSettings.load(tmp_path, environ={})
+
+
+def test_export_overrides_and_restores_the_environment() -> None:
+    environ = {"KEEP": "x", "B": "old"}
+    restore = AppSettings({"A": "1", "B": "new"}).export(environ)
+    assert environ == {"KEEP": "x", "A": "1", "B": "new"}
+    restore()
+    assert environ == {"KEEP": "x", "B": "old"}

@@ -1,0 +1,86 @@
+"""The scheduler's side of the agent queue pair (E1, E3, E4).
+
+``send_agent_request`` puts the request on AGENT_REQUESTS_QUEUE with a stable MessageId, so
+a re-run of the activity is removed by duplicate detection (E4). ``receive_agent_response``
+is triggered by AGENT_RESPONSES_QUEUE and raises the orchestration's external event,
+carrying the request id as the stable event id the orchestrator checks (E3). A response for
+an instance that has finished or never existed is late or stray: it is logged and dropped
+(E6). A response that breaks the contract is dead-lettered with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import azure.durable_functions as df
+from azurefunctions.extensions.bindings.servicebus import (
+    ServiceBusMessageActions,
+    ServiceBusReceivedMessage,
+)
+
+import bootstrap
+from adapters.message_settlement import body_bytes, complete, dead_letter
+from adapters.servicebus_publisher import OutgoingMessage
+from domain.agent_messages import (
+    AGENT_RESPONSE_EVENT,
+    AgentMessageError,
+    AgentRequest,
+    AgentResponse,
+)
+
+bp = df.Blueprint()
+log = logging.getLogger("app.agent_bridge")
+
+FINISHED = {
+    df.OrchestrationRuntimeStatus.Completed,
+    df.OrchestrationRuntimeStatus.Failed,
+    df.OrchestrationRuntimeStatus.Terminated,
+}
+
+
+@bp.activity_trigger(input_name="request")
+async def send_agent_request(request: dict[str, Any]) -> None:
+    parsed = AgentRequest.from_document(request)
+    await bootstrap.publisher().send(
+        OutgoingMessage(
+            queue=bootstrap.services().settings.agent_requests_queue,
+            body=parsed.to_json(),
+            message_id=parsed.message_id,
+            correlation_id=parsed.order.order_id,
+            subject=parsed.step,
+        )
+    )
+
+
+@bp.service_bus_queue_trigger(
+    arg_name="message",
+    queue_name="%AGENT_RESPONSES_QUEUE%",
+    connection="ServiceBusConnection",
+    auto_complete_messages=False,
+)
+@bp.durable_client_input(client_name="client")
+async def receive_agent_response(
+    message: ServiceBusReceivedMessage,
+    message_actions: ServiceBusMessageActions,
+    client: df.DurableOrchestrationClient,
+) -> None:
+    try:
+        response = AgentResponse.from_json(body_bytes(message))
+    except AgentMessageError as error:
+        await dead_letter(
+            message_actions, message, reason="InvalidAgentResponse", description=str(error)
+        )
+        return
+    try:
+        await client.raise_event(response.instance_id, AGENT_RESPONSE_EVENT, response.to_document())
+    except Exception:
+        status = await client.get_status(response.instance_id)
+        if status.runtime_status is not None and status.runtime_status not in FINISHED:
+            raise  # a live instance that could not be reached: retry through redelivery
+        log.info(
+            "late agent response dropped instance=%s request=%s",
+            response.instance_id,
+            response.request_id,
+        )
+    await complete(message_actions, message)

@@ -1,0 +1,75 @@
+"""The orchestration's fenced state writes (D4, D6, E5, E8, R2) as activity functions.
+
+Each takes the orchestration's own (replay-safe) time and runs one service-layer step; a
+status or alert is sent only when the write applied for this attempt. A stale attempt's
+write changes nothing and sends nothing (D4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import azure.durable_functions as df
+
+import bootstrap
+from adapters.servicebus_publisher import alert_outgoing, status_outgoing
+from orchestrators.payloads import StepCall, StepStarted
+from services.operator import load_order
+from services.steps import StepOutcome, complete_order, fail_order, start_step
+
+bp = df.Blueprint()
+STEP = "fulfil"
+
+
+@bp.activity_trigger(input_name="call")
+async def begin_attempt(call: dict[str, Any]) -> dict[str, Any]:
+    app = bootstrap.services()
+    step = StepCall.from_dict(call)
+    order = await asyncio.to_thread(load_order, app.orders, step.instance)
+    outcome = await asyncio.to_thread(
+        start_step, app.states, step.instance, step=STEP, now=step.now, settings=app.settings
+    )
+    if not outcome.applied or outcome.record is None or outcome.record.complete_by is None:
+        return StepStarted(applied=False).to_dict()
+    return StepStarted(
+        applied=True,
+        complete_by=outcome.record.complete_by.isoformat(),
+        order=order.to_document(),
+    ).to_dict()
+
+
+@bp.activity_trigger(input_name="call")
+async def complete_order_step(call: dict[str, Any]) -> dict[str, Any]:
+    app = bootstrap.services()
+    step = StepCall.from_dict(call)
+    outcome = await asyncio.to_thread(
+        complete_order, app.states, step.instance, now=step.now, settings=app.settings
+    )
+    return await _report(outcome)
+
+
+@bp.activity_trigger(input_name="call")
+async def fail_order_step(call: dict[str, Any]) -> dict[str, Any]:
+    app = bootstrap.services()
+    step = StepCall.from_dict(call)
+    outcome = await asyncio.to_thread(
+        fail_order,
+        app.states,
+        step.instance,
+        reason=step.reason or "the remote service refused the order",
+        compensate=False,
+        now=step.now,
+        settings=app.settings,
+    )
+    return await _report(outcome)
+
+
+async def _report(outcome: StepOutcome) -> dict[str, Any]:
+    publisher = bootstrap.publisher()
+    if outcome.alert is not None:
+        queue = bootstrap.services().settings.operator_alerts_queue
+        await publisher.send(alert_outgoing(outcome.alert, queue))
+    if outcome.status is not None:
+        await publisher.send(status_outgoing(outcome.status))
+    return {"applied": outcome.applied}

@@ -1,0 +1,63 @@
+"""Submission (S1-S4, C6, R1): the Service Bus trigger on ORDERS_QUEUE.
+
+PeekLock (S1) with manual settlement: a valid message is written idempotently to the orders
+database and the state store, the ``received`` status goes to the app's reply queue, then
+the message is completed. An invalid or conflicting message is dead-lettered with a reason
+and an operator is alerted (S3); nothing reaches the stores. A store or broker fault raises,
+so the host abandons the message and it is redelivered; the writes are idempotent (C6).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import azure.durable_functions as df
+from azurefunctions.extensions.bindings.servicebus import (
+    ServiceBusMessageActions,
+    ServiceBusReceivedMessage,
+)
+
+import bootstrap
+from adapters.message_settlement import body_bytes, complete, dead_letter
+from adapters.servicebus_publisher import alert_outgoing, status_outgoing
+from services.submission import DeadLetter, submit_order
+
+bp = df.Blueprint()
+log = logging.getLogger("app.submission")
+
+
+@bp.service_bus_queue_trigger(
+    arg_name="message",
+    queue_name="%ORDERS_QUEUE%",
+    connection="ServiceBusConnection",
+    auto_complete_messages=False,
+)
+async def receive_order(
+    message: ServiceBusReceivedMessage, message_actions: ServiceBusMessageActions
+) -> None:
+    app = bootstrap.services()
+    result = await asyncio.to_thread(
+        submit_order,
+        body_bytes(message),
+        reply_to=message.reply_to,
+        message_id=str(message.message_id),
+        orders=app.orders,
+        states=app.states,
+        settings=app.settings,
+        now=bootstrap.now(),
+    )
+    publisher = bootstrap.publisher()
+    if isinstance(result, DeadLetter):
+        log.warning(
+            "submission dead-lettered message_id=%s reason=%s", message.message_id, result.reason
+        )
+        await publisher.send(alert_outgoing(result.alert, app.settings.operator_alerts_queue))
+        await dead_letter(
+            message_actions, message, reason=result.reason, description=result.description
+        )
+        return
+    if result.status is not None:
+        await publisher.send(status_outgoing(result.status))
+    await complete(message_actions, message)
+    log.info("order received order=%s created=%s", result.order.order_id, result.state_created)

@@ -1,0 +1,119 @@
+"""Composition root: the one place that wires settings, stores, messaging and time.
+
+Function code asks this module for what it needs and never builds adapters itself. The app
+setting STATE_STORE picks the state store and orders database (``sqlite``, the embedded
+default; ``cosmos`` arrives with issue 5). Everything is created once per worker process
+on first use. Tests and the devhost may replace the clock (``use_clock``) so that
+timer-driven code follows virtual time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+
+from adapters.cosmos_store import open_cosmos_stores
+from adapters.servicebus_publisher import ServiceBusPublisher, client_from_environment
+from adapters.sqlite_store import open_sqlite_stores
+from domain.policies import CircuitBreaker, Settings, SettingsError
+from domain.ports import OrderStore, StateStore, StoreMetrics
+
+
+@dataclass
+class AppServices:
+    settings: Settings
+    states: StateStore
+    orders: OrderStore
+    metrics: StoreMetrics
+    breaker: CircuitBreaker
+
+
+_lock = threading.Lock()
+_services: AppServices | None = None
+_publishers: dict[asyncio.AbstractEventLoop, ServiceBusPublisher] = {}
+_http_sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
+_clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)  # noqa: E731
+
+
+def services() -> AppServices:
+    global _services
+    with _lock:
+        if _services is None:
+            _services = _build(Settings.from_environ(os.environ))
+        return _services
+
+
+def _build(settings: Settings) -> AppServices:
+    metrics = StoreMetrics()
+    states: StateStore
+    orders: OrderStore
+    if settings.state_store == "sqlite":
+        states, orders = open_sqlite_stores(settings.sqlite_directory, metrics)
+    else:
+        states, orders = open_cosmos_stores(settings, os.environ, metrics)
+    breaker = CircuitBreaker(
+        failure_threshold=settings.breaker_failure_threshold,
+        reset_seconds=settings.breaker_reset_seconds,
+        clock=time.monotonic,
+    )
+    return AppServices(settings, states, orders, metrics, breaker)
+
+
+def setting(name: str) -> str:
+    """An app setting the function code needs that has no default."""
+    value = os.environ.get(name)
+    if not value:
+        raise SettingsError(f"the app setting {name} is not set")
+    return value
+
+
+def publisher() -> ServiceBusPublisher:
+    """The publisher of the running event loop (async SDK clients belong to one loop)."""
+    loop = asyncio.get_running_loop()
+    with _lock:
+        if loop not in _publishers:
+            _publishers[loop] = ServiceBusPublisher(client_from_environment())
+        return _publishers[loop]
+
+
+def http_session() -> aiohttp.ClientSession:
+    """The HTTP client session of the running event loop (agents call remote services)."""
+    loop = asyncio.get_running_loop()
+    with _lock:
+        session = _http_sessions.get(loop)
+        if session is None or session.closed:
+            session = _http_sessions[loop] = aiohttp.ClientSession()
+        return session
+
+
+def now() -> dt.datetime:
+    return _clock()
+
+
+def use_clock(clock: Callable[[], dt.datetime]) -> None:
+    global _clock
+    _clock = clock
+
+
+async def shutdown() -> None:
+    """Close what this process opened; the next use builds everything anew."""
+    global _services
+    loop = asyncio.get_running_loop()
+    with _lock:
+        publisher_of_loop = _publishers.pop(loop, None)
+        session = _http_sessions.pop(loop, None)
+        built, _services = _services, None
+    if session is not None:
+        await session.close()
+    if publisher_of_loop is not None:
+        await publisher_of_loop.close()
+    if built is not None:
+        built.states.close()
+        built.orders.close()

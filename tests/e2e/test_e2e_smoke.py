@@ -1,0 +1,46 @@
+"""One order through the whole local pipeline (S1, D1-D6, E1-E5, R1-R2)."""
+
+import json
+from pathlib import Path
+
+from azure.servicebus import ServiceBusMessage
+from azure.servicebus.aio import ServiceBusClient
+
+from demo.pipeline import DEMO_REPLY_QUEUE, local_pipeline
+
+
+def order(order_id: str) -> str:
+    return json.dumps(
+        {
+            "schemaVersion": 1,
+            "orderId": order_id,
+            "customerId": "c-1",
+            "items": [{"sku": "sku-1", "quantity": 2}],
+            "currency": "EUR",
+        }
+    )
+
+
+async def test_an_order_is_received_and_completed(tmp_path: Path) -> None:
+    async with local_pipeline(tmp_path) as pipeline:
+        client = ServiceBusClient.from_connection_string(pipeline.connection_string)
+        async with client:
+            sender = client.get_queue_sender("orders")
+            async with sender:
+                await sender.send_messages(
+                    ServiceBusMessage(order("o-1"), message_id="o-1", reply_to=DEMO_REPLY_QUEUE),
+                    timeout=10,
+                )
+            receiver = client.get_queue_receiver(DEMO_REPLY_QUEUE)
+            statuses: list[dict[str, object]] = []
+            async with receiver:
+                for _ in range(60):
+                    for message in await receiver.receive_messages(max_wait_time=1):
+                        statuses.append(json.loads(b"".join(message.body)))
+                        await receiver.complete_message(message)
+                    if len(statuses) == 2:
+                        break
+        assert [s["status"] for s in statuses] == ["received", "completed"]
+        assert statuses[1]["orderId"] == "o-1"
+        assert statuses[1]["attempt"] == 1
+        assert pipeline.host.listener_failures == []
