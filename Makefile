@@ -5,12 +5,17 @@ BIN := $(VENV)/bin
 
 .PHONY: setup test lint typecheck pytest bench demo servicebus clean
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed node_modules/.installed
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements-dev.txt
+	touch $@
+
+# The Cosmos DB API server the Cosmos adapter is tested against (issue 5).
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 test: lint typecheck pytest

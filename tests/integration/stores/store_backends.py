@@ -2,24 +2,42 @@
 
 `StoreFactory.open_stores()` opens a NEW pair of store objects over the SAME backing data
 each time it is called, the way two function hosts share one database; tests that race use
-one pair per thread. Issue 5 adds a Cosmos factory to `BACKENDS`.
+one pair per thread.
+
+- `sqlite`: the embedded stores in a fresh directory per test.
+- `cosmos`: the Cosmos DB adapter against `@vercel/cosmosdb-server` (npm), one server per
+  test session and a fresh database per test (issue 5).
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from adapters.cosmos_store import open_cosmos_stores
 from adapters.sqlite_store import open_sqlite_stores
+from domain.policies import Settings
 from domain.ports import OrderStore, StateStore, StoreMetrics
+
+Opener = Callable[[StoreMetrics], tuple[StateStore, OrderStore]]
+
+BACKENDS = ("cosmos", "sqlite")
+
+COSMOS_TEST_TIMEOUTS = {
+    "COSMOS_CONNECTION_TIMEOUT_SECONDS": "5",
+    "COSMOS_READ_TIMEOUT_SECONDS": "20",
+    "COSMOS_OPERATION_TIMEOUT_SECONDS": "30",
+}
+"""Generous bounds for a loaded 2-core machine; every SDK call is bounded by them."""
 
 
 @dataclass
 class StoreFactory:
     """Opens store pairs over one backing database and closes them all at the end."""
 
-    opener: Callable[[StoreMetrics], tuple[StateStore, OrderStore]]
+    opener: Opener
     opened: list[StateStore | OrderStore] = field(default_factory=list)
 
     def open_stores(self, metrics: StoreMetrics | None = None) -> tuple[StateStore, OrderStore]:
@@ -32,13 +50,29 @@ class StoreFactory:
             store.close()
 
 
-def _sqlite(directory: Path) -> Callable[[StoreMetrics], tuple[StateStore, OrderStore]]:
+def sqlite_opener(directory: Path) -> Opener:
     def opener(metrics: StoreMetrics) -> tuple[StateStore, OrderStore]:
         return open_sqlite_stores(directory, metrics)
 
     return opener
 
 
-BACKENDS: dict[str, Callable[[Path], Callable[[StoreMetrics], tuple[StateStore, OrderStore]]]] = {
-    "sqlite": _sqlite,
-}
+def cosmos_environ(connection_string: str, database: str) -> dict[str, str]:
+    """App settings that point the app at a Cosmos server and database."""
+    return {
+        "STATE_STORE": "cosmos",
+        "CosmosConnection": connection_string,
+        "COSMOS_DATABASE": database,
+        **COSMOS_TEST_TIMEOUTS,
+    }
+
+
+def cosmos_opener(connection_string: str) -> Opener:
+    """Stores over a database of their own on the server behind `connection_string`."""
+    environ = cosmos_environ(connection_string, f"test-{uuid.uuid4().hex[:12]}")
+    settings = Settings.from_environ(environ)
+
+    def opener(metrics: StoreMetrics) -> tuple[StateStore, OrderStore]:
+        return open_cosmos_stores(settings, environ, metrics)
+
+    return opener

@@ -1,0 +1,205 @@
+"""Connecting to Cosmos DB: settings, retries, errors and request charge (C4, C9, U2).
+
+- Connection (contracts.md): locally `CosmosConnection` is a connection string with an
+  account key; in Azure `CosmosConnection__accountEndpoint` names the account and
+  `DefaultAzureCredential` (azure-identity) authenticates, with no key anywhere.
+- Retries within the end-to-end budget (C4): the SDK retries throttling (429) up to
+  COSMOS_RETRY_TOTAL times, never waiting longer than COSMOS_RETRY_BACKOFF_MAX_SECONDS
+  between tries, and retries refused connections. Every request gives up after
+  COSMOS_CONNECTION_TIMEOUT_SECONDS to connect and COSMOS_READ_TIMEOUT_SECONDS to answer;
+  the stores pass COSMOS_OPERATION_TIMEOUT_SECONDS as each SDK call's `timeout`, which
+  stops its retries (the SDK checks it between requests, so one call takes at most that
+  plus one read timeout). What still fails becomes `StoreUnavailable`:
+  the function fails and its trigger retries it (Service Bus redelivers, the timer ticks
+  again, Durable retries the activity). Every store write is conditional or idempotent,
+  so a retried function loses and duplicates nothing.
+- Paging (U2): `first_page` reads one SDK page from a continuation token and returns the
+  token of the next one (`query_items(...).by_page(token)`).
+- Request charge (U2, C9): `RequestCharge` collects `x-ms-request-charge` from the
+  response headers of every request one store operation makes, through the SDK's
+  per-call `response_hook` (thread-safe, unlike the client's `last_response_headers`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from azure.core.exceptions import ServiceRequestError, ServiceResponseError
+from azure.core.paging import ItemPaged, PageIterator
+from azure.cosmos import CosmosClient
+from azure.cosmos.exceptions import CosmosClientTimeoutError, CosmosHttpResponseError
+
+from domain.policies import SettingsError
+from domain.ports import StoreError, StoreUnavailable
+
+CONNECTION_SETTING = "CosmosConnection"
+ENDPOINT_SETTING = "CosmosConnection__accountEndpoint"
+REQUEST_CHARGE_HEADER = "x-ms-request-charge"
+
+TRANSIENT_STATUS_CODES = frozenset({408, 429, 449, 500, 503})
+"""Timeout, throttled past the SDK's retries, retry-with, server error, unavailable."""
+
+
+def _number(environ: Mapping[str, str], name: str, default: float, *, integral: bool) -> float:
+    raw = environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = int(raw) if integral else float(raw)
+    except ValueError:
+        kind = "a whole number" if integral else "a number"
+        raise SettingsError(f"{name} must be {kind}, got {raw!r}") from None
+    if value <= 0:
+        raise SettingsError(f"{name} must be > 0, got {raw!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class CosmosOptions:
+    """Adapter settings beyond contracts.md; each is an app setting with a default."""
+
+    finished_ttl_seconds: int = 30 * 86400
+    retry_total: int = 5
+    retry_backoff_max_seconds: int = 5
+    connection_timeout_seconds: float = 5.0
+    read_timeout_seconds: float = 10.0
+    operation_timeout_seconds: float = 30.0
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> CosmosOptions:
+        defaults = cls()
+        return cls(
+            finished_ttl_seconds=int(
+                _number(
+                    environ,
+                    "COSMOS_FINISHED_TTL_SECONDS",
+                    defaults.finished_ttl_seconds,
+                    integral=True,
+                )
+            ),
+            retry_total=int(
+                _number(environ, "COSMOS_RETRY_TOTAL", defaults.retry_total, integral=True)
+            ),
+            retry_backoff_max_seconds=int(
+                _number(
+                    environ,
+                    "COSMOS_RETRY_BACKOFF_MAX_SECONDS",
+                    defaults.retry_backoff_max_seconds,
+                    integral=True,
+                )
+            ),
+            connection_timeout_seconds=_number(
+                environ,
+                "COSMOS_CONNECTION_TIMEOUT_SECONDS",
+                defaults.connection_timeout_seconds,
+                integral=False,
+            ),
+            read_timeout_seconds=_number(
+                environ,
+                "COSMOS_READ_TIMEOUT_SECONDS",
+                defaults.read_timeout_seconds,
+                integral=False,
+            ),
+            operation_timeout_seconds=_number(
+                environ,
+                "COSMOS_OPERATION_TIMEOUT_SECONDS",
+                defaults.operation_timeout_seconds,
+                integral=False,
+            ),
+        )
+
+
+def connect(environ: Mapping[str, str], options: CosmosOptions) -> tuple[CosmosClient, bool]:
+    """A client from the app settings, and whether it authenticates with an account key.
+
+    Only a key-authenticated client may create the database and containers; with an
+    identity, the infrastructure has created them.
+    """
+    retry: dict[str, Any] = {
+        "retry_total": options.retry_total,
+        "retry_backoff_max": options.retry_backoff_max_seconds,
+        "connection_timeout": options.connection_timeout_seconds,
+        "read_timeout": options.read_timeout_seconds,
+    }
+    connection = environ.get(CONNECTION_SETTING, "").strip()
+    endpoint = environ.get(ENDPOINT_SETTING, "").strip()
+    with translate_errors("connecting to Cosmos DB"):
+        if connection:
+            try:
+                return CosmosClient.from_connection_string(connection, **retry), True
+            except ValueError as error:
+                raise SettingsError(
+                    f"{CONNECTION_SETTING} must be 'AccountEndpoint=https://...;AccountKey=...;': "
+                    f"{error}"
+                ) from None
+        if endpoint:
+            from azure.identity import DefaultAzureCredential
+
+            return CosmosClient(endpoint, credential=DefaultAzureCredential(), **retry), False
+    raise SettingsError(
+        f"STATE_STORE=cosmos needs {CONNECTION_SETTING} (a connection string, locally) or "
+        f"{ENDPOINT_SETTING} (the account endpoint, with a managed identity in Azure)"
+    )
+
+
+class RequestCharge:
+    """Sums the request charge of the responses one store operation receives."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.total = 0.0
+
+    def add_from(self, headers: Mapping[str, Any] | None) -> None:
+        raw = None if headers is None else headers.get(REQUEST_CHARGE_HEADER)
+        if raw is None:
+            return
+        with self._lock:
+            self.total += float(raw)
+
+    def hook(self, headers: Mapping[str, Any], _body: object) -> None:
+        """The SDK's `response_hook`: called with the headers of each response."""
+        self.add_from(headers)
+
+
+def first_page(
+    items: ItemPaged[dict[str, Any]], continuation: str | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One SDK page of a query from `continuation`, and the token of the page after it."""
+    pages = items.by_page(continuation)
+    if not isinstance(pages, PageIterator):
+        raise TypeError(f"azure-cosmos returned {type(pages).__name__}, not a PageIterator")
+    page = list(next(pages, iter(())))
+    token: str | None = pages.continuation_token
+    return page, token
+
+
+@contextmanager
+def translate_errors(action: str, charge: RequestCharge | None = None) -> Iterator[None]:
+    """Turn SDK failures into the port's errors; callers handle the expected statuses.
+
+    Failed responses carry a request charge too, which is added to `charge`.
+    """
+    try:
+        yield
+    except CosmosHttpResponseError as error:
+        if charge is not None:
+            charge.add_from(error.headers)
+        if error.status_code in TRANSIENT_STATUS_CODES:
+            raise StoreUnavailable(
+                f"Cosmos DB is unavailable or throttling while {action} "
+                f"(HTTP {error.status_code}, after the SDK's retries): {error.message}"
+            ) from error
+        if error.status_code in (401, 403):
+            raise StoreError(
+                f"Cosmos DB refused access while {action} (HTTP {error.status_code}): check "
+                f"the account key in {CONNECTION_SETTING} or the identity's data-plane role"
+            ) from error
+        raise
+    except (ServiceRequestError, ServiceResponseError, CosmosClientTimeoutError) as error:
+        raise StoreUnavailable(
+            f"Cosmos DB cannot be reached while {action}: {error}; the trigger will retry"
+        ) from error

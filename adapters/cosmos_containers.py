@@ -1,0 +1,151 @@
+"""The Cosmos DB database and containers of the app, defined once (S2, C6, U1, U2, U3).
+
+Three containers in one database, with no transaction shared between them:
+
+- `state` (COSMOS_STATE_CONTAINER): one state record per order, partition key `/OrderID`,
+  `id` = OrderID. Its indexing policy serves the starter (D1) and supervisor (U1) filters
+  with a composite index on ProcessState + CompleteBy and leaves the compensation log
+  (C1, C3) out of the index. TTL is enabled with no default (`defaultTtl = -1`): only
+  finished records carry a per-item `ttl`, so a live record never expires.
+- `orders` (COSMOS_ORDERS_CONTAINER): the orders database, partition key `/OrderID` (S2).
+- `deadlines` (COSMOS_DEADLINE_INDEX_CONTAINER): the supervisor's recovery index (U3),
+  partitioned by time bucket (`/bucket`), see `adapters.deadline_index`.
+
+The app creates them when missing (`ensure_containers`, key auth, local runs); in Azure
+the infrastructure creates them from `container_definitions` (`python -m
+adapters.cosmos_containers` prints them as JSON), because a data-plane identity may not
+create databases or containers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from azure.cosmos import CosmosClient, DatabaseProxy, PartitionKey
+
+from domain.policies import Settings
+
+DEADLINE_INDEX_CONTAINER_SETTING = "COSMOS_DEADLINE_INDEX_CONTAINER"
+DEFAULT_DEADLINE_INDEX_CONTAINER = "deadlines"
+
+TTL_ENABLED_WITHOUT_DEFAULT = -1
+"""Cosmos DB `defaultTtl`: items never expire unless they carry their own `ttl`."""
+
+
+@dataclass(frozen=True)
+class ContainerDefinition:
+    """What Cosmos DB needs to create one container; infra renders the same values."""
+
+    name: str
+    partition_key_path: str
+    indexing_policy: Mapping[str, Any]
+    default_ttl: int | None = None
+
+    def to_document(self) -> dict[str, Any]:
+        document: dict[str, Any] = {
+            "id": self.name,
+            "partitionKey": {"paths": [self.partition_key_path], "kind": "Hash"},
+            "indexingPolicy": dict(self.indexing_policy),
+        }
+        if self.default_ttl is not None:
+            document["defaultTtl"] = self.default_ttl
+        return document
+
+
+@dataclass(frozen=True)
+class CosmosLayout:
+    """Names of the database and its three containers."""
+
+    database: str
+    state: ContainerDefinition
+    orders: ContainerDefinition
+    deadlines: ContainerDefinition
+
+    @property
+    def containers(self) -> tuple[ContainerDefinition, ...]:
+        return (self.state, self.orders, self.deadlines)
+
+
+STATE_INDEXING_POLICY: Mapping[str, Any] = {
+    "indexingMode": "consistent",
+    "automatic": True,
+    "includedPaths": [{"path": "/*"}],
+    "excludedPaths": [{"path": "/CompensationLog/*"}, {"path": '/"_etag"/?'}],
+    "compositeIndexes": [
+        [
+            {"path": "/ProcessState", "order": "ascending"},
+            {"path": "/CompleteBy", "order": "ascending"},
+        ],
+    ],
+}
+
+ORDERS_INDEXING_POLICY: Mapping[str, Any] = {
+    "indexingMode": "consistent",
+    "automatic": True,
+    "includedPaths": [{"path": "/OrderID/?"}],
+    "excludedPaths": [{"path": "/*"}],
+}
+"""Orders are only read by id; indexing their items would cost RUs on every write."""
+
+DEADLINE_INDEXING_POLICY: Mapping[str, Any] = {
+    "indexingMode": "consistent",
+    "automatic": True,
+    "includedPaths": [{"path": "/bucket/?"}, {"path": "/CompleteBy/?"}],
+    "excludedPaths": [{"path": "/*"}],
+}
+
+
+def cosmos_layout(settings: Settings, environ: Mapping[str, str]) -> CosmosLayout:
+    """The layout named by COSMOS_DATABASE and the container settings."""
+    deadlines = environ.get(DEADLINE_INDEX_CONTAINER_SETTING, "").strip()
+    return CosmosLayout(
+        database=settings.cosmos_database,
+        state=ContainerDefinition(
+            settings.cosmos_state_container,
+            "/OrderID",
+            STATE_INDEXING_POLICY,
+            TTL_ENABLED_WITHOUT_DEFAULT,
+        ),
+        orders=ContainerDefinition(
+            settings.cosmos_orders_container, "/OrderID", ORDERS_INDEXING_POLICY
+        ),
+        deadlines=ContainerDefinition(
+            deadlines or DEFAULT_DEADLINE_INDEX_CONTAINER, "/bucket", DEADLINE_INDEXING_POLICY
+        ),
+    )
+
+
+def ensure_containers(client: CosmosClient, layout: CosmosLayout) -> DatabaseProxy:
+    """Create the database and every container that is missing; existing ones are kept."""
+    database = client.create_database_if_not_exists(layout.database)
+    for definition in layout.containers:
+        database.create_container_if_not_exists(
+            definition.name,
+            partition_key=PartitionKey(path=definition.partition_key_path),
+            indexing_policy=dict(definition.indexing_policy),
+            default_ttl=definition.default_ttl,
+        )
+    return database
+
+
+def main() -> None:
+    """Print the container definitions as JSON, for infra and for reading."""
+    layout = cosmos_layout(Settings.from_environ(os.environ), os.environ)
+    json.dump(
+        {
+            "database": layout.database,
+            "containers": [definition.to_document() for definition in layout.containers],
+        },
+        sys.stdout,
+        indent=2,
+    )
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,619 @@
+"""Cosmos DB adapters of the `StateStore` and `OrderStore` ports (S2, D1, D3, D4, E5, U1-U3, C6).
+
+`STATE_STORE=cosmos` selects them (bootstrap.py calls `open_cosmos_stores`). The state
+store, the orders database and the deadline index are three containers that share no
+transaction (S2, C6); `adapters.cosmos_containers` defines them.
+
+Writes, one conditional request each on the state record:
+- `create`: create_item; a 409 means the record exists, which is read and returned
+  unchanged (S2, S4).
+- `replace`: replace_item with the record's etag and `MatchConditions.IfNotModified`;
+  412 -> `PreconditionFailed` (someone else won, D3, U4, U6), 404 -> `RecordNotFound`.
+- `fenced_update`: patch_item with a filter predicate on LockedBy and ProcessState and no
+  read (D4, E5); 412 or 404 -> None. The change's `sets` become `set` operations, its
+  `appends` `add` operations at the end of the list (`/CompensationLog/-`, C1).
+Finished records (Processed, Error, Compensated, CompensationFailed) get a per-item `ttl`
+of COSMOS_FINISHED_TTL_SECONDS; every other write leaves `ttl` out, so a live record never
+expires.
+
+Queries:
+- `query_claimable` (D1): one cross-partition query with a plain filter (no ORDER BY,
+  TOP, OFFSET, GROUP BY or DISTINCT), which the gateway serves with continuation tokens
+  across partitions. The starter reads at most STARTER_MAX_CLAIMS records per run, and
+  claimable records are the work itself, so this scan costs in proportion to the work.
+- `query_expired` (U1-U3): the deadline index (`adapters.deadline_index`) - a few
+  single-partition queries over the buckets of the window, then one point read per entry
+  to re-check the state record, whose cost grows with the expired records, not the store.
+Pages are filled up to `page_size` from as many SDK pages as that takes (bounded by
+`MAX_FETCHES_PER_PAGE`); our continuation token wraps the SDK's.
+
+The deadline index and the crash-safety of its upkeep. Cosmos DB has no transaction
+across containers, so the order of writes keeps the invariant "every running record with
+a CompleteBy names an index entry that exists":
+1. write the new entry (id unique to this write) - a crash here leaves an unreferenced
+   entry, a harmless hint;
+2. write the state record, naming the new entry in `DeadlineEntry` - conditional, so
+   either it applies with its entry already in place, or it does not apply at all;
+3. delete the entry the previous version named - a crash here leaves a stale entry
+   that the next sweep that reaches it re-checks and removes.
+A refused write (409, 412, 404) deletes its own new entry at once. The entry the replaced
+version named is known without a read: a fenced patch moves `DeadlineEntry` to
+`PreviousDeadlineEntry` in the same request, and a record's etag as this adapter hands
+it out (`StateRecord.etag`) is the Cosmos etag followed by `#` and that version's entry.
+
+Request charge: every request's `x-ms-request-charge` is summed per port call, index
+upkeep included, and recorded in `StoreMetrics` under the call's operation kind; the
+counts (reads, writes, items) stay those of the port call, as in SQLite.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import threading
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from azure.core import MatchConditions
+from azure.cosmos import ContainerProxy, CosmosClient
+from azure.cosmos.exceptions import (
+    CosmosAccessConditionFailedError,
+    CosmosResourceExistsError,
+    CosmosResourceNotFoundError,
+)
+
+from adapters import deadline_index
+from adapters.cosmos_connection import (
+    CosmosOptions,
+    RequestCharge,
+    connect,
+    first_page,
+    translate_errors,
+)
+from adapters.cosmos_containers import cosmos_layout, ensure_containers
+from adapters.deadline_index import DeadlineIndex, EntryRef
+from domain.contracts import Order
+from domain.policies import Settings
+from domain.ports import (
+    Created,
+    InvalidContinuation,
+    OperationKind,
+    OrderStore,
+    Page,
+    PreconditionFailed,
+    RecordNotFound,
+    StateStore,
+    StoreMetrics,
+)
+from domain.records import ProcessState, StateRecord, format_utc
+from domain.transitions import FencedChange
+
+MAX_PAGE_SIZE = 1000
+MAX_FETCHES_PER_PAGE = 100
+"""SDK requests one `query_*` call may make (empty buckets included) before it returns
+a shorter page with a continuation token."""
+
+MAX_PATCH_OPERATIONS = 10
+"""Cosmos DB applies at most ten operations in one patch."""
+
+FINISHED_STATES = frozenset(
+    {
+        ProcessState.PROCESSED,
+        ProcessState.ERROR,
+        ProcessState.COMPENSATED,
+        ProcessState.COMPENSATION_FAILED,
+    }
+)
+
+ENTRY_FIELD = "DeadlineEntry"
+PREVIOUS_ENTRY_FIELD = "PreviousDeadlineEntry"
+_VERSION_SEPARATOR = "#"
+
+_CLAIMABLE_QUERY = (
+    "SELECT * FROM c WHERE c.ProcessState = @pending AND IS_NULL(c.LockedBy) "
+    "AND (IS_NULL(c.CompleteBy) OR c.CompleteBy <= @now)"
+)
+
+
+def _page_size(page_size: int) -> int:
+    if page_size < 1:
+        raise ValueError(f"page_size must be >= 1, got {page_size}")
+    return min(page_size, MAX_PAGE_SIZE)
+
+
+def _encode_token(query: str, position: Mapping[str, Any]) -> str:
+    raw = json.dumps({"q": query, **position}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def _decode_token(token: str, query: str) -> dict[str, Any]:
+    try:
+        decoded = json.loads(base64.urlsafe_b64decode(token.encode()))
+        valid = (
+            isinstance(decoded, dict)
+            and decoded.get("q") == query
+            and isinstance(decoded.get("c"), str | None)
+        )
+    except (ValueError, binascii.Error):
+        valid = False
+    if not valid:
+        raise InvalidContinuation(
+            f"continuation token {token!r} was not issued by the {query} query of this store"
+        )
+    return dict(decoded)
+
+
+def _version(document: Mapping[str, Any]) -> str:
+    """The etag this adapter hands out: Cosmos's `_etag`, then the version's index entry."""
+    entry = document.get(ENTRY_FIELD)
+    etag = str(document["_etag"])
+    return etag if entry is None else f"{etag}{_VERSION_SEPARATOR}{entry}"
+
+
+def _parse_version(version: str) -> tuple[str, EntryRef | None]:
+    etag, separator, entry = version.partition(_VERSION_SEPARATOR)
+    if not separator:
+        return etag, None
+    try:
+        return etag, EntryRef.parse(entry)
+    except ValueError:
+        return version, None
+
+
+def _record(document: Mapping[str, Any]) -> StateRecord:
+    return StateRecord.from_document(document, etag=_version(document))
+
+
+def _literal(value: str) -> str:
+    """A Cosmos SQL string literal (JSON string syntax is valid Cosmos SQL)."""
+    return json.dumps(value)
+
+
+def _fence_predicate(change: FencedChange) -> str:
+    states = ", ".join(_literal(state.value) for state in sorted(change.allowed_states))
+    return (
+        f"FROM c WHERE c.LockedBy = {_literal(change.locked_by)} AND c.ProcessState IN ({states})"
+    )
+
+
+class _SharedClient:
+    """One CosmosClient (one connection pool) for both stores; closed with the last one."""
+
+    def __init__(self, client: CosmosClient, users: int) -> None:
+        self.client = client
+        self._users = users
+        self._lock = threading.Lock()
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            last = self._users == 0
+        if last:
+            self.client.close()
+
+
+class _ClientLease:
+    """One store's share of the client; releasing it twice releases it once."""
+
+    def __init__(self, shared: _SharedClient) -> None:
+        self._shared: _SharedClient | None = shared
+
+    def release(self) -> None:
+        shared, self._shared = self._shared, None
+        if shared is not None:
+            shared.release()
+
+
+class CosmosStateStore(StateStore):
+    """The state store in the `state` container, with its deadline index (U3)."""
+
+    def __init__(
+        self,
+        lease: _ClientLease,
+        state: ContainerProxy,
+        index: DeadlineIndex,
+        options: CosmosOptions,
+        metrics: StoreMetrics,
+    ) -> None:
+        self._lease = lease
+        self._state = state
+        self._index = index
+        self._options = options
+        self._timeout = options.operation_timeout_seconds
+        self.metrics = metrics
+
+    @property
+    def max_page_size(self) -> int:
+        return MAX_PAGE_SIZE
+
+    def _document(self, record: StateRecord) -> dict[str, Any]:
+        document = record.to_document()
+        if record.process_state in FINISHED_STATES:
+            document["ttl"] = self._options.finished_ttl_seconds
+        return document
+
+    def _add_entry(
+        self,
+        order_id: str,
+        state: ProcessState,
+        complete_by: str | None,
+        basis: dict[str, Any],
+        charge: RequestCharge,
+    ) -> EntryRef | None:
+        if complete_by is None or not deadline_index.needs_entry(state, complete_by):
+            return None
+        return self._index.add(order_id, complete_by, state, basis, charge)
+
+    def _remove_entry(self, ref: EntryRef | None, charge: RequestCharge) -> None:
+        if ref is not None:
+            self._index.remove(ref, charge)
+
+    def create(self, record: StateRecord) -> Created[StateRecord]:
+        charge = RequestCharge()
+        document = self._document(record)
+        with translate_errors(f"creating state record {record.order_id!r}", charge):
+            ref = self._add_entry(
+                record.order_id,
+                record.process_state,
+                document["CompleteBy"],
+                deadline_index.create_basis(),
+                charge,
+            )
+            document[ENTRY_FIELD] = None if ref is None else str(ref)
+            try:
+                stored = self._state.create_item(
+                    document, response_hook=charge.hook, timeout=self._timeout
+                )
+            except CosmosResourceExistsError as conflict:
+                charge.add_from(conflict.headers)
+                self._remove_entry(ref, charge)
+                existing = self._read(record.order_id, charge)
+                self.metrics.record(
+                    OperationKind.CREATE, writes=1, reads=1, request_charge=charge.total
+                )
+                if existing is None:
+                    raise RecordNotFound(
+                        f"state record {record.order_id!r} conflicted on create but cannot be read"
+                    ) from None
+                return Created(_record(existing), created=False)
+        self.metrics.record(OperationKind.CREATE, writes=1, request_charge=charge.total)
+        return Created(_record(stored), created=True)
+
+    def get(self, order_id: str) -> StateRecord | None:
+        charge = RequestCharge()
+        with translate_errors(f"reading state record {order_id!r}", charge):
+            document = self._read(order_id, charge)
+        self.metrics.record(OperationKind.READ, reads=1, request_charge=charge.total)
+        return None if document is None else _record(document)
+
+    def _read(self, order_id: str, charge: RequestCharge) -> dict[str, Any] | None:
+        try:
+            document: dict[str, Any] = self._state.read_item(
+                order_id, partition_key=order_id, response_hook=charge.hook, timeout=self._timeout
+            )
+        except CosmosResourceNotFoundError as missing:
+            charge.add_from(missing.headers)
+            return None
+        return document
+
+    def replace(self, record: StateRecord) -> StateRecord:
+        if record.etag is None:
+            raise ValueError(
+                f"replace of state record {record.order_id!r} needs the etag it was read with"
+            )
+        etag, previous = _parse_version(record.etag)
+        charge = RequestCharge()
+        document = self._document(record)
+        with translate_errors(f"replacing state record {record.order_id!r}", charge):
+            ref = self._add_entry(
+                record.order_id,
+                record.process_state,
+                document["CompleteBy"],
+                deadline_index.etag_basis(etag),
+                charge,
+            )
+            document[ENTRY_FIELD] = None if ref is None else str(ref)
+            try:
+                stored = self._state.replace_item(
+                    record.order_id,
+                    document,
+                    etag=etag,
+                    match_condition=MatchConditions.IfNotModified,
+                    response_hook=charge.hook,
+                    timeout=self._timeout,
+                )
+            except (CosmosAccessConditionFailedError, CosmosResourceNotFoundError) as refused:
+                charge.add_from(refused.headers)
+                self._remove_entry(ref, charge)
+                self.metrics.record(
+                    OperationKind.REPLACE, writes=1, refused=1, request_charge=charge.total
+                )
+                if isinstance(refused, CosmosResourceNotFoundError):
+                    raise RecordNotFound(
+                        f"state record {record.order_id!r} does not exist"
+                    ) from None
+                raise PreconditionFailed(record.order_id, record.etag) from None
+            if previous != ref:
+                self._remove_entry(previous, charge)
+        self.metrics.record(OperationKind.REPLACE, writes=1, request_charge=charge.total)
+        return _record(stored)
+
+    def fenced_update(self, change: FencedChange) -> StateRecord | None:
+        sets = dict(change.sets)
+        if "ProcessState" in sets and "CompleteBy" not in sets:
+            raise ValueError(
+                f"{change.action} of order {change.order_id!r} sets ProcessState without "
+                "CompleteBy; the deadline index needs both to stay in step"
+            )
+        operations: list[dict[str, Any]] = [
+            {"op": "set", "path": f"/{name}", "value": value} for name, value in change.sets
+        ]
+        operations += [
+            {"op": "add", "path": f"/{name}/-", "value": value} for name, value in change.appends
+        ]
+        new_state = sets.get("ProcessState")
+        if new_state is not None and ProcessState(new_state) in FINISHED_STATES:
+            operations.append(
+                {"op": "set", "path": "/ttl", "value": self._options.finished_ttl_seconds}
+            )
+        needed = len(operations) + (2 if "CompleteBy" in sets else 0)
+        if needed > MAX_PATCH_OPERATIONS:
+            raise ValueError(
+                f"{change.action} of order {change.order_id!r} needs {needed} patch "
+                f"operations; Cosmos DB applies at most {MAX_PATCH_OPERATIONS}"
+            )
+        charge = RequestCharge()
+        with translate_errors(f"{change.action} of order {change.order_id!r}", charge):
+            ref = None
+            if "CompleteBy" in sets:
+                # Without a ProcessState of its own, the change keeps one of the states its
+                # guard allows.
+                states_after = (
+                    [ProcessState(new_state)]
+                    if new_state is not None
+                    else sorted(change.allowed_states)
+                )
+                indexed = [s for s in states_after if s in deadline_index.INDEXED_STATES]
+                if indexed:
+                    ref = self._add_entry(
+                        change.order_id,
+                        indexed[0],
+                        sets["CompleteBy"],
+                        deadline_index.fence_basis(change.locked_by, change.allowed_states),
+                        charge,
+                    )
+                operations += [
+                    {"op": "move", "from": f"/{ENTRY_FIELD}", "path": f"/{PREVIOUS_ENTRY_FIELD}"},
+                    {
+                        "op": "set",
+                        "path": f"/{ENTRY_FIELD}",
+                        "value": None if ref is None else str(ref),
+                    },
+                ]
+            try:
+                stored = self._state.patch_item(
+                    change.order_id,
+                    partition_key=change.order_id,
+                    patch_operations=operations,
+                    filter_predicate=_fence_predicate(change),
+                    response_hook=charge.hook,
+                    timeout=self._timeout,
+                )
+            except (CosmosAccessConditionFailedError, CosmosResourceNotFoundError) as refused:
+                charge.add_from(refused.headers)
+                self._remove_entry(ref, charge)
+                self.metrics.record(
+                    OperationKind.FENCED_UPDATE, writes=1, refused=1, request_charge=charge.total
+                )
+                return None
+            if "CompleteBy" in sets:
+                previous = stored.get(PREVIOUS_ENTRY_FIELD)
+                if previous is not None and previous != stored.get(ENTRY_FIELD):
+                    self._remove_entry(EntryRef.parse(str(previous)), charge)
+        self.metrics.record(OperationKind.FENCED_UPDATE, writes=1, request_charge=charge.total)
+        return _record(stored)
+
+    def query_claimable(
+        self, *, now: datetime, page_size: int, continuation: str | None = None
+    ) -> Page[StateRecord]:
+        limit = _page_size(page_size)
+        token = None if continuation is None else _decode_token(continuation, "claimable")["c"]
+        charge = RequestCharge()
+        documents: list[dict[str, Any]] = []
+        with translate_errors("querying claimable state records", charge):
+            for _ in range(MAX_FETCHES_PER_PAGE):
+                page, next_token = first_page(
+                    self._state.query_items(
+                        _CLAIMABLE_QUERY,
+                        parameters=[
+                            {"name": "@pending", "value": ProcessState.PENDING.value},
+                            {"name": "@now", "value": format_utc(now)},
+                        ],
+                        enable_cross_partition_query=True,
+                        max_item_count=limit - len(documents),
+                        response_hook=charge.hook,
+                        timeout=self._timeout,
+                    ),
+                    token,
+                )
+                documents += page
+                previous, token = token, next_token
+                if token is None or token == previous or len(documents) >= limit:
+                    break
+        self.metrics.record(
+            OperationKind.QUERY, reads=1, items_read=len(documents), request_charge=charge.total
+        )
+        return Page(
+            tuple(_record(document) for document in documents),
+            None if token is None else _encode_token("claimable", {"c": token}),
+            charge.total,
+        )
+
+    def query_expired(
+        self,
+        *,
+        window_start: datetime,
+        now: datetime,
+        page_size: int,
+        continuation: str | None = None,
+    ) -> Page[StateRecord]:
+        limit = _page_size(page_size)
+        buckets = deadline_index.buckets_between(window_start, now)
+        token: str | None = None
+        if continuation is not None:
+            position = _decode_token(continuation, "expired")
+            bucket = position.get("b")
+            if not isinstance(bucket, str):
+                raise InvalidContinuation(f"continuation token {continuation!r} names no bucket")
+            token = position["c"] if bucket in buckets else None
+            buckets = [candidate for candidate in buckets if candidate >= bucket]
+        charge = RequestCharge()
+        records: list[StateRecord] = []
+        entries_read = 0
+        with translate_errors("sweeping the deadline index for expired records", charge):
+            for _ in range(MAX_FETCHES_PER_PAGE):
+                if not buckets or len(records) >= limit:
+                    break
+                entries, token = self._index.page(
+                    buckets[0],
+                    window_start=window_start,
+                    now=now,
+                    max_items=limit - len(records),
+                    continuation=token,
+                    charge=charge,
+                )
+                entries_read += len(entries)
+                for entry in entries:
+                    record = self._recheck(entry, window_start, now, charge)
+                    if record is not None:
+                        records.append(record)
+                if token is None:
+                    buckets.pop(0)
+        self.metrics.record(
+            OperationKind.QUERY, reads=1, items_read=entries_read, request_charge=charge.total
+        )
+        next_page = None if not buckets else _encode_token("expired", {"b": buckets[0], "c": token})
+        return Page(tuple(records), next_page, charge.total)
+
+    def _recheck(
+        self,
+        entry: Mapping[str, Any],
+        window_start: datetime,
+        now: datetime,
+        charge: RequestCharge,
+    ) -> StateRecord | None:
+        """The state record an entry points at, if it is running past that deadline."""
+        document = self._read(str(entry["OrderID"]), charge)
+        if document is not None and document.get(ENTRY_FIELD) == deadline_index.entry_ref(entry):
+            record = _record(document)
+            deadline = record.complete_by
+            running = record.process_state in deadline_index.INDEXED_STATES
+            if running and deadline is not None and window_start <= deadline <= now:
+                return record
+            return None
+        if deadline_index.entry_is_dead(entry, document):
+            self._index.remove(EntryRef(str(entry["bucket"]), str(entry["id"])), charge)
+        return None
+
+    def close(self) -> None:
+        self._lease.release()
+
+
+class CosmosOrderStore(OrderStore):
+    """The orders database in the `orders` container (S2)."""
+
+    def __init__(
+        self,
+        lease: _ClientLease,
+        orders: ContainerProxy,
+        options: CosmosOptions,
+        metrics: StoreMetrics,
+    ) -> None:
+        self._lease = lease
+        self._orders = orders
+        self._timeout = options.operation_timeout_seconds
+        self.metrics = metrics
+
+    def create(self, order: Order) -> Created[Order]:
+        charge = RequestCharge()
+        document = order.to_document()
+        with translate_errors(f"creating order {order.order_id!r}", charge):
+            try:
+                self._orders.create_item(document, response_hook=charge.hook, timeout=self._timeout)
+            except CosmosResourceExistsError as conflict:
+                charge.add_from(conflict.headers)
+                existing = self._read(order.order_id, charge)
+                self.metrics.record(
+                    OperationKind.CREATE, writes=1, reads=1, request_charge=charge.total
+                )
+                if existing is None:
+                    raise RecordNotFound(
+                        f"order {order.order_id!r} conflicted on create but is missing"
+                    ) from None
+                return Created(existing, created=False)
+        self.metrics.record(OperationKind.CREATE, writes=1, request_charge=charge.total)
+        return Created(order, created=True)
+
+    def get(self, order_id: str) -> Order | None:
+        charge = RequestCharge()
+        with translate_errors(f"reading order {order_id!r}", charge):
+            order = self._read(order_id, charge)
+        self.metrics.record(OperationKind.READ, reads=1, request_charge=charge.total)
+        return order
+
+    def _read(self, order_id: str, charge: RequestCharge) -> Order | None:
+        try:
+            document = self._orders.read_item(
+                order_id, partition_key=order_id, response_hook=charge.hook, timeout=self._timeout
+            )
+        except CosmosResourceNotFoundError as missing:
+            charge.add_from(missing.headers)
+            return None
+        return Order.from_document(document)
+
+    def close(self) -> None:
+        self._lease.release()
+
+
+def open_cosmos_stores(
+    settings: Settings, environ: Mapping[str, str], metrics: StoreMetrics | None = None
+) -> tuple[CosmosStateStore, CosmosOrderStore]:
+    """Both Cosmos stores from the app settings, creating missing containers with a key.
+
+    `environ` supplies CosmosConnection (or CosmosConnection__accountEndpoint) and the
+    adapter's own settings (`CosmosOptions`, COSMOS_DEADLINE_INDEX_CONTAINER).
+    """
+    shared_metrics = metrics if metrics is not None else StoreMetrics()
+    options = CosmosOptions.from_environ(environ)
+    layout = cosmos_layout(settings, environ)
+    client, keyed = connect(environ, options)
+    try:
+        with translate_errors(f"opening Cosmos DB database {layout.database!r}"):
+            database = (
+                ensure_containers(client, layout)
+                if keyed
+                else client.get_database_client(layout.database)
+            )
+    except BaseException:
+        client.close()
+        raise
+    shared = _SharedClient(client, users=2)
+    states = CosmosStateStore(
+        _ClientLease(shared),
+        database.get_container_client(layout.state.name),
+        DeadlineIndex(
+            database.get_container_client(layout.deadlines.name),
+            options.operation_timeout_seconds,
+        ),
+        options,
+        shared_metrics,
+    )
+    orders = CosmosOrderStore(
+        _ClientLease(shared),
+        database.get_container_client(layout.orders.name),
+        options,
+        shared_metrics,
+    )
+    return states, orders

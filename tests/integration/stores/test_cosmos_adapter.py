@@ -1,0 +1,410 @@
+"""What only the Cosmos DB adapter can show, on the wire against a Cosmos-API server (issue 5).
+
+The contract and service suites run against Cosmos too; these tests cover the rest: the
+container definitions (indexing policy, TTL), the deadline index of U3 (consulted by the
+sweep, kept in step with every write, stale entries removed, entries of a lost race
+removed), request charge in the metrics (U2, C9), finished-record TTL, the launcher's
+fixes of the test server's bugs, StoreUnavailable for a store that is down, and
+`STATE_STORE=cosmos` in the composition root.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from azure.cosmos import ContainerProxy, CosmosClient, DatabaseProxy
+from azure.cosmos.exceptions import (
+    CosmosAccessConditionFailedError,
+    CosmosResourceNotFoundError,
+)
+
+import bootstrap
+from adapters import deadline_index
+from adapters.cosmos_containers import DEFAULT_DEADLINE_INDEX_CONTAINER
+from adapters.cosmos_store import CosmosOrderStore, CosmosStateStore, open_cosmos_stores
+from domain import transitions
+from domain.policies import Settings, SettingsError
+from domain.ports import OperationKind, PreconditionFailed, StoreMetrics, StoreUnavailable
+from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord
+from services.supervisor import sweep
+from tests.integration.stores.store_backends import cosmos_environ
+from tests.support import cosmos_server as cosmos_server_module
+from tests.support.cosmos_server import EMULATOR_KEY, CosmosServer, CosmosServerMissing
+
+NOW = datetime(2026, 8, 1, 12, 0, tzinfo=UTC)
+FUTURE = NOW + timedelta(minutes=5)
+SDK_TIMEOUT = 30
+
+
+@dataclass
+class Cosmos:
+    """Stores over a fresh database, and raw SDK access to look behind them."""
+
+    environ: dict[str, str]
+    settings: Settings
+    database: DatabaseProxy
+    metrics: StoreMetrics
+    states: CosmosStateStore
+    orders: CosmosOrderStore
+
+    def container(self, name: str) -> ContainerProxy:
+        return self.database.get_container_client(name)
+
+    def index_entries(self) -> list[dict[str, Any]]:
+        return list(
+            self.container(DEFAULT_DEADLINE_INDEX_CONTAINER).query_items(
+                "SELECT * FROM e", enable_cross_partition_query=True, timeout=SDK_TIMEOUT
+            )
+        )
+
+    def state_document(self, order_id: str) -> dict[str, Any]:
+        document: dict[str, Any] = self.container("state").read_item(
+            order_id, partition_key=order_id, timeout=SDK_TIMEOUT
+        )
+        return document
+
+
+@pytest.fixture
+def cosmos(cosmos_server: CosmosServer) -> Iterator[Cosmos]:
+    environ = cosmos_environ(cosmos_server.connection_string, f"test-{uuid.uuid4().hex[:12]}")
+    settings = Settings.from_environ(environ)
+    metrics = StoreMetrics()
+    states, orders = open_cosmos_stores(settings, environ, metrics)
+    client = CosmosClient.from_connection_string(cosmos_server.connection_string)
+    yield Cosmos(
+        environ,
+        settings,
+        client.get_database_client(settings.cosmos_database),
+        metrics,
+        states,
+        orders,
+    )
+    states.close()
+    orders.close()
+    client.close()
+
+
+def running(order_id: str, complete_by: datetime, **changes: Any) -> StateRecord:
+    record = replace(
+        transitions.new_record(order_id, None, NOW - timedelta(minutes=10)),
+        process_state=ProcessState.PROCESSING,
+        attempt=1,
+        locked_by=f"{order_id}:1",
+        complete_by=complete_by,
+    )
+    return replace(record, **changes)
+
+
+def create(states: CosmosStateStore, record: StateRecord) -> StateRecord:
+    created = states.create(record)
+    assert created.created
+    return created.record
+
+
+# --- containers (issue 5: one definition, created when missing) ----------------------------
+
+
+def test_the_app_creates_its_containers_with_their_keys_indexes_and_ttl(cosmos: Cosmos) -> None:
+    state = cosmos.container("state").read(timeout=SDK_TIMEOUT)
+    assert state["partitionKey"]["paths"] == ["/OrderID"]
+    assert state["defaultTtl"] == -1
+    composite = state["indexingPolicy"]["compositeIndexes"]
+    assert [[part["path"] for part in index] for index in composite] == [
+        ["/ProcessState", "/CompleteBy"]
+    ]
+    orders = cosmos.container("orders").read(timeout=SDK_TIMEOUT)
+    assert orders["partitionKey"]["paths"] == ["/OrderID"]
+    deadlines = cosmos.container(DEFAULT_DEADLINE_INDEX_CONTAINER).read(timeout=SDK_TIMEOUT)
+    assert deadlines["partitionKey"]["paths"] == ["/bucket"]
+    again_states, again_orders = open_cosmos_stores(cosmos.settings, cosmos.environ)
+    again_states.close()
+    again_orders.close()
+
+
+def test_finished_records_expire_and_live_ones_never_do(cosmos: Cosmos) -> None:
+    create(cosmos.states, running("o-1", FUTURE))
+    assert "ttl" not in cosmos.state_document("o-1")
+    done = cosmos.states.fenced_update(transitions.mark_processed(InstanceId("o-1", 1), now=NOW))
+    assert done is not None
+    assert cosmos.state_document("o-1")["ttl"] == 30 * 86400
+    create(cosmos.states, running("o-2", NOW - timedelta(seconds=1)))
+    expired = cosmos.states.query_expired(
+        window_start=NOW - timedelta(hours=1), now=NOW, page_size=10
+    ).items[0]
+    cosmos.states.replace(transitions.retry_later(expired, now=NOW, not_before=FUTURE))
+    assert "ttl" not in cosmos.state_document("o-2")
+
+
+# --- the deadline index (U3) ---------------------------------------------------------------
+
+
+def test_a_sweep_reads_index_entries_of_expired_records_only_u3(cosmos: Cosmos) -> None:
+    """The sweep finds expired records through the index alone: it reads their entries and
+    nothing of the live or pending records, and a record without an entry is invisible to
+    it, which is why the adapter writes the entry before the record."""
+    for index in range(60):
+        create(cosmos.states, running(f"live-{index:02}", NOW + timedelta(minutes=index + 1)))
+    for index in range(20):
+        create(cosmos.states, transitions.new_record(f"pending-{index:02}", None, NOW))
+    for index in range(3):
+        create(cosmos.states, running(f"late-{index}", NOW - timedelta(minutes=index + 1)))
+    hidden = create(cosmos.states, running("unindexed", NOW - timedelta(minutes=1)))
+    assert hidden.etag is not None
+    entry = deadline_index.EntryRef.parse(hidden.etag.partition("#")[2])
+    cosmos.container(DEFAULT_DEADLINE_INDEX_CONTAINER).delete_item(
+        entry.entry_id, partition_key=entry.bucket, timeout=SDK_TIMEOUT
+    )
+    report = sweep(cosmos.states, cosmos.settings, NOW)
+    assert sorted(r.record.order_id for r in report.recoveries) == ["late-0", "late-1", "late-2"]
+    query = cosmos.metrics.snapshot()[OperationKind.QUERY]
+    assert query.items_read == 3
+    assert report.request_charge > 0
+    assert cosmos.states.get("unindexed") == hidden
+
+
+def test_the_index_holds_one_entry_per_running_record_through_its_life_u3(
+    cosmos: Cosmos,
+) -> None:
+    record = create(cosmos.states, transitions.new_record("o-1", None, NOW))
+    assert cosmos.index_entries() == []
+    claimed = cosmos.states.replace(transitions.claim(record, now=NOW, claim_deadline=FUTURE))
+    instance = InstanceId("o-1", claimed.attempt)
+    for minutes, step in [(6, "reserve"), (7, "ship")]:
+        cosmos.states.fenced_update(
+            transitions.set_step_deadline(
+                instance,
+                step=step,
+                complete_by=NOW + timedelta(minutes=minutes),
+                now=NOW,
+                completed=CompletedStep(step, f"o-1:{step}", NOW),
+            )
+        )
+        entries = cosmos.index_entries()
+        assert [entry["CompleteBy"] for entry in entries] == [
+            cosmos.state_document("o-1")["CompleteBy"]
+        ]
+        assert cosmos.state_document("o-1")["DeadlineEntry"] == deadline_index.entry_ref(entries[0])
+    cosmos.states.fenced_update(transitions.mark_processed(instance, now=NOW))
+    assert cosmos.index_entries() == []
+
+
+def test_a_lost_race_leaves_no_index_entry_behind_d3_d4(cosmos: Cosmos) -> None:
+    record = create(cosmos.states, transitions.new_record("o-1", None, NOW))
+    winner = cosmos.states.replace(transitions.claim(record, now=NOW, claim_deadline=FUTURE))
+    with pytest.raises(PreconditionFailed):
+        cosmos.states.replace(transitions.claim(record, now=NOW, claim_deadline=FUTURE))
+    stale_attempt = transitions.set_step_deadline(
+        InstanceId("o-1", 7), step="ship", complete_by=FUTURE, now=NOW
+    )
+    assert cosmos.states.fenced_update(stale_attempt) is None
+    entries = cosmos.index_entries()
+    assert len(entries) == 1
+    assert winner.etag is not None
+    assert winner.etag.endswith(deadline_index.entry_ref(entries[0]))
+
+
+def test_a_sweep_removes_dead_entries_and_keeps_those_of_writes_in_flight_u3(
+    cosmos: Cosmos,
+) -> None:
+    deadline = NOW - timedelta(minutes=1)
+    record = create(cosmos.states, running("o-1", deadline))
+    document = cosmos.state_document("o-1")
+    index = cosmos.container(DEFAULT_DEADLINE_INDEX_CONTAINER)
+
+    def orphan(basis: dict[str, Any], order_id: str = "o-1") -> None:
+        # What a writer that crashed after writing its entry leaves behind.
+        index.create_item(
+            {
+                "id": f"{order_id}.{uuid.uuid4().hex}",
+                "bucket": deadline_index.bucket_of(deadline),
+                "OrderID": order_id,
+                "CompleteBy": document["CompleteBy"],
+                "ProcessState": "Processing",
+                "basis": basis,
+            },
+            timeout=SDK_TIMEOUT,
+        )
+
+    dead = [
+        deadline_index.create_basis(),
+        deadline_index.etag_basis("an-etag-long-gone"),
+        deadline_index.fence_basis("o-1:0", [ProcessState.PROCESSING]),
+    ]
+    in_flight = [
+        deadline_index.etag_basis(document["_etag"]),
+        deadline_index.fence_basis("o-1:1", [ProcessState.PROCESSING]),
+    ]
+    for basis in dead + in_flight:
+        orphan(basis)
+    orphan(deadline_index.create_basis(), order_id="o-2")  # a create still in flight
+    assert len(cosmos.index_entries()) == 7
+    page = cosmos.states.query_expired(window_start=NOW - timedelta(hours=1), now=NOW, page_size=10)
+    assert page.items == (record,)
+    remaining = sorted((entry["OrderID"], str(entry["basis"])) for entry in cosmos.index_entries())
+    assert remaining == sorted(
+        [
+            ("o-1", str(deadline_index.create_basis())),
+            ("o-2", str(deadline_index.create_basis())),
+            *[("o-1", str(basis)) for basis in in_flight],
+        ]
+    )
+
+
+def test_expired_pages_resume_across_buckets_in_deadline_order_u2(cosmos: Cosmos) -> None:
+    deadlines = [NOW - timedelta(minutes=minutes) for minutes in (5, 65, 125, 185)]
+    for index, deadline in enumerate(deadlines):
+        create(cosmos.states, running(f"o-{index}", deadline))
+    seen: list[str] = []
+    token: str | None = None
+    pages = 0
+    while True:
+        page = cosmos.states.query_expired(
+            window_start=NOW - timedelta(hours=4), now=NOW, page_size=1, continuation=token
+        )
+        pages += 1
+        seen += [record.order_id for record in page.items]
+        token = page.continuation
+        if token is None:
+            break
+        assert pages < 20
+    assert seen == ["o-3", "o-2", "o-1", "o-0"]
+
+
+# --- request charge (U2, C9) ---------------------------------------------------------------
+
+
+def test_request_charge_is_recorded_per_operation_kind(cosmos: Cosmos) -> None:
+    record = create(cosmos.states, transitions.new_record("o-1", None, NOW))
+    cosmos.states.get("o-1")
+    page = cosmos.states.query_claimable(now=NOW, page_size=10)
+    assert page.request_charge > 0
+    cosmos.states.replace(transitions.claim(record, now=NOW, claim_deadline=FUTURE))
+    cosmos.states.fenced_update(transitions.mark_processed(InstanceId("o-1", 9), now=NOW))
+    snapshot = cosmos.metrics.snapshot()
+    for kind in OperationKind:
+        assert snapshot[kind].request_charge > 0, kind
+
+
+# --- the test server's bugs stay in the launcher -------------------------------------------
+
+
+def test_the_launched_server_answers_like_cosmos_db_for_missing_items_and_patch_filters(
+    cosmos: Cosmos,
+) -> None:
+    state = cosmos.container("state")
+    with pytest.raises(CosmosResourceNotFoundError):
+        state.read_item("nope", partition_key="nope", timeout=SDK_TIMEOUT)
+    create(cosmos.states, running("o-1", FUTURE))
+    with pytest.raises(CosmosAccessConditionFailedError):
+        state.patch_item(
+            "o-1",
+            partition_key="o-1",
+            patch_operations=[{"op": "set", "path": "/FailureCount", "value": 5}],
+            filter_predicate="FROM c WHERE c.LockedBy = 'O-1:1'",
+            timeout=SDK_TIMEOUT,
+        )
+    patched = state.patch_item(
+        "o-1",
+        partition_key="o-1",
+        patch_operations=[{"op": "set", "path": "/FailureCount", "value": 5}],
+        filter_predicate="FROM c WHERE c.LockedBy = 'o-1:1'",
+        timeout=SDK_TIMEOUT,
+    )
+    assert patched["FailureCount"] == 5
+
+
+# --- availability (C4) ---------------------------------------------------------------------
+
+
+def test_a_store_that_is_down_raises_store_unavailable_and_loses_nothing() -> None:
+    with CosmosServer() as server:
+        environ = {
+            **cosmos_environ(server.connection_string, "down"),
+            "COSMOS_RETRY_TOTAL": "1",
+            "COSMOS_RETRY_BACKOFF_MAX_SECONDS": "1",
+        }
+        states, orders = open_cosmos_stores(Settings.from_environ(environ), environ)
+        create(states, transitions.new_record("o-1", None, NOW))
+        server.stop()
+        with pytest.raises(StoreUnavailable, match="cannot be reached"):
+            states.get("o-1")
+        with pytest.raises(StoreUnavailable):
+            states.create(transitions.new_record("o-2", None, NOW))
+        with pytest.raises(StoreUnavailable):
+            orders.get("o-1")
+        states.close()
+        orders.close()
+
+
+# --- settings and the composition root -----------------------------------------------------
+
+
+def test_cosmos_settings_are_checked_before_connecting() -> None:
+    with pytest.raises(SettingsError, match="CosmosConnection"):
+        open_cosmos_stores(Settings(state_store="cosmos"), {})
+    with pytest.raises(SettingsError, match="AccountEndpoint"):
+        open_cosmos_stores(Settings(state_store="cosmos"), {"CosmosConnection": "nonsense"})
+    with pytest.raises(SettingsError, match="COSMOS_FINISHED_TTL_SECONDS"):
+        open_cosmos_stores(
+            Settings(state_store="cosmos"),
+            {
+                "CosmosConnection": f"AccountEndpoint=https://127.0.0.1:1/;AccountKey={EMULATOR_KEY};",
+                "COSMOS_FINISHED_TTL_SECONDS": "soon",
+            },
+        )
+
+
+def test_state_store_cosmos_switches_the_app_to_cosmos(
+    cosmos_server: CosmosServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    environ = cosmos_environ(cosmos_server.connection_string, f"app-{uuid.uuid4().hex[:8]}")
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    built = bootstrap._build(Settings.from_environ(environ))
+    try:
+        assert isinstance(built.states, CosmosStateStore)
+        assert isinstance(built.orders, CosmosOrderStore)
+        created = built.states.create(transitions.new_record("o-1", None, NOW))
+        assert created.created
+        assert built.metrics.total().request_charge > 0
+    finally:
+        built.states.close()
+        built.orders.close()
+
+
+def test_without_the_npm_server_the_cosmos_tests_fail_saying_run_make_setup(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(cosmos_server_module, "PACKAGE_DIR", tmp_path / "not-installed")
+    with pytest.raises(CosmosServerMissing, match="run make setup"):
+        CosmosServer().start()
+
+
+def test_the_finished_record_ttl_is_a_setting(cosmos_server: CosmosServer) -> None:
+    environ = {
+        **cosmos_environ(cosmos_server.connection_string, f"ttl-{uuid.uuid4().hex[:8]}"),
+        "COSMOS_FINISHED_TTL_SECONDS": "3600",
+    }
+    states, orders = open_cosmos_stores(Settings.from_environ(environ), environ)
+    try:
+        record = create(states, running("o-1", NOW - timedelta(seconds=1)))
+        states.replace(
+            transitions.give_up(record, now=NOW, reason="gone", compensation_deadline=FUTURE)
+        )
+        client = CosmosClient.from_connection_string(cosmos_server.connection_string)
+        stored = (
+            client.get_database_client(environ["COSMOS_DATABASE"])
+            .get_container_client("state")
+            .read_item("o-1", partition_key="o-1", timeout=SDK_TIMEOUT)
+        )
+        client.close()
+        assert (stored["ProcessState"], stored["ttl"]) == ("Error", 3600)
+    finally:
+        states.close()
+        orders.close()
