@@ -1,0 +1,77 @@
+"""The devhost command line: a small dispatcher over subcommands.
+
+``servicebus`` runs the embedded Service Bus broker (issue 2) in the foreground. Other
+subcommands register themselves in ``_SUBCOMMANDS`` with a parser builder and a runner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+Runner = Callable[[argparse.Namespace], int]
+
+
+def _add_servicebus(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "servicebus",
+        help="run the embedded Service Bus broker",
+        description=(
+            "Run a Service Bus-compatible AMQP broker that the azure-servicebus SDK can use. "
+            "Prints 'listening on HOST:PORT' and the connection string once ready."
+        ),
+    )
+    parser.add_argument("--config", required=True, help="emulator Config.json with the queues")
+    parser.add_argument("--port", type=int, default=5672, help="TCP port; 0 picks a free one")
+    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on")
+    parser.add_argument("--data", default=None, help="SQLite file that keeps messages durable")
+    parser.add_argument(
+        "--auto-create",
+        action="store_true",
+        help="create unknown queues with default settings instead of refusing them",
+    )
+    parser.set_defaults(run=_run_servicebus)
+
+
+def _run_servicebus(args: argparse.Namespace) -> int:
+    from devhost.servicebus.config import ConfigError, load_config
+    from devhost.servicebus.server import BrokerError, ServiceBusBroker
+
+    try:
+        config = load_config(args.config, auto_create=args.auto_create)
+        broker = ServiceBusBroker(config, host=args.host, port=args.port, data_path=args.data)
+        broker.start()
+    except (ConfigError, BrokerError, OSError) as exc:
+        print(f"servicebus: {exc}", file=sys.stderr)
+        return 2
+    print(f"listening on {broker.host}:{broker.port}", flush=True)
+    print(broker.connection_string, flush=True)
+    broker.serve_forever()
+    return 0
+
+
+_SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
+    _add_servicebus,
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m devhost", description="Local devhost.")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for add in _SUBCOMMANDS:
+        add(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
+    )
+    run: Runner = args.run
+    return run(args)
