@@ -52,18 +52,20 @@ def services() -> AppServices:
 
 def _build(settings: Settings) -> AppServices:
     metrics = StoreMetrics()
-    states: StateStore
-    orders: OrderStore
-    if settings.state_store == "sqlite":
-        states, orders = open_sqlite_stores(settings.sqlite_directory, metrics)
-    else:
-        states, orders = open_cosmos_stores(settings, os.environ, metrics)
+    states, orders = open_stores(settings, metrics)
     breaker = CircuitBreaker(
         failure_threshold=settings.breaker_failure_threshold,
         reset_seconds=settings.breaker_reset_seconds,
         clock=time.monotonic,
     )
     return AppServices(settings, states, orders, metrics, breaker)
+
+
+def open_stores(settings: Settings, metrics: StoreMetrics) -> tuple[StateStore, OrderStore]:
+    """The state store and orders database that STATE_STORE names, counting into metrics."""
+    if settings.state_store == "sqlite":
+        return open_sqlite_stores(settings.sqlite_directory, metrics)
+    return open_cosmos_stores(settings, os.environ, metrics)
 
 
 def setting(name: str) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import os
 import uuid
 from collections.abc import Mapping
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
+from azure.servicebus.exceptions import MessageSizeExceededError
 
 from domain.contracts import OperatorAlert, StatusMessage
 
@@ -59,38 +61,103 @@ def client_from_environment(environ: Mapping[str, str] | None = None) -> Service
 
 
 class ServiceBusPublisher:
+    """Sends through one link per queue, batching the sends that wait at the same time.
+
+    An AMQP link takes one send at a time (concurrent sends would read the connection's
+    frames concurrently), and each send waits a round trip for the broker's acceptance. So
+    callers hand their message to a per-queue writer task, which sends everything waiting
+    as one batch and resolves every caller with the batch's outcome: one round trip for many
+    messages, each still with its own message id for duplicate detection.
+    """
+
     def __init__(self, client: ServiceBusClient) -> None:
         self._client = client
-        self._senders: dict[str, tuple[ServiceBusSender, asyncio.Lock]] = {}
+        self._writers: dict[str, _QueueWriter] = {}
         self.sent: collections.Counter[str] = collections.Counter()
 
     async def send(self, message: OutgoingMessage) -> None:
-        sender, lock = self._sender(message.queue)
-        properties: dict[str | bytes, int | float | bytes | bool | str | uuid.UUID] = {
-            name: value for name, value in message.application_properties.items()
-        }
-        outgoing = ServiceBusMessage(
-            message.body,
-            message_id=message.message_id,
-            correlation_id=message.correlation_id,
-            subject=message.subject,
-            content_type="application/json",
-            application_properties=properties or None,
-        )
-        async with lock:
-            await sender.send_messages(outgoing, timeout=SEND_TIMEOUT_SECONDS)
+        writer = self._writers.get(message.queue)
+        if writer is None:
+            writer = self._writers[message.queue] = _QueueWriter(
+                self._client.get_queue_sender(message.queue)
+            )
+        await writer.send(_to_service_bus(message))
         self.sent[message.queue] += 1
 
-    def _sender(self, queue: str) -> tuple[ServiceBusSender, asyncio.Lock]:
-        if queue not in self._senders:
-            self._senders[queue] = (self._client.get_queue_sender(queue), asyncio.Lock())
-        return self._senders[queue]
+    async def close(self) -> None:
+        for writer in self._writers.values():
+            await writer.close()
+        self._writers.clear()
+        await self._client.close()
+
+
+class _QueueWriter:
+    def __init__(self, sender: ServiceBusSender) -> None:
+        self._sender = sender
+        self._waiting: list[tuple[ServiceBusMessage, asyncio.Future[None]]] = []
+        self._wake = asyncio.Event()
+        self._task = asyncio.create_task(self._write())
+
+    async def send(self, message: ServiceBusMessage) -> None:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((message, done))
+        self._wake.set()
+        await done
+
+    async def _write(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._waiting:
+                batch = await self._sender.create_message_batch()
+                taken: list[asyncio.Future[None]] = []
+                while self._waiting:
+                    message, done = self._waiting[0]
+                    try:
+                        batch.add_message(message)
+                    except MessageSizeExceededError:
+                        if taken:
+                            break  # the batch is full: the rest go in the next one
+                        self._waiting.pop(0)
+                        done.set_exception(MessageSizeExceededError(message="message too large"))
+                        continue
+                    self._waiting.pop(0)
+                    taken.append(done)
+                if not taken:
+                    continue
+                try:
+                    await self._sender.send_messages(batch, timeout=SEND_TIMEOUT_SECONDS)
+                except Exception as error:  # every caller of this batch learns the outcome
+                    for done in taken:
+                        if not done.done():
+                            done.set_exception(error)
+                else:
+                    for done in taken:
+                        if not done.done():
+                            done.set_result(None)
 
     async def close(self) -> None:
-        for sender, _ in self._senders.values():
-            await sender.close()
-        self._senders.clear()
-        await self._client.close()
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        for _, done in self._waiting:
+            if not done.done():
+                done.set_exception(RuntimeError("the publisher closed before sending"))
+        await self._sender.close()
+
+
+def _to_service_bus(message: OutgoingMessage) -> ServiceBusMessage:
+    properties: dict[str | bytes, int | float | bytes | bool | str | uuid.UUID] = {
+        name: value for name, value in message.application_properties.items()
+    }
+    return ServiceBusMessage(
+        message.body,
+        message_id=message.message_id,
+        correlation_id=message.correlation_id,
+        subject=message.subject,
+        content_type="application/json",
+        application_properties=properties or None,
+    )
 
 
 def status_outgoing(status: StatusMessage) -> OutgoingMessage:

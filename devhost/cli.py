@@ -1,7 +1,8 @@
 """The devhost command line: a small dispatcher over subcommands.
 
-``servicebus`` runs the embedded Service Bus broker (issue 2) in the foreground. Other
-subcommands register themselves in ``_SUBCOMMANDS`` with a parser builder and a runner.
+``servicebus`` runs the embedded Service Bus broker (issue 2), ``start`` runs a Functions app
+(issue 3) and ``demo`` the order pipeline end to end (issue 4). Each subcommand registers a
+parser builder in ``_SUBCOMMANDS`` whose parser sets ``run``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Sequence
+
+from demo.command import add_demo
+from devhost.start_command import add_start
 
 Runner = Callable[[argparse.Namespace], int]
 
@@ -54,6 +58,8 @@ def _run_servicebus(args: argparse.Namespace) -> int:
 
 _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     _add_servicebus,
+    add_start,
+    add_demo,
 ]
 
 

@@ -14,6 +14,7 @@ is skipped.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import datetime as dt
 import logging
@@ -68,6 +69,9 @@ class DevHost:
 
     async def start(self) -> None:
         self._restore_environment = self.settings.export()
+        asyncio.get_running_loop().set_default_executor(
+            concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="asyncio")
+        )
         config = HostConfig.load(self.options.app_root)
         self.functions = index_app(load_app(self.options.app, self.options.app_root), self.settings)
         self.options.data_dir.mkdir(parents=True, exist_ok=True)

@@ -33,6 +33,7 @@ class ScheduleMonitor:
         self._lock = threading.Lock()
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS schedule_status ("
             " function TEXT PRIMARY KEY, last TEXT, next TEXT NOT NULL, last_updated TEXT NOT NULL)"

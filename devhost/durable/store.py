@@ -134,7 +134,9 @@ class DurableStore:
         self._connection.execute("PRAGMA busy_timeout = 5000")
         if path != ":memory:":
             self._connection.execute("PRAGMA journal_mode = WAL")
-            self._connection.execute("PRAGMA synchronous = FULL")
+            # WAL with NORMAL survives a kill -9 of the process (the crash the devhost must
+            # survive); FULL would also survive power loss at the cost of an fsync per commit.
+            self._connection.execute("PRAGMA synchronous = NORMAL")
         self._connection.executescript(_SCHEMA)
         self._depth = 0
 

@@ -39,6 +39,7 @@ from devhost.triggers.settlement import SdkBinding, SettlementService, model_bin
 log = logging.getLogger("devhost.servicebus_trigger")
 
 RECEIVE_WAIT_SECONDS = 1.0
+BUSY_RECEIVE_WAIT_SECONDS = 0.02
 
 
 def service_bus_client(settings: AppSettings, prefix: str) -> ServiceBusClient:
@@ -165,9 +166,11 @@ class ServiceBusTrigger:
         self._sdk = SdkBinding.of(function)
         _check_parameters_are_bound(function, self._sdk)
         self._tasks: set[asyncio.Task[None]] = set()
-        # Set while fewer than maxConcurrentCalls invocations run: the receive loop waits on it.
-        self._capacity = asyncio.Event()
-        self._capacity.set()
+        self._settlements: list[
+            tuple[str, ServiceBusReceivedMessage, dict[str, Any], asyncio.Future[None]]
+        ] = []
+        # Wakes the receive loop when it is full of invocations and one finishes or settles.
+        self._wake = asyncio.Event()
 
     @property
     def name(self) -> str:
@@ -197,48 +200,71 @@ class ServiceBusTrigger:
                 await self._drain()
 
     async def _consume(self, receiver: ServiceBusReceiver, renewer: AutoLockRenewer) -> None:
+        # This task is the receiver's only user. pyamqp waits for each settlement's outcome by
+        # reading the connection, and a receive in flight holds those reads for its whole wait:
+        # a settlement beside it takes 100-200 ms instead of a fraction of a millisecond. So
+        # handlers queue their settlements here, and the loop applies them between receives,
+        # which stay short while invocations are running.
         while True:
-            await self._capacity.wait()
+            await self._apply_settlements(receiver)
             free = self._options.max_concurrent_calls - len(self._tasks)
-            messages = await receiver.receive_messages(
-                max_message_count=free, max_wait_time=RECEIVE_WAIT_SECONDS
-            )
+            if free <= 0:
+                self._wake.clear()
+                if not self._settlements:
+                    await self._wake.wait()
+                continue
+            wait = BUSY_RECEIVE_WAIT_SECONDS if self._tasks else RECEIVE_WAIT_SECONDS
+            messages = await receiver.receive_messages(max_message_count=free, max_wait_time=wait)
             for message in messages:
                 renewer.register(receiver, message)
-                task = asyncio.create_task(self._handle(receiver, message))
+                task = asyncio.create_task(self._handle(message))
                 self._tasks.add(task)
                 task.add_done_callback(self._finished)
-            if len(self._tasks) >= self._options.max_concurrent_calls:
-                self._capacity.clear()
+
+    async def _apply_settlements(self, receiver: ServiceBusReceiver) -> None:
+        while self._settlements:
+            operation, message, options, done = self._settlements.pop(0)
+            method = "renew_message_lock" if operation == "renew" else f"{operation}_message"
+            try:
+                await getattr(receiver, method)(message, **options)
+            except Exception as error:
+                done.set_exception(error)
+            else:
+                done.set_result(None)
+
+    async def settle(
+        self, operation: str, message: ServiceBusReceivedMessage, **options: Any
+    ) -> None:
+        """Settle (or renew) a message through the receive loop; raises what the SDK raised."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._settlements.append((operation, message, options, done))
+        self._wake.set()
+        await done
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        self._capacity.set()
+        self._wake.set()
 
-    async def _handle(
-        self, receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage
-    ) -> None:
-        arguments, token = self._arguments(receiver, message)
+    async def _handle(self, message: ServiceBusReceivedMessage) -> None:
+        arguments, token = self._arguments(message)
         try:
             await self._invoker.invoke(self._function, arguments)
         except Exception:
             if not self._settled_by_function(token):
-                await self._settle(receiver.abandon_message, message, "abandon")
+                await self._settle_quietly("abandon", message)
             return
         if self._settled_by_function(token):
             return
         if self._options.auto_complete_messages and self._function.trigger.get(
             "autoCompleteMessages", True
         ):
-            await self._settle(receiver.complete_message, message, "complete")
+            await self._settle_quietly("complete", message)
 
-    def _arguments(
-        self, receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage
-    ) -> tuple[dict[str, Any], str | None]:
+    def _arguments(self, message: ServiceBusReceivedMessage) -> tuple[dict[str, Any], str | None]:
         trigger = str(self._function.trigger["name"])
         if self._sdk.message_parameter is None and not self._sdk.actions_parameters:
             return {trigger: to_function_message(message)}, None
-        token = SettlementService.shared().hold(receiver, message, asyncio.get_running_loop())
+        token = SettlementService.shared().hold(message, asyncio.get_running_loop(), self.settle)
         arguments: dict[str, Any] = {
             trigger: model_binding_message(message)
             if self._sdk.message_parameter
@@ -255,15 +281,15 @@ class ServiceBusTrigger:
         held = SettlementService.shared().release(token)
         return held is not None and held.settled
 
-    async def _settle(self, operation: Any, message: ServiceBusReceivedMessage, name: str) -> None:
+    async def _settle_quietly(self, operation: str, message: ServiceBusReceivedMessage) -> None:
         try:
-            await operation(message)
+            await self.settle(operation, message)
         except ServiceBusError as error:
             # The lock is gone (expired or the link dropped): the broker redelivers the message,
             # which is what at-least-once delivery promises; the function must be idempotent.
             log.warning(
                 "could not %s message function=%s sequence=%s: %s",
-                name,
+                operation,
                 self.name,
                 message.sequence_number,
                 error,

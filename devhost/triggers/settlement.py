@@ -22,7 +22,7 @@ import sys
 import threading
 import types
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +31,6 @@ import grpc
 from azure.servicebus import ServiceBusReceivedMessage
 from azure.servicebus._pyamqp._encode import encode_payload
 from azure.servicebus._pyamqp.types import TYPE, VALUE, AMQPTypes
-from azure.servicebus.aio import ServiceBusReceiver
 from azure.servicebus.exceptions import ServiceBusError
 from azurefunctions.extensions.base import Datum
 from azurefunctions.extensions.bindings.protos import settlement_pb2_grpc
@@ -113,11 +112,16 @@ def _typed_annotations(annotations: dict[Any, Any]) -> dict[Any, Any]:
     return typed
 
 
+# Settles one message through the trigger that holds it: operation is "complete", "abandon",
+# "dead_letter", "defer" or "renew" (lock renewal, which does not settle).
+Settle = Callable[..., Coroutine[Any, Any, None]]
+
+
 @dataclass
 class HeldMessage:
-    receiver: ServiceBusReceiver
     message: ServiceBusReceivedMessage
     loop: asyncio.AbstractEventLoop
+    settle: Settle
     settled: bool = False
 
 
@@ -162,14 +166,12 @@ class SettlementService:
         )
 
     def hold(
-        self,
-        receiver: ServiceBusReceiver,
-        message: ServiceBusReceivedMessage,
-        loop: asyncio.AbstractEventLoop,
+        self, message: ServiceBusReceivedMessage, loop: asyncio.AbstractEventLoop, settle: Settle
     ) -> str:
+        """Make the message settleable through the service while its function runs."""
         token = str(message.lock_token)
         with self._lock:
-            self._held[token] = HeldMessage(receiver, message, loop)
+            self._held[token] = HeldMessage(message, loop, settle)
         return token
 
     def release(self, token: str) -> HeldMessage | None:
@@ -184,8 +186,7 @@ class SettlementService:
             raise LookupError(f"no message with lock token {token} is being processed")
         if held.settled:
             raise ValueError(f"message with lock token {token} is already settled")
-        method = "renew_message_lock" if operation == "renew" else f"{operation}_message"
-        call: Coroutine[Any, Any, Any] = getattr(held.receiver, method)(held.message, **options)
+        call: Coroutine[Any, Any, None] = held.settle(operation, held.message, **options)
         asyncio.run_coroutine_threadsafe(call, held.loop).result(SETTLE_TIMEOUT_SECONDS)
         if operation != "renew":
             held.settled = True

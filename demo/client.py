@@ -1,0 +1,159 @@
+"""The demo's client app: submits orders and listens on its own reply queue (S1, R1, R2).
+
+It behaves like a real submitting app, including the mistakes real apps make: besides the
+valid orders it sends exact resends (which must be accepted idempotently), conflicting
+duplicates (same OrderID, other items: dead-lettered, S3) and malformed messages
+(dead-lettered with a reason). Which order gets which treatment follows the seed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from azure.servicebus import ServiceBusMessage
+from azure.servicebus.aio import ServiceBusClient
+
+SEND_TIMEOUT_SECONDS = 30.0
+SEND_BATCH = 50
+TERMINAL_STATUSES = frozenset({"completed", "failed", "compensated", "compensation-failed"})
+MALFORMED_BODIES = (
+    b"this is not JSON",
+    b'{"schemaVersion": 1, "orderId": "no items", "customerId": "c", "items": [], '
+    b'"currency": "EUR"}',
+    b'{"schemaVersion": 99, "orderId": "future", "customerId": "c", '
+    b'"items": [{"sku": "a", "quantity": 1}], "currency": "EUR"}',
+    b'{"schemaVersion": 1, "orderId": "bad-currency", "customerId": "c", '
+    b'"items": [{"sku": "a", "quantity": 1}], "currency": "euro"}',
+)
+
+
+def order_body(order_id: str, rng: random.Random, *, sku_prefix: str = "sku") -> dict[str, Any]:
+    items = [
+        {"sku": f"{sku_prefix}-{rng.randrange(1, 500)}", "quantity": rng.randrange(1, 5)}
+        for _ in range(rng.randrange(1, 4))
+    ]
+    return {
+        "schemaVersion": 1,
+        "orderId": order_id,
+        "customerId": f"customer-{rng.randrange(1, 50)}",
+        "items": items,
+        "currency": rng.choice(["EUR", "USD", "GBP"]),
+    }
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    body: bytes
+    message_id: str
+    kind: str  # "order", "resend", "conflict" or "malformed"
+    order_id: str | None
+
+
+@dataclass
+class Workload:
+    """Everything the client will send, decided up front from the seed."""
+
+    order_ids: list[str]
+    messages: list[Outgoing]
+
+    @classmethod
+    def generate(
+        cls,
+        orders: int,
+        seed: int,
+        *,
+        resend_rate: float = 0.03,
+        conflict_rate: float = 0.02,
+        malformed_rate: float = 0.02,
+    ) -> Workload:
+        rng = random.Random(seed)
+        order_ids = [f"order-{seed}-{index:05d}" for index in range(orders)]
+        messages: list[Outgoing] = []
+        for order_id in order_ids:
+            body = json.dumps(order_body(order_id, rng)).encode()
+            messages.append(Outgoing(body, order_id, "order", order_id))
+            if rng.random() < resend_rate:
+                messages.append(Outgoing(body, f"{order_id}:resend", "resend", order_id))
+            if rng.random() < conflict_rate:
+                other = json.dumps(order_body(order_id, rng, sku_prefix="other")).encode()
+                messages.append(Outgoing(other, f"{order_id}:conflict", "conflict", order_id))
+        for index in range(max(1, round(orders * malformed_rate)) if malformed_rate else 0):
+            body = MALFORMED_BODIES[index % len(MALFORMED_BODIES)]
+            messages.append(Outgoing(body, f"malformed-{seed}-{index}", "malformed", None))
+        return cls(order_ids, messages)
+
+    def count(self, kind: str) -> int:
+        return sum(1 for message in self.messages if message.kind == kind)
+
+
+@dataclass
+class ClientLog:
+    """What the client saw: when each order went out and which statuses came back."""
+
+    submitted_at: dict[str, float] = field(default_factory=dict)
+    finished_at: dict[str, float] = field(default_factory=dict)
+    statuses: Counter[str] = field(default_factory=Counter)
+    status_messages: list[dict[str, Any]] = field(default_factory=list)
+
+    def latencies_ms(self) -> list[float]:
+        return [
+            (self.finished_at[order] - self.submitted_at[order]) * 1000
+            for order in self.finished_at
+            if order in self.submitted_at
+        ]
+
+
+class DemoClient:
+    def __init__(self, connection_string: str, orders_queue: str, reply_queue: str) -> None:
+        self._client = ServiceBusClient.from_connection_string(connection_string)
+        self._orders_queue = orders_queue
+        self._reply_queue = reply_queue
+        self.log = ClientLog()
+        self.sent = 0
+
+    async def submit(self, workload: Workload) -> None:
+        sender = self._client.get_queue_sender(self._orders_queue)
+        async with sender:
+            for start in range(0, len(workload.messages), SEND_BATCH):
+                chunk = workload.messages[start : start + SEND_BATCH]
+                now = time.monotonic()
+                for message in chunk:
+                    if message.kind == "order" and message.order_id is not None:
+                        self.log.submitted_at[message.order_id] = now
+                await sender.send_messages(
+                    [
+                        ServiceBusMessage(
+                            message.body, message_id=message.message_id, reply_to=self._reply_queue
+                        )
+                        for message in chunk
+                    ],
+                    timeout=SEND_TIMEOUT_SECONDS,
+                )
+                self.sent += len(chunk)
+
+    async def listen(self, stop: asyncio.Event) -> None:
+        """Collect status messages until ``stop`` is set."""
+        receiver = self._client.get_queue_receiver(self._reply_queue, prefetch_count=100)
+        async with receiver:
+            while not stop.is_set():
+                batch = await receiver.receive_messages(max_message_count=100, max_wait_time=0.5)
+                for message in batch:
+                    self._record(json.loads(b"".join(message.body)))
+                    await receiver.complete_message(message)
+
+    def _record(self, status: dict[str, Any]) -> None:
+        name = str(status.get("status"))
+        self.log.statuses[name] += 1
+        self.log.status_messages.append(status)
+        order_id = str(status.get("orderId"))
+        if name in TERMINAL_STATUSES and order_id not in self.log.finished_at:
+            self.log.finished_at[order_id] = time.monotonic()
+
+    async def close(self) -> None:
+        await self._client.close()

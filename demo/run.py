@@ -1,0 +1,189 @@
+"""``python -m devhost demo``: the order pipeline under load and faults, with a report.
+
+Starts the embedded broker, the fulfilment simulator (with the chosen fault mix) and the
+devhost running the app; the demo client submits the orders and listens on its reply queue
+while a progress bar shows how many have finished. When every order has reached a final
+status, or the settle time has passed, the report is built from the stores, the dead-letter
+queues, the simulator's ledger and what the client received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from azure.servicebus import ServiceBusSubQueue
+from azure.servicebus.aio import ServiceBusClient
+
+import bootstrap
+from demo.client import DemoClient, Workload
+from demo.pipeline import DEMO_REPLY_QUEUE, Pipeline, local_pipeline
+from demo.report import FINAL_STATES, DemoReport, percentile
+from domain.ports import StoreMetrics
+from simulators.fulfilment import FaultPlan
+
+PEEK_TIMEOUT_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    orders: int = 200
+    faults: str = "default"
+    seed: int = 1
+    report_path: Path | None = None
+    work_dir: Path | None = None
+    settle_seconds: float = 120.0
+    progress: bool = True
+
+
+async def run_demo(options: DemoOptions) -> DemoReport:
+    workload = Workload.generate(options.orders, options.seed)
+    with tempfile.TemporaryDirectory(prefix="demo-") as scratch:
+        work_dir = options.work_dir or Path(scratch)
+        plan = FaultPlan.preset(options.faults)
+        async with local_pipeline(work_dir, faults=plan, seed=options.seed) as pipeline:
+            return await _run(pipeline, workload, options)
+
+
+async def _run(pipeline: Pipeline, workload: Workload, options: DemoOptions) -> DemoReport:
+    settings = bootstrap.services().settings
+    client = DemoClient(pipeline.connection_string, settings.orders_queue, DEMO_REPLY_QUEUE)
+    stop = asyncio.Event()
+    listener = asyncio.create_task(client.listen(stop))
+    progress = asyncio.create_task(_progress(client, len(workload.order_ids), options.progress))
+    started = time.monotonic()
+    try:
+        await client.submit(workload)
+        deadline = time.monotonic() + options.settle_seconds
+        while time.monotonic() < deadline and not _all_finished(client, workload):
+            if listener.done():
+                listener.result()
+            await asyncio.sleep(0.2)
+        duration = time.monotonic() - started
+    finally:
+        stop.set()
+        progress.cancel()
+        await asyncio.gather(listener, progress, return_exceptions=True)
+        await client.close()
+    if options.progress:
+        print(file=sys.stderr)
+    return await _report(pipeline, workload, client, duration, options)
+
+
+def _all_finished(client: DemoClient, workload: Workload) -> bool:
+    return len(client.log.finished_at) >= len(workload.order_ids)
+
+
+async def _progress(client: DemoClient, total: int, enabled: bool) -> None:
+    width = 40
+    while enabled:
+        finished = len(client.log.finished_at)
+        filled = width * finished // max(1, total)
+        statuses = ", ".join(f"{k} {v}" for k, v in sorted(client.log.statuses.items()))
+        line = f"\r[{'#' * filled}{'.' * (width - filled)}] {finished}/{total} finished  {statuses}"
+        print(line, end="", file=sys.stderr, flush=True)
+        await asyncio.sleep(0.5)
+
+
+async def _report(
+    pipeline: Pipeline,
+    workload: Workload,
+    client: DemoClient,
+    duration: float,
+    options: DemoOptions,
+) -> DemoReport:
+    app = bootstrap.services()
+    # Reading the final states through the app's own stores would count into the cost per
+    # order, so the report reads through stores of its own.
+    states, orders = bootstrap.open_stores(app.settings, StoreMetrics())
+    try:
+        records = {order_id: states.get(order_id) for order_id in workload.order_ids}
+    finally:
+        states.close()
+        orders.close()
+    final_states = Counter(r.process_state.value for r in records.values() if r is not None)
+    lost = sorted(order_id for order_id, record in records.items() if record is None)
+    stuck = sorted(
+        order_id
+        for order_id, record in records.items()
+        if record is not None and record.process_state.value not in FINAL_STATES
+    )
+    cost = app.metrics.total()
+    stats = pipeline.fulfilment.stats()
+    messages = client.sent + sum(bootstrap.publisher().sent.values())
+    valid = max(1, len(workload.order_ids))
+    latencies = client.log.latencies_ms()
+    reasons = await _dead_letter_reasons(pipeline.connection_string)
+    return DemoReport(
+        orders=len(workload.order_ids),
+        final_states=dict(final_states),
+        lost=lost,
+        stuck=stuck,
+        dead_lettered=sum(sum(by_reason.values()) for by_reason in reasons.values()),
+        dead_letter_reasons=reasons,
+        status_messages=dict(client.log.statuses),
+        double_side_effects=int(stats["double_side_effects"]),
+        stale_writes_refused={
+            "fulfilment_service": int(stats["stale_writes_refused"]),
+            "state_store": cost.refused,
+        },
+        latency_ms={"p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95)},
+        per_order={
+            "store_reads": round(cost.reads / valid, 2),
+            "store_writes": round(cost.writes / valid, 2),
+            "messages": round(messages / valid, 2),
+        },
+        supervisor_retries=sum(r.attempt - 1 for r in records.values() if r is not None),
+        submitted={
+            kind: workload.count(kind) for kind in ("order", "resend", "conflict", "malformed")
+        },
+        duration_seconds=round(duration, 2),
+        settings={
+            "faults": options.faults,
+            "seed": options.seed,
+            "state_store": app.settings.state_store,
+        },
+    )
+
+
+async def _dead_letter_reasons(connection_string: str) -> dict[str, dict[str, int]]:
+    settings = bootstrap.services().settings
+    queues = (
+        settings.orders_queue,
+        settings.agent_requests_queue,
+        settings.agent_responses_queue,
+        settings.operator_alerts_queue,
+        DEMO_REPLY_QUEUE,
+    )
+    reasons: dict[str, dict[str, int]] = defaultdict(dict)
+    async with ServiceBusClient.from_connection_string(connection_string) as client:
+        for queue in queues:
+            receiver = client.get_queue_receiver(queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER)
+            async with receiver:
+                sequence = 0
+                while True:
+                    batch = await receiver.peek_messages(
+                        max_message_count=250,
+                        sequence_number=sequence,
+                        timeout=PEEK_TIMEOUT_SECONDS,
+                    )
+                    if not batch:
+                        break
+                    for message in batch:
+                        reason = message.dead_letter_reason or "unspecified"
+                        reasons[queue][reason] = reasons[queue].get(reason, 0) + 1
+                    sequence = (batch[-1].sequence_number or 0) + 1
+    return dict(reasons)
+
+
+def write_report(report: DemoReport, path: Path | None) -> None:
+    print(report.render())
+    if path is not None:
+        path.write_text(json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8")
+        print(f"Report written to {path}")

@@ -1,0 +1,97 @@
+"""``python -m devhost start``: run a Functions app locally until stopped (issue 3).
+
+    python -m devhost start --app function_app:app [--app-root .] [--data .devhost]
+                            [--http-port 7071] [--broker-config servicebus.config.json
+                            [--broker-port 5672] [--broker-data .devhost/servicebus.sqlite]]
+
+With ``--broker-config`` the embedded Service Bus broker starts in the same process and
+``ServiceBusConnection`` points at it; without it, ``ServiceBusConnection`` from
+local.settings.json or the environment is used (a broker started with ``python -m devhost
+servicebus``, or a real namespace). Real time; orchestration histories, timer schedules and
+(with ``--broker-data``) queued messages survive a kill -9 and resume on the next start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+from devhost.host import DevHost, HostOptions
+from devhost.indexing import IndexingError
+from devhost.settings import AppSettings, SettingsError
+
+SERVICE_BUS_CONNECTION = "ServiceBusConnection"
+
+
+def add_start(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "start",
+        help="run a Functions app's triggers, orchestrations and activities locally",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    parser.add_argument("--app", default="function_app:app", help="module:attribute of the app")
+    parser.add_argument(
+        "--app-root", default=".", help="folder holding the app, host.json and local.settings.json"
+    )
+    parser.add_argument("--data", default=".devhost", help="folder for the devhost's state")
+    parser.add_argument("--http-port", type=int, default=7071, help="port of HTTP triggers")
+    parser.add_argument(
+        "--broker-config",
+        default=None,
+        help="start the embedded Service Bus broker with this Config.json",
+    )
+    parser.add_argument("--broker-port", type=int, default=5672, help="embedded broker's port")
+    parser.add_argument(
+        "--broker-data",
+        default=None,
+        help="SQLite file that keeps the embedded broker's messages durable",
+    )
+    parser.set_defaults(run=run_start)
+
+
+def run_start(args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(_serve(args))
+    except (IndexingError, SettingsError, ValueError, OSError) as error:
+        print(f"devhost start: {error}", file=sys.stderr)
+        return 2
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from devhost.servicebus.config import load_config
+    from devhost.servicebus.server import ServiceBusBroker
+
+    app_root = Path(args.app_root)
+    values = dict(AppSettings.load(app_root).values)
+    broker: ServiceBusBroker | None = None
+    if args.broker_config:
+        broker = ServiceBusBroker(
+            load_config(args.broker_config), port=args.broker_port, data_path=args.broker_data
+        )
+        broker.start()
+        values[SERVICE_BUS_CONNECTION] = broker.connection_string
+        print(f"servicebus listening on {broker.host}:{broker.port}", flush=True)
+    options = HostOptions(
+        app=args.app, app_root=app_root, data_dir=Path(args.data), http_port=args.http_port
+    )
+    host = DevHost(options, AppSettings(values))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await host.start()
+        assert host.http is not None
+        print(
+            f"devhost ready: {len(host.functions)} functions, http port {host.http.port}",
+            flush=True,
+        )
+        await stop.wait()
+    finally:
+        await host.stop()
+        if broker is not None:
+            broker.stop()
+    return 0
