@@ -2,9 +2,9 @@
 
 Every message carries a stable ``message_id`` chosen by the caller, so a resend after a crash
 or a retried activity is removed by the queue's duplicate detection instead of reaching a
-consumer twice. Senders are created lazily per queue and reused; one send at a time goes
-through each sender, since an AMQP link is not safe for concurrent use. The counts of
-messages sent per queue feed the demo's cost per order.
+consumer twice. Senders are created lazily per queue and reused, and sends that wait at the
+same time go out together as one batch. The counts of messages sent per queue feed the
+demo's cost per order.
 
 The connection is the app's ``ServiceBusConnection`` setting, a connection string locally or
 the identity form ``ServiceBusConnection__fullyQualifiedNamespace`` in Azure.

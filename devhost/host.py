@@ -40,6 +40,7 @@ from devhost.triggers.timer import TimerTrigger
 log = logging.getLogger("devhost")
 
 DURABLE_TRIGGERS = frozenset({"orchestrationTrigger", "activityTrigger"})
+STOP_GRACE_SECONDS = 35.0
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ class DevHost:
         for function in self._of_type("serviceBusTrigger"):
             listener = ServiceBusTrigger(function, self._invoker, self.settings, config.service_bus)
             self._service_bus.append(listener)
-            self._spawn(listener.run(), function.name)
+            self._spawn(listener.run(), function.name, kind="servicebus")
         log.info(
             "devhost started app=%s functions=%d http_port=%d",
             self.options.app,
@@ -112,7 +113,7 @@ class DevHost:
     def _of_type(self, trigger_type: str) -> Sequence[IndexedFunction]:
         return [f for f in self.functions if f.trigger_type == trigger_type]
 
-    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str, kind: str = "trigger") -> None:
         async def supervised() -> None:
             # A listener that dies (e.g. its queue does not exist) is reported, not hidden.
             try:
@@ -123,7 +124,7 @@ class DevHost:
                 log.exception("trigger listener stopped function=%s", name)
                 raise
 
-        self._tasks.append(asyncio.create_task(supervised(), name=f"trigger:{name}"))
+        self._tasks.append(asyncio.create_task(supervised(), name=f"{kind}:{name}"))
 
     @property
     def listener_failures(self) -> list[BaseException]:
@@ -170,6 +171,13 @@ class DevHost:
         return self.clock.now()
 
     async def stop(self) -> None:
+        for listener in self._service_bus:
+            await listener.stop()
+        # Service Bus listeners end by themselves once their invocations settle; timers and
+        # anything still running after the grace period are cancelled.
+        listeners = [t for t in self._tasks if t.get_name().startswith("servicebus:")]
+        if listeners:
+            await asyncio.wait(listeners, timeout=STOP_GRACE_SECONDS)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -184,6 +192,7 @@ class DevHost:
             await self.management.stop()
         # The Durable SDK keeps one aiohttp session per process; it belongs to this loop.
         await http_utils._close_session()
+        self._restore_environment()
         if self._invoker is not None:
             self._invoker.close()
         if self._monitor is not None:

@@ -18,6 +18,7 @@ prefetch; locks of running invocations are renewed up to ``maxAutoLockRenewalDur
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import inspect
 import logging
@@ -40,6 +41,7 @@ log = logging.getLogger("devhost.servicebus_trigger")
 
 RECEIVE_WAIT_SECONDS = 1.0
 BUSY_RECEIVE_WAIT_SECONDS = 0.02
+STOP_GRACE_SECONDS = 30.0
 
 
 def service_bus_client(settings: AppSettings, prefix: str) -> ServiceBusClient:
@@ -171,6 +173,7 @@ class ServiceBusTrigger:
         ] = []
         # Wakes the receive loop when it is full of invocations and one finishes or settles.
         self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
 
     @property
     def name(self) -> str:
@@ -196,6 +199,7 @@ class ServiceBusTrigger:
         ):
             try:
                 await self._consume(receiver, renewer)
+                await self._finish_in_flight(receiver)
             finally:
                 await self._drain()
 
@@ -205,7 +209,7 @@ class ServiceBusTrigger:
         # a settlement beside it takes 100-200 ms instead of a fraction of a millisecond. So
         # handlers queue their settlements here, and the loop applies them between receives,
         # which stay short while invocations are running.
-        while True:
+        while not self._stopping.is_set():
             await self._apply_settlements(receiver)
             free = self._options.max_concurrent_calls - len(self._tasks)
             if free <= 0:
@@ -220,6 +224,25 @@ class ServiceBusTrigger:
                 task = asyncio.create_task(self._handle(message))
                 self._tasks.add(task)
                 task.add_done_callback(self._finished)
+
+    async def stop(self) -> None:
+        """Stop receiving; invocations in flight finish and settle, then the receiver closes.
+
+        Cancelling the listener instead would interrupt a receive mid-read, after which
+        closing the link waits on frames that were already consumed.
+        """
+        self._stopping.set()
+        self._wake.set()
+
+    async def _finish_in_flight(self, receiver: ServiceBusReceiver) -> None:
+        deadline = asyncio.get_running_loop().time() + STOP_GRACE_SECONDS
+        while self._tasks and asyncio.get_running_loop().time() < deadline:
+            await self._apply_settlements(receiver)
+            self._wake.clear()
+            if not self._settlements:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), BUSY_RECEIVE_WAIT_SECONDS * 10)
+        await self._apply_settlements(receiver)
 
     async def _apply_settlements(self, receiver: ServiceBusReceiver) -> None:
         while self._settlements:

@@ -75,10 +75,13 @@ class TimerTrigger:
         )
         if past_due:
             log.warning("timer past due function=%s occurrence=%s", self.name, occurrence)
+        self.firing = True
         try:
             await self._invoker.invoke(
                 self._function, {str(self._function.trigger["name"]): request}
             )
         except Exception:
             log.warning("timer invocation failed function=%s; the schedule goes on", self.name)
+        finally:
+            self.firing = False
         return occurrence

@@ -87,14 +87,14 @@ async def _is_empty(broker: ServiceBusBroker, queue_name: str) -> bool:
     return await peek_count(broker, queue_name) == 0
 
 
-async def running(trigger: ServiceBusTrigger) -> asyncio.Task[None]:
-    return asyncio.create_task(trigger.run())
+async def running(trigger: ServiceBusTrigger) -> tuple[ServiceBusTrigger, asyncio.Task[None]]:
+    return trigger, asyncio.create_task(trigger.run())
 
 
-async def stop(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+async def stop(listener: tuple[ServiceBusTrigger, asyncio.Task[None]]) -> None:
+    trigger, task = listener
+    await trigger.stop()
+    await asyncio.wait_for(task, timeout=TIMEOUT)
 
 
 async def test_plain_binding_gets_every_property_and_success_completes(
@@ -108,7 +108,7 @@ async def test_plain_binding_gets_every_property_and_success_completes(
         received.append(msg)
 
     function, settings = only(app, broker)
-    task = await running(ServiceBusTrigger(function, invoker, settings, ServiceBusOptions(4)))
+    listener = await running(ServiceBusTrigger(function, invoker, settings, ServiceBusOptions(4)))
     await send(
         broker,
         "plain",
@@ -139,7 +139,7 @@ async def test_plain_binding_gets_every_property_and_success_completes(
     await eventually_true(
         lambda: _is_empty(broker, "plain"), "the completed message left the queue"
     )
-    await stop(task)
+    await stop(listener)
 
 
 async def test_exception_abandons_until_the_broker_dead_letters(
@@ -154,12 +154,12 @@ async def test_exception_abandons_until_the_broker_dead_letters(
         raise RuntimeError("cannot process")
 
     function, settings = only(app, broker)
-    task = await running(ServiceBusTrigger(function, invoker, settings, ServiceBusOptions(1)))
+    listener = await running(ServiceBusTrigger(function, invoker, settings, ServiceBusOptions(1)))
     await send(broker, "failing", ServiceBusMessage(b"poison", message_id="p-1"))
     (dead,) = await dead_letters(broker, "failing", 1)
     assert deliveries == [0, 1]
     assert dead.dead_letter_reason == "MaxDeliveryCountExceeded"  # type: ignore[attr-defined]
-    await stop(task)
+    await stop(listener)
 
 
 async def test_max_concurrent_calls_bounds_invocations_in_flight(
@@ -182,14 +182,14 @@ async def test_max_concurrent_calls_bounds_invocations_in_flight(
 
     function, settings = only(app, broker)
     trigger = ServiceBusTrigger(function, invoker, settings, ServiceBusOptions(2, prefetch_count=5))
-    task = await running(trigger)
+    listener = await running(trigger)
     await send(broker, "slow", *(ServiceBusMessage(b"x", message_id=f"s-{i}") for i in range(6)))
     await eventually(lambda: state["running"] == 2, "two invocations run")
     assert trigger.in_flight == 2
     release.set()
     await eventually(lambda: state["done"] == 6, "all six processed")
     assert state["peak"] == 2
-    await stop(task)
+    await stop(listener)
 
 
 async def test_sdk_binding_dead_letters_with_a_reason_through_message_actions(
@@ -217,7 +217,7 @@ async def test_sdk_binding_dead_letters_with_a_reason_through_message_actions(
             await asyncio.to_thread(message_actions.complete, message)
 
     function, settings = only(app, broker)
-    task = await running(ServiceBusTrigger(function, invoker, settings, ServiceBusOptions(4)))
+    listener = await running(ServiceBusTrigger(function, invoker, settings, ServiceBusOptions(4)))
     await send(
         broker,
         "sdk",
@@ -232,7 +232,7 @@ async def test_sdk_binding_dead_letters_with_a_reason_through_message_actions(
     good = next(m for m in seen if m.message_id == "g-1")
     assert good.reply_to == "replies"
     await eventually_true(lambda: _is_empty(broker, "sdk"), "the good message was completed")
-    await stop(task)
+    await stop(listener)
 
 
 async def test_sdk_binding_exception_without_settlement_abandons(
@@ -253,8 +253,8 @@ async def test_sdk_binding_exception_without_settlement_abandons(
         await asyncio.to_thread(message_actions.complete, message)
 
     function, settings = only(app, broker)
-    task = await running(ServiceBusTrigger(function, invoker, settings, ServiceBusOptions(1)))
+    listener = await running(ServiceBusTrigger(function, invoker, settings, ServiceBusOptions(1)))
     await send(broker, "sdk-failing", ServiceBusMessage(b"once", message_id="t-1"))
     await eventually(lambda: len(deliveries) == 2, "redelivered after the abandon")
     assert deliveries == [0, 1]
-    await stop(task)
+    await stop(listener)

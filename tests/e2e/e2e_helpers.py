@@ -1,0 +1,352 @@
+"""Shared helpers of the end-to-end tests: the real local pipeline seen by a client app.
+
+`running_pipeline` starts what `demo.pipeline.local_pipeline` starts (embedded broker, simulated
+fulfilment service, devhost running ``function_app:app`` on real time) and hands the test an
+`E2E`: a Service Bus client that sends orders like an app and reads what an app or an operator
+would read (status replies, operator alerts, dead letters), plus the app's own stores through
+``bootstrap.services()`` (the devhost runs the app in this process) and the Durable engine's
+instance statuses. Every wait is bounded and every SDK call carries a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusReceiveMode
+from azure.servicebus import ServiceBusSubQueue as SubQueue
+from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver, ServiceBusSender
+
+import bootstrap
+from demo.pipeline import DEMO_REPLY_QUEUE, Pipeline, local_pipeline
+from devhost.durable.history import EventType
+from devhost.durable.status import OrchestrationStatus
+from domain.contracts import Order
+from domain.records import StateRecord
+from simulators.fulfilment import FaultPlan
+from tests.support.waiting import eventually_true
+
+ORDERS = "orders"
+AGENT_REQUESTS = "agent-requests"
+AGENT_RESPONSES = "agent-responses"
+ALERTS = "operator-alerts"
+REPLIES = DEMO_REPLY_QUEUE
+
+SDK_TIMEOUT_SECONDS = 10.0
+WAIT_BOUND_SECONDS = 45.0
+_RECEIVE_SLICE_SECONDS = 0.5
+_WATCH_INTERVAL_SECONDS = 0.05
+
+
+def order_body(
+    order_id: str,
+    *,
+    items: Sequence[tuple[str, int]] = (("sku-1", 2),),
+    customer_id: str = "c-1",
+    currency: str = "EUR",
+    schema_version: object = 1,
+) -> str:
+    """A submission message body (contracts.md), valid unless the arguments break it."""
+    return json.dumps(
+        {
+            "schemaVersion": schema_version,
+            "orderId": order_id,
+            "customerId": customer_id,
+            "items": [{"sku": sku, "quantity": quantity} for sku, quantity in items],
+            "currency": currency,
+        }
+    )
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """A message as a receiving app or operator sees it."""
+
+    message_id: str | None
+    subject: str | None
+    correlation_id: str | None
+    raw: bytes
+    dead_letter_reason: str | None
+    dead_letter_description: str | None
+
+    @property
+    def body(self) -> dict[str, Any]:
+        decoded = json.loads(self.raw)
+        assert isinstance(decoded, dict), f"expected a JSON object, got {self.raw!r}"
+        return decoded
+
+    @classmethod
+    def of(cls, message: ServiceBusReceivedMessage) -> Delivered:
+        body = message.body
+        raw = body if isinstance(body, bytes) else b"".join(body)
+        return cls(
+            message_id=None if message.message_id is None else str(message.message_id),
+            subject=message.subject,
+            correlation_id=message.correlation_id,
+            raw=raw,
+            dead_letter_reason=message.dead_letter_reason,
+            dead_letter_description=message.dead_letter_error_description,
+        )
+
+
+class E2E:
+    """One running pipeline and a client of it.
+
+    Links are opened once per queue and kept, as a long-running app would: opening and
+    closing an AMQP link per call would make every step of a test pay a round of attaches.
+    """
+
+    def __init__(self, pipeline: Pipeline, client: ServiceBusClient) -> None:
+        self.pipeline = pipeline
+        self._client = client
+        self._senders: dict[str, ServiceBusSender] = {}
+        self._receivers: dict[tuple[str, bool, ServiceBusReceiveMode], ServiceBusReceiver] = {}
+        self.sent_by_client: collections.Counter[str] = collections.Counter()
+
+    async def _sender(self, queue: str) -> ServiceBusSender:
+        if queue not in self._senders:
+            sender = self._client.get_queue_sender(queue)
+            await asyncio.wait_for(sender.__aenter__(), SDK_TIMEOUT_SECONDS)
+            self._senders[queue] = sender
+        return self._senders[queue]
+
+    async def _receiver(
+        self, queue: str, dead_letters: bool, mode: ServiceBusReceiveMode
+    ) -> ServiceBusReceiver:
+        """An open receiver: a link first opened by a short receive would share its budget."""
+        key = (queue, dead_letters, mode)
+        if key not in self._receivers:
+            receiver = self._client.get_queue_receiver(
+                queue, sub_queue=SubQueue.DEAD_LETTER if dead_letters else None, receive_mode=mode
+            )
+            await asyncio.wait_for(receiver.__aenter__(), SDK_TIMEOUT_SECONDS)
+            self._receivers[key] = receiver
+        return self._receivers[key]
+
+    async def close(self) -> None:
+        links = [*self._senders.values(), *self._receivers.values()]
+        await asyncio.wait_for(
+            asyncio.gather(*(link.close() for link in links)), SDK_TIMEOUT_SECONDS
+        )
+
+    # -- a client app ---------------------------------------------------------------------
+
+    async def submit(
+        self, body: str | bytes, *, message_id: str, reply_to: str | None = REPLIES
+    ) -> None:
+        """Send a submission to ORDERS_QUEUE the way a client app does (S1)."""
+        await self.send(ORDERS, body, message_id=message_id, reply_to=reply_to)
+
+    async def send(
+        self,
+        queue: str,
+        body: str | bytes,
+        *,
+        message_id: str,
+        reply_to: str | None = None,
+        correlation_id: str | None = None,
+    ) -> None:
+        message = ServiceBusMessage(
+            body, message_id=message_id, reply_to=reply_to, correlation_id=correlation_id
+        )
+        await (await self._sender(queue)).send_messages(message, timeout=SDK_TIMEOUT_SECONDS)
+        self.sent_by_client[queue] += 1
+
+    async def receive(
+        self,
+        queue: str,
+        *,
+        until: Callable[[list[Delivered]], bool],
+        what: str,
+        dead_letters: bool = False,
+        bound: float = WAIT_BOUND_SECONDS,
+    ) -> list[Delivered]:
+        """Take messages off `queue` (or its dead-letter queue) until `until(taken)` holds."""
+        taken: list[Delivered] = []
+        deadline = time.monotonic() + bound
+        receiver = await self._receiver(
+            queue, dead_letters, ServiceBusReceiveMode.RECEIVE_AND_DELETE
+        )
+        while not until(taken):
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"timed out after {bound:.0f}s waiting for {what}; got {[m.raw for m in taken]}"
+                )
+            batch = await receiver.receive_messages(
+                max_message_count=50, max_wait_time=_RECEIVE_SLICE_SECONDS
+            )
+            taken.extend(Delivered.of(message) for message in batch)
+        return taken
+
+    async def statuses(
+        self, order_id: str, until_status: str, *, bound: float = WAIT_BOUND_SECONDS
+    ) -> list[Delivered]:
+        """Status replies for `order_id` on the reply queue, up to the first `until_status`
+        (for tests with one order on the queue: replies about others are taken and dropped)."""
+        replies = await self.receive(
+            REPLIES,
+            until=lambda taken: any(
+                m.body["orderId"] == order_id and m.body["status"] == until_status for m in taken
+            ),
+            what=f"status {until_status!r} of order {order_id!r} on {REPLIES}",
+            bound=bound,
+        )
+        return [m for m in replies if m.body["orderId"] == order_id]
+
+    async def count_of(
+        self, queue: str, count: int, *, dead_letters: bool = False
+    ) -> list[Delivered]:
+        """The messages of a queue once at least `count` arrived (a test that expects exactly
+        `count` sees any extra one taken in the same batch)."""
+        where = f"the dead-letter queue of {queue}" if dead_letters else queue
+        return await self.receive(
+            queue,
+            until=lambda taken: len(taken) >= count,
+            what=f"{count} message(s) on {where}",
+            dead_letters=dead_letters,
+        )
+
+    async def peek(self, queue: str, *, dead_letters: bool = False) -> list[Delivered]:
+        """What a queue holds now, without taking it."""
+        receiver = await self._receiver(queue, dead_letters, ServiceBusReceiveMode.PEEK_LOCK)
+        peeked = await receiver.peek_messages(
+            max_message_count=100, sequence_number=1, timeout=SDK_TIMEOUT_SECONDS
+        )
+        return [Delivered.of(message) for message in peeked]
+
+    async def pending(self, queue: str, *, dead_letters: bool = False) -> list[Delivered]:
+        """Everything on a queue not yet taken: what it holds, plus what an open receiving
+        link of this client may already have been handed (a pre-settled link can be)."""
+        held = await self.peek(queue, dead_letters=dead_letters)
+        key = (queue, dead_letters, ServiceBusReceiveMode.RECEIVE_AND_DELETE)
+        if key in self._receivers:
+            handed = await self._receivers[key].receive_messages(
+                max_message_count=50, max_wait_time=_RECEIVE_SLICE_SECONDS
+            )
+            held.extend(Delivered.of(message) for message in handed)
+        return held
+
+    async def drained(self, queue: str, what: str, *, bound: float = WAIT_BOUND_SECONDS) -> None:
+        """Wait until the app's trigger has settled every message of `queue`."""
+
+        async def empty() -> bool:
+            return await self.peek(queue) == []
+
+        await eventually_true(empty, f"{queue} drained: {what}", bound)
+
+    # -- the app's side, as an operator would inspect it --------------------------------
+
+    async def record(self, order_id: str) -> StateRecord | None:
+        return await asyncio.to_thread(bootstrap.services().states.get, order_id)
+
+    async def stored_order(self, order_id: str) -> Order | None:
+        return await asyncio.to_thread(bootstrap.services().orders.get, order_id)
+
+    async def wait_for_record(
+        self,
+        order_id: str,
+        condition: Callable[[StateRecord], bool],
+        what: str,
+        *,
+        bound: float = WAIT_BOUND_SECONDS,
+    ) -> StateRecord:
+        found: list[StateRecord] = []
+
+        async def holds() -> bool:
+            record = await self.record(order_id)
+            if record is not None and condition(record):
+                found.append(record)
+                return True
+            return False
+
+        await eventually_true(holds, f"state record of {order_id!r}: {what}", bound)
+        return found[-1]
+
+    @contextlib.asynccontextmanager
+    async def watching(self, order_id: str) -> AsyncIterator[list[StateRecord]]:
+        """Every distinct version of a state record while the block runs (polled every 50 ms;
+        the states these tests look for last seconds)."""
+        seen: list[StateRecord] = []
+
+        async def watch() -> None:
+            while True:
+                record = await self.record(order_id)
+                if record is not None and (not seen or seen[-1].etag != record.etag):
+                    seen.append(record)
+                await asyncio.sleep(_WATCH_INTERVAL_SECONDS)
+
+        watcher = asyncio.create_task(watch())
+        try:
+            yield seen
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+    async def instance(self, instance_id: str) -> OrchestrationStatus | None:
+        engine = self.pipeline.host.engine
+        assert engine is not None, "the devhost's Durable engine is not running"
+        return await engine.get_status(instance_id, show_history=True)
+
+    async def finished_instance(
+        self, instance_id: str, *, bound: float = WAIT_BOUND_SECONDS
+    ) -> OrchestrationStatus:
+        found: list[OrchestrationStatus] = []
+
+        async def finished() -> bool:
+            status = await self.instance(instance_id)
+            if status is not None and status.runtime_status.is_terminal:
+                found.append(status)
+                return True
+            return False
+
+        await eventually_true(finished, f"orchestration {instance_id} finished", bound)
+        return found[-1]
+
+    def app_sent(self) -> collections.Counter[str]:
+        """Messages the app sent per queue, in this process's event loop (the devhost's)."""
+        return collections.Counter(bootstrap.publisher().sent)
+
+
+def scheduled_activities(status: OrchestrationStatus) -> list[str]:
+    """Names of the activities an orchestration instance scheduled, in order."""
+    return [
+        str(event["Name"])
+        for event in status.history or []
+        if event["EventType"] == EventType.TASK_SCHEDULED
+    ]
+
+
+def raised_events(status: OrchestrationStatus) -> list[dict[str, Any]]:
+    """The external events (agent responses) an orchestration instance received."""
+    return [
+        json.loads(event["Input"])
+        for event in status.history or []
+        if event["EventType"] == EventType.EVENT_RAISED and event.get("Input")
+    ]
+
+
+@contextlib.asynccontextmanager
+async def running_pipeline(
+    work_dir: Path,
+    *,
+    faults: FaultPlan | None = None,
+    settings: Mapping[str, str] | None = None,
+) -> AsyncIterator[E2E]:
+    """The pipeline with a client; on a clean exit, no trigger listener may have died."""
+    async with local_pipeline(work_dir, faults=faults, settings=settings) as pipeline:
+        client = ServiceBusClient.from_connection_string(pipeline.connection_string)
+        async with client:
+            e2e = E2E(pipeline, client)
+            try:
+                yield e2e
+            finally:
+                await e2e.close()
+        assert pipeline.host.listener_failures == []

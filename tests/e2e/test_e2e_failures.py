@@ -1,0 +1,218 @@
+"""Failures through the real pipeline: E8 permanent errors, E6 timer first, U4 supervisor
+retries and give-up, D4/E5 stale attempts with E7 fencing and idempotency at the target.
+
+The fulfilment simulator's fault rules target one order (and one attempt), so each test shows
+one failure mode; step timeouts are short so every recovery happens within seconds.
+"""
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from domain.agent_messages import AgentOutcome, AgentResponse
+from domain.records import ProcessState
+from simulators.fulfilment import FaultKind, FaultPlan, FaultRule
+from tests.e2e.e2e_helpers import (
+    AGENT_RESPONSES,
+    ALERTS,
+    REPLIES,
+    order_body,
+    raised_events,
+    running_pipeline,
+    scheduled_activities,
+)
+from tests.support.waiting import eventually
+
+FENCED_WRITES = {"complete_order_step", "fail_order_step"}
+ENDED_WITHOUT_WRITING = {"timed-out", "gave-up"}
+
+# Expired attempts are recovered at once; the supervisor gives up at the third, without the
+# longer wait of U5 (which would start at the same count). A step has 5 s, room enough for a
+# healthy attempt on a loaded machine; the hang test needs no such room and uses 2 s.
+QUICK_RECOVERY = {
+    "STEP_TIMEOUT_SECONDS": "5",
+    "CLAIM_TIMEOUT_SECONDS": "6",
+    "RETRY_DELAY_SECONDS": "0",
+    "MAX_FAILURES": "3",
+    "LONG_WAIT_AFTER_FAILURES": "3",
+}
+
+
+def faults_for(*rules: FaultRule) -> FaultPlan:
+    return FaultPlan(rules=rules)
+
+
+async def test_e8_a_permanent_failure_ends_in_error_without_retries(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """E8: the fulfilment service answers `permanent` -> ProcessState Error, an `order-error`
+    alert, a `failed` status with the service's reason; the supervisor retries nothing."""
+    caplog.set_level(logging.INFO, logger="app.supervisor")
+    plan = faults_for(FaultRule(FaultKind.PERMANENT, order_id="o-perm"))
+    async with running_pipeline(tmp_path, faults=plan, settings=QUICK_RECOVERY) as e2e:
+        await e2e.submit(order_body("o-perm"), message_id="o-perm")
+
+        replies = await e2e.statuses("o-perm", "failed")
+
+        assert [m.body["status"] for m in replies] == ["received", "failed"]
+        failed = replies[-1].body
+        assert failed["attempt"] == 1
+        assert "permanent" in failed["reason"]
+        [alert] = await e2e.count_of(ALERTS, 1)
+        assert (alert.body["kind"], alert.body["orderId"]) == ("order-error", "o-perm")
+        assert "permanent" in alert.body["reason"]
+        in_error = await e2e.record("o-perm")
+        assert in_error is not None
+        assert (in_error.process_state, in_error.failure_count) == (ProcessState.ERROR, 0)
+
+        sweeps_before = _sweeps(caplog)
+        await eventually(lambda: _sweeps(caplog) >= sweeps_before + 2, "two more supervisor sweeps")
+
+        after_sweeps = await e2e.record("o-perm")
+        assert after_sweeps == in_error, "the supervisor left the order in Error alone"
+        assert await e2e.instance("o-perm:2") is None
+        stats = e2e.pipeline.fulfilment.stats()
+        assert stats["requests"] == 1, "a permanent failure is not retried by the agent either"
+        assert stats["fulfilments"] == 0
+
+
+async def test_e6_u4_an_agent_that_never_answers_is_retried_then_given_up(
+    tmp_path: Path,
+) -> None:
+    """E6: every attempt's call hangs, so the durable timer wins and the orchestration ends
+    without writing the record. U4: the supervisor counts each expired attempt and asks for a
+    new one (instance ids `{orderId}:{n}`); at MAX_FAILURES the order goes to Error with an
+    `order-error` alert and a `failed` status."""
+    plan = faults_for(FaultRule(FaultKind.HANG, order_id="o-hang"))
+    settings = {**QUICK_RECOVERY, "STEP_TIMEOUT_SECONDS": "2"}
+    async with running_pipeline(tmp_path, faults=plan, settings=settings) as e2e:
+        await e2e.submit(order_body("o-hang"), message_id="o-hang")
+
+        async with e2e.watching("o-hang") as versions:
+            replies = await e2e.statuses("o-hang", "failed")
+
+        assert [m.body["status"] for m in replies] == ["received", "failed"]
+        assert replies[-1].body["attempt"] == 3
+        assert "MAX_FAILURES=3" in replies[-1].body["reason"]
+        [alert] = await e2e.count_of(ALERTS, 1)
+        assert (alert.body["kind"], alert.body["attempt"]) == ("order-error", 3)
+        record = await e2e.record("o-hang")
+        assert record is not None
+        assert (record.process_state, record.failure_count, record.attempt) == (
+            ProcessState.ERROR,
+            3,
+            3,
+        )
+        for attempt in (1, 2, 3):
+            instance = await e2e.finished_instance(f"o-hang:{attempt}")
+            assert instance.output["outcome"] in ENDED_WITHOUT_WRITING
+            assert FENCED_WRITES.isdisjoint(scheduled_activities(instance))
+        assert await e2e.instance("o-hang:4") is None
+        assert e2e.pipeline.fulfilment.stats()["fulfilments"] == 0
+        counted = [v.failure_count for v in versions]
+        assert sorted(set(counted)) == [0, 1, 2, 3]
+        assert counted == sorted(counted), "FailureCount only grows"
+        claimed = [v.locked_by for v in versions if v.process_state is ProcessState.PROCESSING]
+        assert list(dict.fromkeys(claimed)) == ["o-hang:1", "o-hang:2", "o-hang:3"]
+
+
+async def test_u4_a_fault_that_heals_after_the_first_attempt_completes_on_the_second(
+    tmp_path: Path,
+) -> None:
+    """E6, E9, U4: every call of attempt 1 is transient, so the agent gives up within its
+    deadline and the record waits for the supervisor; attempt 2 meets a healed service and
+    the app hears `completed` with attempt 2."""
+    plan = faults_for(FaultRule(FaultKind.TRANSIENT, order_id="o-heal", attempt=1))
+    async with running_pipeline(tmp_path, faults=plan, settings=QUICK_RECOVERY) as e2e:
+        await e2e.submit(order_body("o-heal"), message_id="o-heal")
+
+        replies = await e2e.statuses("o-heal", "completed")
+
+        assert [(m.body["status"], m.body["attempt"]) for m in replies] == [
+            ("received", None),
+            ("completed", 2),
+        ]
+        record = await e2e.record("o-heal")
+        assert record is not None
+        assert (record.process_state, record.locked_by, record.failure_count) == (
+            ProcessState.PROCESSED,
+            "o-heal:2",
+            1,
+        )
+        first = await e2e.finished_instance("o-heal:1")
+        assert first.output["outcome"] in ENDED_WITHOUT_WRITING
+        assert FENCED_WRITES.isdisjoint(scheduled_activities(first))
+        [fulfilment] = e2e.pipeline.fulfilment.ledger_entries("o-heal")
+        assert fulfilment.attempt == 2
+        assert e2e.pipeline.fulfilment.stats()["faults_injected"]["transient"] >= 1
+
+
+async def test_d4_e5_e7_a_stale_attempt_changes_nothing_and_nothing_happens_twice(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """D4/E5: attempt 1 fulfils the order but its answer is lost and its retry outlasts the
+    step timeout, so its timer fires first and it ends without writing. E7/C8: attempt 2 sends
+    the same idempotency key with a higher fencing token and the service replays the same
+    fulfilment: one side effect. The stale attempt's success response, delivered afterwards,
+    changes nothing."""
+    caplog.set_level(logging.INFO, logger="app.agent_bridge")
+    plan = faults_for(
+        FaultRule(FaultKind.LOST_RESPONSE, order_id="o-stale", attempt=1, times=1),
+        FaultRule(FaultKind.LATENCY, order_id="o-stale", attempt=1, skip=1, delay_seconds=30),
+    )
+    async with running_pipeline(tmp_path, faults=plan, settings=QUICK_RECOVERY) as e2e:
+        await e2e.submit(order_body("o-stale"), message_id="o-stale")
+
+        replies = await e2e.statuses("o-stale", "completed")
+
+        assert [(m.body["status"], m.body["attempt"]) for m in replies] == [
+            ("received", None),
+            ("completed", 2),
+        ]
+        stale = await e2e.finished_instance("o-stale:1")
+        assert stale.output["outcome"] in ENDED_WITHOUT_WRITING
+        assert FENCED_WRITES.isdisjoint(scheduled_activities(stale))
+        [fulfilment] = e2e.pipeline.fulfilment.ledger_entries("o-stale")
+        assert fulfilment.attempt == 1, "attempt 1 performed the side effect"
+        current = await e2e.finished_instance("o-stale:2")
+        [answer] = raised_events(current)
+        assert answer["outcome"] == "succeeded"
+        assert answer["fulfilmentId"] == fulfilment.fulfilment_id
+        stats = e2e.pipeline.fulfilment.stats()
+        assert stats["double_side_effects"] == 0
+        assert stats["replays"] >= 1
+        completed = await e2e.record("o-stale")
+        assert completed is not None
+        assert (completed.process_state, completed.locked_by, completed.failure_count) == (
+            ProcessState.PROCESSED,
+            "o-stale:2",
+            1,
+        )
+
+        await e2e.send(
+            AGENT_RESPONSES,
+            _stale_success("o-stale:1", fulfilment.fulfilment_id),
+            message_id="o-stale:1:fulfil:response:late",
+        )
+        await eventually(
+            lambda: "late agent response dropped instance=o-stale:1" in caplog.text,
+            "the stale attempt's late response dropped",
+        )
+
+        assert await e2e.record("o-stale") == completed
+        assert await e2e.pending(AGENT_RESPONSES, dead_letters=True) == []
+        assert await e2e.pending(REPLIES) == []
+
+
+def _sweeps(caplog: pytest.LogCaptureFixture) -> int:
+    return sum(1 for r in caplog.records if r.name == "app.supervisor" and "sweep" in r.message)
+
+
+def _stale_success(instance_id: str, fulfilment_id: str) -> str:
+    return AgentResponse(
+        request_id=f"{instance_id}:fulfil",
+        instance_id=instance_id,
+        outcome=AgentOutcome.SUCCEEDED,
+        fulfilment_id=fulfilment_id,
+    ).to_json()

@@ -1,0 +1,145 @@
+"""Submission through the real pipeline (S1-S4, C6, R1): duplicates, conflicts, invalid messages.
+
+The service layer's rules over SQLite are tested in tests/integration/stores; these tests send
+real messages to the embedded broker and watch what the app's Service Bus trigger, stores and
+replies do with them.
+"""
+
+from pathlib import Path
+
+from domain.records import ProcessState
+from tests.e2e.e2e_helpers import (
+    ALERTS,
+    ORDERS,
+    REPLIES,
+    order_body,
+    running_pipeline,
+)
+
+
+async def test_s2_the_same_order_sent_twice_is_one_order_received_once(tmp_path: Path) -> None:
+    """S2, C6, R2: a resubmission with the same data (a new message id, so the broker's
+    duplicate detection does not hide it) is accepted again without a second order, record
+    or attempt, and its second `received` reply is removed by duplicate detection."""
+    async with running_pipeline(tmp_path) as e2e:
+        await e2e.submit(order_body("o-twice"), message_id="o-twice")
+        await e2e.statuses("o-twice", "received")
+        await e2e.submit(order_body("o-twice"), message_id="o-twice-resent")
+        await e2e.drained(ORDERS, "the resubmission was accepted")
+
+        later = await e2e.statuses("o-twice", "completed")
+
+        assert [m.body["status"] for m in later] == ["completed"]
+        assert e2e.app_sent()[REPLIES] == 3, "the resubmission sent `received` once more"
+        assert await e2e.pending(REPLIES) == []
+        record = await e2e.record("o-twice")
+        assert record is not None
+        assert (record.process_state, record.attempt, record.failure_count) == (
+            ProcessState.PROCESSED,
+            1,
+            0,
+        )
+        assert await e2e.instance("o-twice:2") is None
+        assert len(e2e.pipeline.fulfilment.ledger_entries("o-twice")) == 1
+        assert await e2e.pending(ORDERS, dead_letters=True) == []
+
+
+async def test_s3_a_conflicting_order_is_dead_lettered_and_alerted(tmp_path: Path) -> None:
+    """S3: the same OrderID with different items goes to the dead-letter queue of `orders`
+    with reason OrderConflict and a description, an operator gets an `order-conflict` alert,
+    and the stored order keeps its first data."""
+    async with running_pipeline(tmp_path) as e2e:
+        await e2e.submit(order_body("o-conflict", items=[("sku-1", 2)]), message_id="first")
+        await e2e.statuses("o-conflict", "completed")
+
+        await e2e.submit(order_body("o-conflict", items=[("sku-9", 5)]), message_id="second")
+
+        [dead] = await e2e.count_of(ORDERS, 1, dead_letters=True)
+        assert dead.message_id == "second"
+        assert dead.dead_letter_reason == "OrderConflict"
+        assert dead.dead_letter_description is not None
+        assert "o-conflict" in dead.dead_letter_description
+        assert "items" in dead.dead_letter_description
+        [alert] = await e2e.count_of(ALERTS, 1)
+        assert alert.body["kind"] == "order-conflict"
+        assert alert.body["orderId"] == "o-conflict"
+        assert "items" in alert.body["reason"]
+        stored = await e2e.stored_order("o-conflict")
+        assert stored is not None
+        assert stored.immutable_data()["items"] == [{"sku": "sku-1", "quantity": 2}]
+        record = await e2e.record("o-conflict")
+        assert record is not None
+        assert (record.process_state, record.attempt) == (ProcessState.PROCESSED, 1)
+        assert await e2e.pending(REPLIES) == [], "a conflicting message gets no status reply"
+
+
+async def test_s3_a_conflict_sent_with_the_recommended_message_id_is_not_silently_lost(
+    tmp_path: Path,
+) -> None:
+    """S3 with the message id contracts.md recommends (the orderId): the conflicting
+    resubmission must still end on the dead-letter queue with an operator alert. So the
+    orders queue has no duplicate detection: it would drop the resubmission unseen, and S2
+    already makes an exact resend harmless."""
+    async with running_pipeline(tmp_path) as e2e:
+        await e2e.submit(order_body("o-same-id", items=[("sku-1", 2)]), message_id="o-same-id")
+        await e2e.statuses("o-same-id", "received")
+
+        await e2e.submit(order_body("o-same-id", items=[("sku-9", 5)]), message_id="o-same-id")
+        await e2e.drained(ORDERS, "the conflicting resubmission was handled")
+
+        dead = await e2e.pending(ORDERS, dead_letters=True)
+        assert [m.dead_letter_reason for m in dead] == ["OrderConflict"]
+
+
+async def test_invalid_messages_are_dead_lettered_with_what_is_wrong(tmp_path: Path) -> None:
+    """contracts.md, S3, R1: not JSON, a schema break, an unknown schemaVersion and a reply_to
+    outside REPLY_QUEUES are each dead-lettered with a reason saying what is wrong, raise an
+    `invalid-message` alert, and never reach the stores."""
+    async with running_pipeline(tmp_path) as e2e:
+        await e2e.submit(b"{not json", message_id="not-json")
+        await e2e.submit(order_body("o-schema", items=[("sku-1", 0)]), message_id="schema")
+        await e2e.submit(order_body("o-version", schema_version=2), message_id="version")
+        await e2e.submit(
+            order_body("o-reply"), message_id="reply-to", reply_to="someone-elses-queue"
+        )
+
+        dead = await e2e.count_of(ORDERS, 4, dead_letters=True)
+
+        why = {m.message_id: m.dead_letter_description or "" for m in dead}
+        assert {m.dead_letter_reason for m in dead} == {"InvalidMessage"}
+        assert "not valid JSON" in why["not-json"]
+        assert "items[0].quantity" in why["schema"]
+        assert "schemaVersion 2" in why["version"]
+        assert "someone-elses-queue" in why["reply-to"]
+        assert "REPLY_QUEUES" in why["reply-to"]
+        alerts = await e2e.count_of(ALERTS, 4)
+        assert {a.body["kind"] for a in alerts} == {"invalid-message"}
+        for order_id in ("o-schema", "o-version", "o-reply"):
+            assert await e2e.record(order_id) is None
+            assert await e2e.stored_order(order_id) is None
+        assert await e2e.pending(REPLIES) == []
+
+
+async def test_r1_only_allow_listed_reply_queues_get_status_messages(tmp_path: Path) -> None:
+    """R1, R2: with REPLY_QUEUES naming another app's queue, an order that names
+    `demo-replies` is refused at submission and that queue gets nothing; an order without a
+    reply_to is processed to the end and no status message goes anywhere."""
+    async with running_pipeline(tmp_path, settings={"REPLY_QUEUES": "partner-replies"}) as e2e:
+        await e2e.submit(order_body("o-not-listed"), message_id="o-not-listed")
+        await e2e.submit(order_body("o-silent"), message_id="o-silent", reply_to=None)
+
+        [refused] = await e2e.count_of(ORDERS, 1, dead_letters=True)
+        done = await e2e.wait_for_record(
+            "o-silent", lambda r: r.process_state is ProcessState.PROCESSED, "Processed"
+        )
+
+        assert refused.message_id == "o-not-listed"
+        assert "'demo-replies' is not an allow-listed reply queue" in (
+            refused.dead_letter_description or ""
+        )
+        assert await e2e.record("o-not-listed") is None
+        assert done.reply_to is None
+        assert await e2e.pending(REPLIES) == []
+        assert set(e2e.app_sent()) <= {"agent-requests", "agent-responses", ALERTS}, (
+            "no status message was sent to any queue"
+        )
