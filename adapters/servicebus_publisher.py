@@ -85,8 +85,7 @@ class ServiceBusPublisher:
         self.sent[message.queue] += 1
 
     async def close(self) -> None:
-        for writer in self._writers.values():
-            await writer.close()
+        await asyncio.gather(*(writer.close() for writer in self._writers.values()))
         self._writers.clear()
         await self._client.close()
 
