@@ -1,6 +1,6 @@
-"""Issue 3 crash safety with a real process kill: kill -9 the engine mid-activity, start a
-new engine on the same file, and the orchestration completes with its timer and its
-early event kept and the unfinished activity run again."""
+"""Issue 3 crash safety with a real process kill: kill -9 `python -m devhost start`
+mid-activity, start again on the same data, and the orchestration completes with its timer
+and its early event kept and the unfinished activity run again."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from tests.support.waiting import eventually_sync
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
+APPS = Path(__file__).resolve().parent / "apps"
 
 
 @cache
@@ -30,17 +31,22 @@ def crash_functions() -> tuple[Function, ...]:
     return tuple(crash_app.app.get_functions())
 
 
-def kill_worker_mid_activity(database: str, markers: Path) -> None:
-    """Run the engine in a child process until the activity has started, then SIGKILL it."""
-    worker = subprocess.Popen(
+def kill_devhost_mid_activity(data_dir: Path, markers: Path) -> None:
+    """Run `python -m devhost start` on the app until the activity has started, then SIGKILL it."""
+    devhost = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "devhost.durable.worker",
+            "devhost",
+            "start",
             "--app",
-            "tests.integration.durable.apps.crash_app:app",
-            "--db",
-            database,
+            "crash_app:app",
+            "--app-root",
+            str(APPS),
+            "--data",
+            str(data_dir),
+            "--http-port",
+            "0",
         ],
         cwd=REPO_ROOT,
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
@@ -49,20 +55,22 @@ def kill_worker_mid_activity(database: str, markers: Path) -> None:
     )
     try:
         eventually_sync(
-            lambda: (markers / "started-1").exists() or worker.poll() is not None,
-            "the worker to start the activity",
+            lambda: (markers / "started-1").exists() or devhost.poll() is not None,
+            "the devhost to start the activity",
             bound=60,
         )
-        assert worker.poll() is None, worker.stderr.read().decode() if worker.stderr else ""
+        assert devhost.poll() is None, devhost.stderr.read().decode() if devhost.stderr else ""
     finally:
-        os.kill(worker.pid, signal.SIGKILL)
-        worker.wait(timeout=30)
-        if worker.stderr:
-            worker.stderr.close()
+        os.kill(devhost.pid, signal.SIGKILL)
+        devhost.wait(timeout=30)
+        if devhost.stderr:
+            devhost.stderr.close()
 
 
 async def test_kill_9_mid_activity_then_resume_on_the_same_file(tmp_path: Path) -> None:
-    database = str(tmp_path / "durable.sqlite")
+    data_dir = tmp_path / "devhost"
+    data_dir.mkdir()
+    database = str(data_dir / "durable.sqlite")  # where `devhost start --data` keeps histories
     markers = tmp_path / "markers"
     markers.mkdir()
     client = DurableEngine(crash_functions(), database)
@@ -70,7 +78,7 @@ async def test_kill_9_mid_activity_then_resume_on_the_same_file(tmp_path: Path) 
     await client.raise_event(instance_id, "Approval", "granted")
     await client.close()
 
-    kill_worker_mid_activity(database, markers)
+    kill_devhost_mid_activity(data_dir, markers)
 
     resumed = DurableEngine(
         crash_functions(), database, clock=VirtualClock(dt.datetime.now(dt.UTC))
