@@ -16,9 +16,10 @@ import azure.functions as func
 
 import bootstrap
 from orchestrators.payloads import AttemptInput
-from services.starter import claim_pending
+from services.starter import Claim, claim_pending
 
 bp = df.Blueprint()
+CONCURRENT_STARTS = 16
 log = logging.getLogger("app.starter")
 
 
@@ -29,19 +30,28 @@ async def start_pending_orders(
 ) -> None:
     app = bootstrap.services()
     run = await asyncio.to_thread(claim_pending, app.states, app.settings, bootstrap.now())
-    started = 0
-    for claim in run.claims:
+    # Each claim is already won, so the starts may go out together (bounded): one after
+    # another, a large page of claims would take longer than the starter's cadence.
+    slots = asyncio.Semaphore(CONCURRENT_STARTS)
+
+    async def start(claim: Claim) -> bool:
         attempt = AttemptInput(
             claim.instance_id.order_id, claim.instance_id.attempt, app.settings.agent_transport
         )
-        try:
-            await client.start_new(
-                "order_workflow", instance_id=str(claim.instance_id), client_input=attempt.to_dict()
-            )
-            started += 1
-        except Exception:
-            # The claim stands with its provisional CompleteBy: the supervisor recovers it.
-            log.exception("could not start attempt instance=%s", claim.instance_id)
+        async with slots:
+            try:
+                await client.start_new(
+                    "order_workflow",
+                    instance_id=str(claim.instance_id),
+                    client_input=attempt.to_dict(),
+                )
+            except Exception:
+                # The claim stands with its provisional CompleteBy: the supervisor recovers it.
+                log.exception("could not start attempt instance=%s", claim.instance_id)
+                return False
+        return True
+
+    started = sum(await asyncio.gather(*(start(claim) for claim in run.claims)))
     log.info(
         "starter run claims=%d started=%d pages=%d items_read=%d lost_races=%d stopped=%s",
         len(run.claims),

@@ -42,6 +42,10 @@ log = logging.getLogger("devhost.servicebus_trigger")
 RECEIVE_WAIT_SECONDS = 1.0
 BUSY_RECEIVE_WAIT_SECONDS = 0.02
 STOP_GRACE_SECONDS = 30.0
+# pyamqp waits for a settlement's outcome by reading the connection, each read blocking up to
+# the socket timeout (0.2 s by default) when another waiter took the frame it needed. A short
+# timeout keeps settlements near one round trip when many complete at once.
+SOCKET_TIMEOUT_SECONDS = 0.02
 
 
 def service_bus_client(settings: AppSettings, prefix: str) -> ServiceBusClient:
@@ -192,6 +196,7 @@ class ServiceBusTrigger:
                 self._queue,
                 receive_mode=ServiceBusReceiveMode.PEEK_LOCK,
                 prefetch_count=self._options.prefetch_count,
+                socket_timeout=SOCKET_TIMEOUT_SECONDS,
             ) as receiver,
             AutoLockRenewer(
                 max_lock_renewal_duration=self._options.max_auto_lock_renewal.total_seconds()
@@ -245,15 +250,27 @@ class ServiceBusTrigger:
         await self._apply_settlements(receiver)
 
     async def _apply_settlements(self, receiver: ServiceBusReceiver) -> None:
+        # No receive is in flight here, so the settlements may await their outcomes together:
+        # one after another, each would wait a full turn of a busy event loop.
         while self._settlements:
-            operation, message, options, done = self._settlements.pop(0)
-            method = "renew_message_lock" if operation == "renew" else f"{operation}_message"
-            try:
-                await getattr(receiver, method)(message, **options)
-            except Exception as error:
-                done.set_exception(error)
-            else:
-                done.set_result(None)
+            pending, self._settlements = self._settlements, []
+            await asyncio.gather(*(self._apply(receiver, *settlement) for settlement in pending))
+
+    @staticmethod
+    async def _apply(
+        receiver: ServiceBusReceiver,
+        operation: str,
+        message: ServiceBusReceivedMessage,
+        options: dict[str, Any],
+        done: asyncio.Future[None],
+    ) -> None:
+        method = "renew_message_lock" if operation == "renew" else f"{operation}_message"
+        try:
+            await getattr(receiver, method)(message, **options)
+        except Exception as error:
+            done.set_exception(error)
+        else:
+            done.set_result(None)
 
     async def settle(
         self, operation: str, message: ServiceBusReceivedMessage, **options: Any

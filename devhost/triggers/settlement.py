@@ -48,6 +48,7 @@ from devhost.indexing import IndexedFunction
 LOCK_TOKEN_MARKER = b"x-opt-lock-token"
 SETTLE_TIMEOUT_SECONDS = 60.0
 MAX_GRPC_MESSAGE = 2**31 - 1
+SETTLE_THREADS = 128
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,12 @@ class SettlementService:
             return cls._instance
 
     def _start(self) -> None:
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="settle"))
+        # Each call holds a server thread until the trigger's loop has applied it, so the pool
+        # must cover every invocation that may settle at once (maxConcurrentCalls per trigger).
+        workers = futures.ThreadPoolExecutor(
+            max_workers=SETTLE_THREADS, thread_name_prefix="settle"
+        )
+        server = grpc.server(workers)
         settlement_pb2_grpc.add_SettlementServicer_to_server(_Servicer(self), server)
         self.port = server.add_insecure_port("127.0.0.1:0")
         server.start()
