@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup test lint typecheck pytest bench demo servicebus clean
+.PHONY: setup test lint typecheck pytest bench bench-servicebus bench-pipeline demo servicebus clean
 
 setup: $(VENV)/.installed node_modules/.installed
 
@@ -31,11 +31,23 @@ pytest: setup
 	$(BIN)/python -m pytest
 
 # The order pipeline end to end on the embedded default: 200 orders, default fault mix.
+# BACKEND=cosmos runs it on the Cosmos adapter against a local Cosmos DB API server it starts;
+# without BACKEND, STATE_STORE and CosmosConnection from the environment decide (default sqlite).
 demo: setup
-	$(BIN)/python -m devhost demo --orders 200 --faults default --report report.json
+	$(BIN)/python -m devhost demo $(if $(BACKEND),--backend $(BACKEND)) \
+		--orders 200 --faults default --report report.json
 
+# Throughput benchmarks (not tests; they print medians and a summary table): the broker's
+# send + receive + complete rate (issue 2) and the fault-free pipeline at 1k and 5k orders
+# (issue 4, several minutes). Pass options with ARGS, e.g. `make bench-pipeline ARGS="--runs 1"`.
 bench: setup
-	$(BIN)/python -m bench.servicebus_throughput
+	$(BIN)/python -m bench
+
+bench-servicebus: setup
+	$(BIN)/python -m bench servicebus $(ARGS)
+
+bench-pipeline: setup
+	$(BIN)/python -m bench pipeline $(ARGS)
 
 servicebus: setup
 	$(BIN)/python -m devhost servicebus --port 5672 --config devhost/servicebus/default-config.json

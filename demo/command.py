@@ -1,6 +1,9 @@
 """``python -m devhost demo``: run the order pipeline locally under faults and report (issue 4).
 
 Exits 0 when no order was lost or stuck and no side effect happened twice, 1 otherwise.
+``--backend cosmos`` runs it on the Cosmos adapter against a local Cosmos DB API server it
+starts (issue 5); without ``--backend``, STATE_STORE and the Cosmos settings of the
+environment decide, so the same command runs against the emulator or an account.
 """
 
 from __future__ import annotations
@@ -8,6 +11,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import sys
+import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 from simulators.fulfilment import PRESETS
@@ -45,15 +51,59 @@ def add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="how long to wait after the last submission for orders to finish",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--backend",
+        choices=("sqlite", "cosmos"),
+        default=None,
+        help=(
+            "state store and orders database: sqlite (embedded) or cosmos, on a local Cosmos "
+            "DB API server the demo starts (npm @vercel/cosmosdb-server). Without it, "
+            "STATE_STORE, CosmosConnection and COSMOS_DATABASE from the environment decide "
+            "(default sqlite)"
+        ),
+    )
     parser.set_defaults(run=run_demo_command)
 
 
 def run_demo_command(args: argparse.Namespace) -> int:
-    from demo.run import DemoOptions, run_demo, write_report
-
     # The pipeline's own logs would drown the progress bar; the report says what happened.
     if logging.getLogger().level < logging.WARNING:
         logging.getLogger().setLevel(logging.ERROR)
+    _quiet_cosmos_sdk()
+    if args.backend != "cosmos":
+        return _run(args, {} if args.backend is None else {"STATE_STORE": args.backend})
+    from adapters.cosmos_connection import CONNECTION_SETTING
+    from devhost.cosmos_server import CosmosServer
+
+    try:
+        server = CosmosServer().start()
+    except RuntimeError as error:
+        print(f"demo: cannot start the local Cosmos DB API server: {error}", file=sys.stderr)
+        return 2
+    try:
+        return _run(args, {"STATE_STORE": "cosmos", CONNECTION_SETTING: server.connection_string})
+    finally:
+        server.stop()
+
+
+def _quiet_cosmos_sdk() -> None:
+    """Silence two kinds of azure-cosmos noise that say nothing about the run.
+
+    The SDK skips certificate checks for localhost and 127.0.0.1 only (the emulator's and the
+    local server's self-signed certificates) and urllib3 warns on every such request. A client
+    closed soon after it opened (the report's own stores) logs, at ERROR, the endpoint health
+    check it started in the background; the operations themselves raise their own failures.
+    """
+    from urllib3.exceptions import InsecureRequestWarning
+
+    warnings.filterwarnings("ignore", category=InsecureRequestWarning)
+    logging.getLogger("azure.cosmos._GlobalEndpointManager").setLevel(logging.CRITICAL)
+
+
+def _run(args: argparse.Namespace, settings: Mapping[str, str]) -> int:
+    from demo.run import DemoOptions, run_demo, write_report
+    from domain.policies import SettingsError
+
     options = DemoOptions(
         orders=args.orders,
         faults=args.faults,
@@ -62,7 +112,12 @@ def run_demo_command(args: argparse.Namespace) -> int:
         work_dir=args.work_dir,
         settle_seconds=args.settle_seconds,
         progress=not args.no_progress,
+        settings=settings,
     )
-    report = asyncio.run(run_demo(options))
+    try:
+        report = asyncio.run(run_demo(options))
+    except SettingsError as error:
+        print(f"demo: {error}", file=sys.stderr)
+        return 2
     write_report(report, args.report)
     return 1 if report.failed else 0

@@ -4,6 +4,13 @@ The broker gets the app's entities from ``servicebus.config.json``; the devhost 
 ``function_app:app`` from the repository root with settings that point it at the broker, the
 simulated fulfilment service and a SQLite directory of the run's own. Tests and the demo use
 this one harness, so what the demo shows is what the tests check.
+
+The store settings (STATE_STORE, CosmosConnection, CosmosConnection__accountEndpoint and
+COSMOS_*) set in the process environment win over the local defaults, so one environment
+points a run at the official Cosmos DB emulator, an account or a running Cosmos API server;
+the ``settings`` argument wins over both. On Cosmos with an account key, a run gets a fresh
+database unless COSMOS_DATABASE is set, so it never sees an earlier run's orders, and drops
+it when it stops (with an identity the app cannot create databases: it uses COSMOS_DATABASE).
 """
 
 from __future__ import annotations
@@ -11,22 +18,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+import os
+import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from azure.core.exceptions import AzureError
+from azure.cosmos.exceptions import CosmosResourceNotFoundError
+
 import bootstrap
+from adapters.cosmos_connection import CONNECTION_SETTING, CosmosOptions, connect
 from devhost.clock import Clock, RealClock
 from devhost.host import DevHost, HostOptions
 from devhost.servicebus.config import load_config
 from devhost.servicebus.server import ServiceBusBroker
 from devhost.settings import AppSettings
+from domain.policies import SettingsError
+from domain.ports import StoreError
 from simulators.fulfilment import FaultPlan, FulfilmentService
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 BROKER_CONFIG = REPOSITORY / "servicebus.config.json"
 SAMPLE_SETTINGS = REPOSITORY / "local.settings.sample.json"
 DEMO_REPLY_QUEUE = "demo-replies"
+DROP_DATABASE_TIMEOUT_SECONDS = 30
+
+logger = logging.getLogger(__name__)
 
 # Fast cadences so a local run settles in seconds; Azure uses the sample settings' values.
 LOCAL_SETTINGS: dict[str, str] = {
@@ -54,6 +73,36 @@ def sample_settings() -> dict[str, str]:
     return {name: str(value) for name, value in document["Values"].items()}
 
 
+def store_settings_from(environ: Mapping[str, str]) -> dict[str, str]:
+    """The state store and Cosmos DB settings set in `environ`."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if name == "STATE_STORE" or name.startswith(("COSMOS_", CONNECTION_SETTING))
+    }
+
+
+def _scratch_database(values: Mapping[str, str]) -> str | None:
+    """A fresh database name for a Cosmos run with an account key, else None."""
+    if values.get("STATE_STORE") != "cosmos" or not values.get(CONNECTION_SETTING, "").strip():
+        return None
+    return f"pipeline-{uuid.uuid4().hex[:12]}"
+
+
+def _drop_database(values: Mapping[str, str], name: str) -> None:
+    try:
+        client, _ = connect(values, CosmosOptions.from_environ(values))
+        with client:
+            client.delete_database(name, timeout=DROP_DATABASE_TIMEOUT_SECONDS)
+    except CosmosResourceNotFoundError:
+        pass  # the run stopped before the app first opened its stores
+    except (AzureError, SettingsError, StoreError) as error:
+        # The run's result stands, but a leftover database costs money: say which one it is.
+        logger.error(
+            "could not drop the run's Cosmos DB database %r, drop it by hand: %s", name, error
+        )
+
+
 @dataclass
 class Pipeline:
     broker: ServiceBusBroker
@@ -76,6 +125,8 @@ async def local_pipeline(
 ) -> AsyncIterator[Pipeline]:
     """Start broker, fulfilment service and devhost; stop them all on exit."""
     await asyncio.to_thread(work_dir.mkdir, parents=True, exist_ok=True)
+    chosen = {**store_settings_from(os.environ), **(settings or {})}
+    scratch_database = None if "COSMOS_DATABASE" in chosen else _scratch_database(chosen)
     broker = ServiceBusBroker(load_config(BROKER_CONFIG))
     broker.start()
     fulfilment = FulfilmentService(faults or FaultPlan.preset("none"), seed=seed)
@@ -88,8 +139,10 @@ async def local_pipeline(
             "ServiceBusConnection": broker.connection_string,
             "FULFILMENT_SERVICE_URL": fulfilment.base_url,
             "SQLITE_DIRECTORY": str(work_dir / "stores"),
-            **(settings or {}),
+            **chosen,
         }
+        if scratch_database is not None:
+            values["COSMOS_DATABASE"] = scratch_database
         options = HostOptions(
             app="function_app:app",
             app_root=REPOSITORY,
@@ -106,3 +159,5 @@ async def local_pipeline(
         await bootstrap.shutdown()
         await fulfilment.stop()
         broker.stop()
+        if scratch_database is not None:
+            await asyncio.to_thread(_drop_database, chosen, scratch_database)

@@ -90,7 +90,7 @@ class DemoReport:
             f"End-to-end latency: p50 {self.latency_ms['p50']} ms, p95 {self.latency_ms['p95']} ms",
             f"Cost per order: {self.per_order['store_reads']} store reads, "
             f"{self.per_order['store_writes']} store writes, "
-            f"{self.per_order['messages']} Service Bus messages",
+            f"{self.per_order['messages']} Service Bus messages" + _request_units(self.per_order),
             f"Duration: {self.duration_seconds:.1f} s",
             "Result: " + ("FAILED" if self.failed else "passed"),
         ]
@@ -99,6 +99,12 @@ class DemoReport:
         if self.stuck:
             lines.append(f"  stuck: {', '.join(self.stuck[:10])}")
         return "\n".join(lines)
+
+
+def _request_units(per_order: Mapping[str, float]) -> str:
+    """Cosmos DB request units per order; SQLite has none to report."""
+    charge = per_order.get("request_charge", 0.0)
+    return f", {charge} request units" if charge else ""
 
 
 def _pairs(counts: Mapping[str, int]) -> str:

@@ -15,7 +15,8 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from azure.servicebus import ServiceBusSubQueue
@@ -40,6 +41,8 @@ class DemoOptions:
     work_dir: Path | None = None
     settle_seconds: float = 120.0
     progress: bool = True
+    settings: Mapping[str, str] = field(default_factory=dict)
+    """App settings over the local defaults and the environment (e.g. STATE_STORE)."""
 
 
 async def run_demo(options: DemoOptions) -> DemoReport:
@@ -47,7 +50,9 @@ async def run_demo(options: DemoOptions) -> DemoReport:
     with tempfile.TemporaryDirectory(prefix="demo-") as scratch:
         work_dir = options.work_dir or Path(scratch)
         plan = FaultPlan.preset(options.faults)
-        async with local_pipeline(work_dir, faults=plan, seed=options.seed) as pipeline:
+        async with local_pipeline(
+            work_dir, faults=plan, seed=options.seed, settings=options.settings
+        ) as pipeline:
             return await _run(pipeline, workload, options)
 
 
@@ -138,6 +143,7 @@ async def _report(
             "store_reads": round(cost.reads / valid, 2),
             "store_writes": round(cost.writes / valid, 2),
             "messages": round(messages / valid, 2),
+            "request_charge": round(cost.request_charge / valid, 2),
         },
         supervisor_retries=sum(r.attempt - 1 for r in records.values() if r is not None),
         submitted={

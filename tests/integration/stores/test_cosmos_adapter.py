@@ -28,13 +28,13 @@ import bootstrap
 from adapters import deadline_index
 from adapters.cosmos_containers import DEFAULT_DEADLINE_INDEX_CONTAINER
 from adapters.cosmos_store import CosmosOrderStore, CosmosStateStore, open_cosmos_stores
+from devhost import cosmos_server as cosmos_server_module
 from domain import transitions
 from domain.policies import Settings, SettingsError
 from domain.ports import OperationKind, PreconditionFailed, StoreMetrics, StoreUnavailable
 from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord
 from services.supervisor import sweep
 from tests.integration.stores.store_backends import cosmos_environ
-from tests.support import cosmos_server as cosmos_server_module
 from tests.support.cosmos_server import EMULATOR_KEY, CosmosServer, CosmosServerMissing
 
 NOW = datetime(2026, 8, 1, 12, 0, tzinfo=UTC)

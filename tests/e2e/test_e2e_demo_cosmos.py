@@ -1,0 +1,104 @@
+"""The demo on the Cosmos adapter (issue 5): `make demo BACKEND=cosmos` and the environment.
+
+`--backend cosmos` starts the local Cosmos DB API server itself; without it, the demo runs
+on whatever Cosmos DB the environment names (here a server the test starts, standing in for
+the emulator or an account), creates its containers there, and keeps a database only when
+COSMOS_DATABASE names it: otherwise each run has a fresh one and drops it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from azure.cosmos import CosmosClient
+
+from demo.pipeline import store_settings_from
+from tests.support.cosmos_server import CosmosServer
+
+pytestmark = pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+DEMO_TIMEOUT_SECONDS = 120
+SDK_TIMEOUT_SECONDS = 30
+
+
+def run_demo(
+    report_path: Path, orders: int, *arguments: str, environ: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """`python -m devhost demo` as a user runs it, with no store settings but `environ`'s."""
+    outside = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in store_settings_from(os.environ)
+    }
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "devhost",
+            "demo",
+            "--orders",
+            str(orders),
+            "--faults",
+            "none",
+            "--no-progress",
+            "--report",
+            str(report_path),
+            *arguments,
+        ],
+        cwd=REPOSITORY,
+        env={**outside, **(environ or {})},
+        capture_output=True,
+        text=True,
+        timeout=DEMO_TIMEOUT_SECONDS,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    return completed, json.loads(report_path.read_text(encoding="utf-8"))
+
+
+def test_backend_cosmos_runs_the_demo_on_a_cosmos_server_it_starts(tmp_path: Path) -> None:
+    completed, report = run_demo(tmp_path / "report.json", 20, "--backend", "cosmos", "--seed", "3")
+
+    assert report["settings"]["state_store"] == "cosmos"
+    assert (report["lost"], report["stuck"], report["double_side_effects"]) == (0, 0, 0)
+    assert report["final_states"] == {"Processed": 20}
+    assert report["status_messages"] == {"received": 20, "completed": 20}
+    assert report["per_order"]["request_charge"] > 0
+    assert "request units" in completed.stdout
+    assert "Result: passed" in completed.stdout
+
+
+def test_the_demo_runs_on_the_cosmos_db_the_environment_names(tmp_path: Path) -> None:
+    with CosmosServer() as server:
+        environ = {"STATE_STORE": "cosmos", "CosmosConnection": server.connection_string}
+        _, kept = run_demo(
+            tmp_path / "kept.json", 5, "--seed", "4", environ={**environ, "COSMOS_DATABASE": "kept"}
+        )
+        _, fresh = run_demo(tmp_path / "fresh.json", 5, "--seed", "4", environ=environ)
+
+        with CosmosClient.from_connection_string(server.connection_string) as client:
+            databases = {d["id"] for d in client.list_databases(timeout=SDK_TIMEOUT_SECONDS)}
+            database = client.get_database_client("kept")
+            containers = {c["id"] for c in database.list_containers(timeout=SDK_TIMEOUT_SECONDS)}
+            states = list(
+                database.get_container_client("state").query_items(
+                    "SELECT c.OrderID, c.ProcessState FROM c",
+                    enable_cross_partition_query=True,
+                    timeout=SDK_TIMEOUT_SECONDS,
+                )
+            )
+
+    assert kept["settings"]["state_store"] == fresh["settings"]["state_store"] == "cosmos"
+    assert kept["final_states"] == fresh["final_states"] == {"Processed": 5}
+    # The second run used a database of its own, dropped when it stopped; the first kept its.
+    assert databases == {"kept"}
+    assert {"state", "orders"} <= containers
+    assert sorted(s["OrderID"] for s in states) == [f"order-4-{i:05d}" for i in range(5)]
+    assert {s["ProcessState"] for s in states} == {"Processed"}
