@@ -126,6 +126,20 @@ class DevHost:
 
         self._tasks.append(asyncio.create_task(supervised(), name=f"{kind}:{name}"))
 
+    async def invoke(self, function_name: str, trigger_value: Any) -> Any:
+        """Run a function now with ``trigger_value`` for its trigger parameter.
+
+        What the Functions host's admin endpoint (``POST /admin/functions/{name}``) does for
+        non-HTTP functions: a timer function runs outside its schedule, with its other input
+        bindings (such as durableClient) filled in as usual.
+        """
+        if self._invoker is None:
+            raise RuntimeError("the devhost is not started")
+        function = next((f for f in self.functions if f.name == function_name), None)
+        if function is None:
+            raise LookupError(f"the app has no function named {function_name!r}")
+        return await self._invoker.invoke(function, {str(function.trigger["name"]): trigger_value})
+
     @property
     def listener_failures(self) -> list[BaseException]:
         """Exceptions of trigger listeners that stopped (a healthy host has none)."""
