@@ -49,8 +49,10 @@ bench-servicebus: setup
 bench-pipeline: setup
 	$(BIN)/python -m bench pipeline $(ARGS)
 
+# The embedded broker on its own, with the app's queues; messages kept in .devhost/.
 servicebus: setup
-	$(BIN)/python -m devhost servicebus --port 5672 --config devhost/servicebus/default-config.json
+	mkdir -p .devhost
+	$(BIN)/python -m devhost servicebus --port 5672 --config servicebus.config.json --data .devhost/servicebus.sqlite
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
