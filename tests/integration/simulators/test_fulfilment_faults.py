@@ -1,7 +1,7 @@
 """Fulfilment simulator, fault injection on demand (E6-E9): kinds, rules, presets, seeds."""
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
@@ -15,24 +15,10 @@ from simulators.fulfilment import (
     FulfilmentService,
     Operation,
 )
+from tests.integration.simulators.conftest import TIMEOUT
 from tests.support.waiting import eventually
 
-TIMEOUT = aiohttp.ClientTimeout(total=10)
 ITEMS = [{"sku": "sku-1", "quantity": 1}]
-
-
-@pytest.fixture
-async def service() -> AsyncIterator[FulfilmentService]:
-    service = FulfilmentService()
-    await service.start()
-    yield service
-    await service.stop()
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
-        yield session
 
 
 async def fulfil(

@@ -1,29 +1,12 @@
 """Fulfilment simulator, fencing tokens enforced at the target (E7, D4/E5 at the remote side)."""
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
-import pytest
 
 from simulators.fulfilment import FulfilmentService
 
-TIMEOUT = aiohttp.ClientTimeout(total=10)
 ITEMS = [{"sku": "sku-1", "quantity": 1}]
-
-
-@pytest.fixture
-async def service() -> AsyncIterator[FulfilmentService]:
-    service = FulfilmentService()
-    await service.start()
-    yield service
-    await service.stop()
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
-        yield session
 
 
 async def fulfil(

@@ -1,30 +1,15 @@
 """Fulfilment simulator, idempotency at the target (E7, C8) and compensation (C1), over HTTP."""
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
 
 from simulators.fulfilment import FaultKind, FaultPlan, FaultRule, FulfilmentService
+from tests.integration.simulators.conftest import TIMEOUT
 
-TIMEOUT = aiohttp.ClientTimeout(total=10)
 ITEMS = [{"sku": "sku-1", "quantity": 2}, {"sku": "sku-2", "quantity": 1}]
-
-
-@pytest.fixture
-async def service() -> AsyncIterator[FulfilmentService]:
-    service = FulfilmentService()
-    await service.start()
-    yield service
-    await service.stop()
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
-        yield session
 
 
 async def fulfil(

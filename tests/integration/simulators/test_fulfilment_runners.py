@@ -4,7 +4,6 @@ keeps idempotency and fences across restarts, even after ``kill -9`` (E7, C8).""
 import asyncio
 import signal
 import sys
-from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,6 @@ from simulators.fulfilment import FulfilmentService, FulfilmentServiceThread
 from simulators.fulfilment.journal import CorruptJournal
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-TIMEOUT = aiohttp.ClientTimeout(total=10)
 PROCESS_BOUND_SECONDS = 30
 ITEMS: list[dict[str, Any]] = [{"sku": "sku-1", "quantity": 1}]
 
@@ -51,12 +49,6 @@ class SimulatorProcess:
         if self.process.returncode is None:
             self.process.send_signal(signum)
         return await asyncio.wait_for(self.process.wait(), PROCESS_BOUND_SECONDS)
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
-        yield session
 
 
 async def fulfil(

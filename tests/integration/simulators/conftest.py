@@ -1,0 +1,24 @@
+"""The simulated fulfilment service and an HTTP session with a timeout, for every test here."""
+
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+
+from simulators.fulfilment import FulfilmentService
+
+TIMEOUT = aiohttp.ClientTimeout(total=10)
+
+
+@pytest.fixture
+async def service() -> AsyncIterator[FulfilmentService]:
+    running = FulfilmentService()
+    await running.start()
+    yield running
+    await running.stop()
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(timeout=TIMEOUT) as client_session:
+        yield client_session
