@@ -145,7 +145,7 @@ async def _report(
             "messages": round(messages / valid, 2),
             "request_charge": round(cost.request_charge / valid, 2),
         },
-        supervisor_retries=sum(r.attempt - 1 for r in records.values() if r is not None),
+        supervisor_retries=sum(max(0, r.attempt - 1) for r in records.values() if r is not None),
         submitted={
             kind: workload.count(kind) for kind in ("order", "resend", "conflict", "malformed")
         },
