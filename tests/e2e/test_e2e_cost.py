@@ -19,6 +19,7 @@ from tests.e2e.e2e_helpers import (
     order_body,
     running_pipeline,
 )
+from tests.support.waiting import eventually
 
 MAX_WRITES = 5
 MAX_READS = 2
@@ -30,6 +31,11 @@ async def test_one_fault_free_order_stays_within_its_cost_budget(tmp_path: Path)
         await e2e.submit(order_body("o-cost"), message_id="o-cost")
         await e2e.statuses("o-cost", "completed")
         await e2e.drained(AGENT_RESPONSES, "the agent's answer was consumed")
+        # The client may hear `completed` before the app's sender has counted it.
+        await eventually(
+            lambda: sum(e2e.app_sent().values()) >= 4,
+            "the app counted received, request, response and completed",
+        )
 
         costs = bootstrap.services().metrics.snapshot()
         sent = e2e.app_sent()
