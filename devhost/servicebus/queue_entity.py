@@ -81,10 +81,6 @@ class Queue:
         self._locks: dict[uuid.UUID, BrokerMessage] = {}
         self._locks_by_holder: dict[Hashable, set[uuid.UUID]] = {}
 
-    @property
-    def is_dead_letter_queue(self) -> bool:
-        return self._is_dead_letter_queue
-
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, available={self._available_count})"
 

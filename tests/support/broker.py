@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from devhost.servicebus.config import parse_config
@@ -16,18 +15,7 @@ def queue(name: str, **properties: Any) -> dict[str, Any]:
 
 
 @contextmanager
-def running_broker(
-    queues: Sequence[dict[str, Any]], data_path: Path | None = None
-) -> Iterator[ServiceBusBroker]:
+def running_broker(queues: Sequence[dict[str, Any]]) -> Iterator[ServiceBusBroker]:
     document = {"UserConfig": {"Namespaces": [{"Name": "tests", "Queues": list(queues)}]}}
-    with ServiceBusBroker(parse_config(document), data_path=data_path) as broker:
-        yield broker
-
-
-@contextmanager
-def app_broker(config_file: Path, data_path: Path | None = None) -> Iterator[ServiceBusBroker]:
-    """A broker with the entities of a Config.json file, such as the app's own."""
-    from devhost.servicebus.config import load_config
-
-    with ServiceBusBroker(load_config(config_file), data_path=data_path) as broker:
+    with ServiceBusBroker(parse_config(document)) as broker:
         yield broker
