@@ -38,6 +38,12 @@ class InvocationContext:
     thread_local_storage: Any = field(default=None, compare=False)
 
 
+@functools.cache
+def _takes_context(user_function: Callable[..., Any]) -> bool:
+    """Whether the function has a ``context`` parameter (asked once per function, not per call)."""
+    return "context" in inspect.signature(user_function).parameters
+
+
 def default_thread_count() -> int:
     configured = os.environ.get("PYTHON_THREADPOOL_THREAD_COUNT")
     return int(configured) if configured else min(32, (os.cpu_count() or 1) + 4)
@@ -64,7 +70,7 @@ class FunctionInvoker:
             if provide is not None and binding is not function.trigger:
                 kwargs.setdefault(str(binding["name"]), provide())
         invocation_id = str(uuid.uuid4())
-        if "context" in inspect.signature(user_function).parameters:
+        if _takes_context(user_function):
             kwargs.setdefault(
                 "context", InvocationContext(invocation_id, function.name, self._app_root)
             )
