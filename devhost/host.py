@@ -65,7 +65,8 @@ class DevHost:
         self._monitor: ScheduleMonitor | None = None
         self._service_bus: list[ServiceBusTrigger] = []
         self._timers: list[TimerTrigger] = []
-        self._tasks: list[asyncio.Task[None]] = []
+        self._timer_tasks: list[asyncio.Task[None]] = []
+        self._listener_tasks: list[asyncio.Task[None]] = []
         self._restore_environment: Callable[[], None] = lambda: None
 
     async def start(self) -> None:
@@ -98,11 +99,11 @@ class DevHost:
         for function in self._of_type("timerTrigger"):
             timer = TimerTrigger(function, self._invoker, self.clock, self._monitor)
             self._timers.append(timer)
-            self._spawn(timer.run(), function.name)
+            self._timer_tasks.append(self._spawn(timer.run(), function.name))
         for function in self._of_type("serviceBusTrigger"):
             listener = ServiceBusTrigger(function, self._invoker, self.settings, config.service_bus)
             self._service_bus.append(listener)
-            self._spawn(listener.run(), function.name, kind="servicebus")
+            self._listener_tasks.append(self._spawn(listener.run(), function.name))
         log.info(
             "devhost started app=%s functions=%d http_port=%d",
             self.options.app,
@@ -113,7 +114,8 @@ class DevHost:
     def _of_type(self, trigger_type: str) -> Sequence[IndexedFunction]:
         return [f for f in self.functions if f.trigger_type == trigger_type]
 
-    def _spawn(self, work: Coroutine[Any, Any, None], name: str, kind: str = "trigger") -> None:
+    @staticmethod
+    def _spawn(work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         async def supervised() -> None:
             # A listener that dies (e.g. its queue does not exist) is reported, not hidden.
             try:
@@ -124,7 +126,7 @@ class DevHost:
                 log.exception("trigger listener stopped function=%s", name)
                 raise
 
-        self._tasks.append(asyncio.create_task(supervised(), name=f"{kind}:{name}"))
+        return asyncio.create_task(supervised(), name=f"trigger:{name}")
 
     async def invoke(self, function_name: str, trigger_value: Any) -> Any:
         """Run a function now with ``trigger_value`` for its trigger parameter.
@@ -144,7 +146,7 @@ class DevHost:
     def listener_failures(self) -> list[BaseException]:
         """Exceptions of trigger listeners that stopped (a healthy host has none)."""
         failures: list[BaseException] = []
-        for task in self._tasks:
+        for task in [*self._timer_tasks, *self._listener_tasks]:
             if task.done() and not task.cancelled():
                 error = task.exception()
                 if error is not None:
@@ -189,15 +191,16 @@ class DevHost:
             await listener.stop()
         # Service Bus listeners end by themselves once their invocations settle; timers and
         # anything still running after the grace period are cancelled.
-        listeners = [t for t in self._tasks if t.get_name().startswith("servicebus:")]
-        if listeners:
-            await asyncio.wait(listeners, timeout=STOP_GRACE_SECONDS)
-        for task in self._tasks:
+        if self._listener_tasks:
+            await asyncio.wait(self._listener_tasks, timeout=STOP_GRACE_SECONDS)
+        tasks = [*self._timer_tasks, *self._listener_tasks]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        self._tasks.clear()
+        self._timer_tasks.clear()
+        self._listener_tasks.clear()
         if self.http is not None:
             await self.http.stop()
         if self.engine is not None:
