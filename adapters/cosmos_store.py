@@ -289,14 +289,7 @@ class CosmosStateStore(StateStore):
         return None if document is None else _record(document)
 
     def _read(self, order_id: str, charge: RequestCharge) -> dict[str, Any] | None:
-        try:
-            document: dict[str, Any] = self._state.read_item(
-                order_id, partition_key=order_id, response_hook=charge.hook, timeout=self._timeout
-            )
-        except CosmosResourceNotFoundError as missing:
-            charge.add_from(missing.headers)
-            return None
-        return document
+        return _point_read(self._state, order_id, charge, self._timeout)
 
     def replace(self, record: StateRecord) -> StateRecord:
         if record.etag is None:
@@ -564,17 +557,25 @@ class CosmosOrderStore(OrderStore):
         return order
 
     def _read(self, order_id: str, charge: RequestCharge) -> Order | None:
-        try:
-            document = self._orders.read_item(
-                order_id, partition_key=order_id, response_hook=charge.hook, timeout=self._timeout
-            )
-        except CosmosResourceNotFoundError as missing:
-            charge.add_from(missing.headers)
-            return None
-        return Order.from_document(document)
+        document = _point_read(self._orders, order_id, charge, self._timeout)
+        return None if document is None else Order.from_document(document)
 
     def close(self) -> None:
         self._lease.release()
+
+
+def _point_read(
+    container: ContainerProxy, order_id: str, charge: RequestCharge, timeout: float
+) -> dict[str, Any] | None:
+    """The document with id and partition key ``order_id``, or None (its charge counted)."""
+    try:
+        document: dict[str, Any] = container.read_item(
+            order_id, partition_key=order_id, response_hook=charge.hook, timeout=timeout
+        )
+    except CosmosResourceNotFoundError as missing:
+        charge.add_from(missing.headers)
+        return None
+    return document
 
 
 def open_cosmos_stores(
