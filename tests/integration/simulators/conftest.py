@@ -6,8 +6,7 @@ import aiohttp
 import pytest
 
 from simulators.fulfilment import FulfilmentService
-
-TIMEOUT = aiohttp.ClientTimeout(total=10)
+from tests.integration.simulators.fulfilment_calls import TIMEOUT
 
 
 @pytest.fixture

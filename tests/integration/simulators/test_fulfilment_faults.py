@@ -15,7 +15,7 @@ from simulators.fulfilment import (
     FulfilmentService,
     Operation,
 )
-from tests.integration.simulators.conftest import TIMEOUT
+from tests.integration.simulators.fulfilment_calls import TIMEOUT, post_fulfilment
 from tests.support.waiting import eventually
 
 ITEMS = [{"sku": "sku-1", "quantity": 1}]
@@ -28,13 +28,15 @@ async def fulfil(
     attempt: int = 1,
     client_timeout: aiohttp.ClientTimeout = TIMEOUT,
 ) -> tuple[int, dict[str, Any]]:
-    async with session.post(
-        f"{base_url}/fulfilments",
-        json={"orderId": order_id, "attempt": attempt, "items": ITEMS},
-        headers={"Idempotency-Key": f"{order_id}:fulfil"},
-        timeout=client_timeout,
-    ) as response:
-        return response.status, await response.json()
+    return await post_fulfilment(
+        session,
+        base_url,
+        key=f"{order_id}:fulfil",
+        order_id=order_id,
+        attempt=attempt,
+        items=ITEMS,
+        client_timeout=client_timeout,
+    )
 
 
 async def put_faults(

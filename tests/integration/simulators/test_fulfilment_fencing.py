@@ -5,6 +5,7 @@ from typing import Any
 import aiohttp
 
 from simulators.fulfilment import FulfilmentService
+from tests.integration.simulators.fulfilment_calls import post_cancel, post_fulfilment
 
 ITEMS = [{"sku": "sku-1", "quantity": 1}]
 
@@ -16,21 +17,15 @@ async def fulfil(
     attempt: int,
     order_id: str = "o-1",
 ) -> tuple[int, dict[str, Any]]:
-    async with session.post(
-        f"{service.base_url}/fulfilments",
-        json={"orderId": order_id, "attempt": attempt, "items": ITEMS},
-        headers={"Idempotency-Key": key},
-    ) as response:
-        return response.status, await response.json()
+    return await post_fulfilment(
+        session, service.base_url, key=key, order_id=order_id, attempt=attempt, items=ITEMS
+    )
 
 
 async def cancel(
     session: aiohttp.ClientSession, service: FulfilmentService, fulfilment_id: str, attempt: int
 ) -> tuple[int, dict[str, Any]]:
-    async with session.post(
-        f"{service.base_url}/fulfilments/{fulfilment_id}/cancel", json={"attempt": attempt}
-    ) as response:
-        return response.status, await response.json()
+    return await post_cancel(session, service.base_url, fulfilment_id, attempt)
 
 
 async def stale_writes_refused(session: aiohttp.ClientSession, service: FulfilmentService) -> int:

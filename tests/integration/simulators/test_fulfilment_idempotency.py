@@ -7,7 +7,7 @@ import aiohttp
 import pytest
 
 from simulators.fulfilment import FaultKind, FaultPlan, FaultRule, FulfilmentService
-from tests.integration.simulators.conftest import TIMEOUT
+from tests.integration.simulators.fulfilment_calls import TIMEOUT, post_cancel, post_fulfilment
 
 ITEMS = [{"sku": "sku-1", "quantity": 2}, {"sku": "sku-2", "quantity": 1}]
 
@@ -20,21 +20,15 @@ async def fulfil(
     attempt: int = 1,
     items: list[dict[str, Any]] = ITEMS,
 ) -> tuple[int, dict[str, Any]]:
-    async with session.post(
-        f"{service.base_url}/fulfilments",
-        json={"orderId": order_id, "attempt": attempt, "items": items},
-        headers={"Idempotency-Key": key},
-    ) as response:
-        return response.status, await response.json()
+    return await post_fulfilment(
+        session, service.base_url, key=key, order_id=order_id, attempt=attempt, items=items
+    )
 
 
 async def cancel(
     session: aiohttp.ClientSession, service: FulfilmentService, fulfilment_id: str, attempt: int
 ) -> tuple[int, dict[str, Any]]:
-    async with session.post(
-        f"{service.base_url}/fulfilments/{fulfilment_id}/cancel", json={"attempt": attempt}
-    ) as response:
-        return response.status, await response.json()
+    return await post_cancel(session, service.base_url, fulfilment_id, attempt)
 
 
 async def get_json(

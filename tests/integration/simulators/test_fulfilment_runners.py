@@ -14,6 +14,7 @@ import requests
 
 from simulators.fulfilment import FulfilmentService, FulfilmentServiceThread
 from simulators.fulfilment.journal import CorruptJournal
+from tests.integration.simulators.fulfilment_calls import post_fulfilment
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 PROCESS_BOUND_SECONDS = 30
@@ -54,12 +55,9 @@ class SimulatorProcess:
 async def fulfil(
     session: aiohttp.ClientSession, base_url: str, key: str, attempt: int, order_id: str = "o-1"
 ) -> tuple[int, dict[str, Any]]:
-    async with session.post(
-        f"{base_url}/fulfilments",
-        json={"orderId": order_id, "attempt": attempt, "items": ITEMS},
-        headers={"Idempotency-Key": key},
-    ) as response:
-        return response.status, await response.json()
+    return await post_fulfilment(
+        session, base_url, key=key, order_id=order_id, attempt=attempt, items=ITEMS
+    )
 
 
 async def test_command_announces_its_port_and_exits_cleanly_on_sigterm(
