@@ -28,6 +28,7 @@ from azure.durable_functions.models.utils import http_utils
 from devhost.clock import Clock, RealClock, VirtualClock
 from devhost.durable import DurableEngine
 from devhost.durable.management_http import ManagementApi
+from devhost.durable.workers import WorkerProcessOrchestrators
 from devhost.host_config import HostConfig
 from devhost.indexing import IndexedFunction, index_app, load_app
 from devhost.invocation import FunctionInvoker
@@ -50,6 +51,8 @@ class HostOptions:
     data_dir: Path = Path(".devhost")
     http_port: int = 7071
     clock: Clock = field(default_factory=RealClock)
+    # Replays in this many worker processes; 0 replays in the devhost's own process.
+    orchestrator_processes: int = 0
 
 
 class DevHost:
@@ -82,6 +85,13 @@ class DevHost:
             str(self.options.data_dir / "durable.sqlite"),
             clock=self.clock,
             max_concurrent_activities=config.durable_task.max_concurrent_activities,
+            orchestrators=(
+                WorkerProcessOrchestrators(
+                    self.options.app, self.options.app_root, self.options.orchestrator_processes
+                )
+                if self.options.orchestrator_processes
+                else None
+            ),
         )
         self.management = ManagementApi(self.engine)
         await self.management.start()

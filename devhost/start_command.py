@@ -49,7 +49,20 @@ def add_start(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
         default=None,
         help="SQLite file that keeps the embedded broker's messages durable",
     )
+    parser.add_argument(
+        "--orchestrator-processes",
+        type=_non_negative,
+        default=0,
+        help="replay orchestrations in this many worker processes (default 0: in the devhost)",
+    )
     parser.set_defaults(run=run_start)
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
 
 
 def run_start(args: argparse.Namespace) -> int:
@@ -75,7 +88,11 @@ async def _serve(args: argparse.Namespace) -> int:
         values[SERVICE_BUS_CONNECTION] = broker.connection_string
         print(f"servicebus listening on {broker.host}:{broker.port}", flush=True)
     options = HostOptions(
-        app=args.app, app_root=app_root, data_dir=Path(args.data), http_port=args.http_port
+        app=args.app,
+        app_root=app_root,
+        data_dir=Path(args.data),
+        http_port=args.http_port,
+        orchestrator_processes=args.orchestrator_processes,
     )
     host = DevHost(options, AppSettings(values))
     stop = asyncio.Event()

@@ -21,7 +21,7 @@ import traceback
 import uuid
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from azure.functions._durable_functions import df_dumps
@@ -29,7 +29,9 @@ from azure.functions.decorators.function_app import Function
 
 from devhost.clock import Clock, RealClock, VirtualClock
 from devhost.durable.history import (
+    BufferedEvent,
     EventType,
+    HistoryEvent,
     OrchestrationStatusCode,
     execution_started,
     format_timestamp,
@@ -47,16 +49,40 @@ from devhost.durable.status import (
 )
 from devhost.durable.store import ActivityWorkItem, DueTimer, DurableStore, InstanceRecord
 from devhost.durable.translation import SubOrchestrationRequest
+from devhost.durable.workers import (
+    InProcessOrchestrators,
+    OrchestratorRunner,
+    WorkerUnavailableError,
+)
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_CONCURRENT_ACTIVITIES = 10
+# Episodes of different instances replay concurrently (one at a time per instance); enough
+# in flight to keep worker processes busy while the engine commits finished ones.
+MAX_CONCURRENT_EPISODES = 16
+# How long an instance waits before its episode is run again after a worker process died.
+WORKER_RETRY_SECONDS = 1.0
 _TERMINAL = {s.value for s in RuntimeStatus if s.is_terminal}
 _FORBIDDEN_ID_CHARACTERS = set("/\\#?")
 
 
 class EngineStalledError(RuntimeError):
     """``run_until_complete`` found an instance that nothing can move forward."""
+
+
+@dataclass(frozen=True)
+class _PreparedEpisode:
+    """An episode read and ready to replay; its commit consumes exactly what was read.
+
+    Events raised since the last episode are offered to the replay as buffered events with
+    negative ids (their inbox message ids, negated); the commit buffers those no wait took.
+    """
+
+    record: InstanceRecord
+    message_ids: list[int]
+    raised: list[BufferedEvent]
+    request: EpisodeRequest
 
 
 class DurableEngine:
@@ -69,10 +95,13 @@ class DurableEngine:
         *,
         clock: Clock | None = None,
         max_concurrent_activities: int = DEFAULT_MAX_CONCURRENT_ACTIVITIES,
+        orchestrators: OrchestratorRunner | None = None,
     ) -> None:
+        """``orchestrators`` runs the replays (default: in this process and thread)."""
         if max_concurrent_activities < 1:
             raise ValueError("max_concurrent_activities must be at least 1")
         self.registry = FunctionRegistry.from_functions(functions)
+        self._orchestrators = orchestrators or InProcessOrchestrators(self.registry)
         self.clock: Clock = clock or RealClock()
         self.store = DurableStore(database)
         self.max_concurrent_activities = max_concurrent_activities
@@ -80,6 +109,7 @@ class DurableEngine:
             max_workers=max_concurrent_activities, thread_name_prefix="durable-activity"
         )
         self._running: dict[int, asyncio.Task[None]] = {}
+        self._episodes: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self.clock.on_change(self._wake.set)
@@ -196,7 +226,7 @@ class DurableEngine:
 
     def has_runnable_work(self) -> bool:
         """Whether anything can happen without time moving (messages, activities, due timers)."""
-        if self._running or self.store.has_messages() or self._pending_work():
+        if self._running or self._episodes or self.store.has_messages() or self._pending_work():
             return True
         next_timer = self.store.next_timer_at()
         return next_timer is not None and next_timer <= self.clock.now()
@@ -211,10 +241,9 @@ class DurableEngine:
         while True:
             if self._step():
                 continue
-            if self._running:
-                await asyncio.wait(
-                    list(self._running.values()), return_when=asyncio.FIRST_COMPLETED
-                )
+            in_flight = [*self._running.values(), *self._episodes.values()]
+            if in_flight:
+                await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
                 continue
             return
 
@@ -261,20 +290,26 @@ class DurableEngine:
         self._loop_task = asyncio.create_task(self._serve(), name="durable-engine")
 
     async def stop(self) -> None:
-        """Stop the background loop and wait for running async activities to be cancelled."""
+        """Stop the background loop; cancel running async activities and unfinished replays.
+
+        A cancelled replay has committed nothing: its messages wait for the next engine.
+        """
         if self._loop_task is not None:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
             self._loop_task = None
-        for task in list(self._running.values()):
+        tasks = [*self._running.values(), *self._episodes.values()]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._running.values(), return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._running.clear()
+        self._episodes.clear()
 
     async def close(self) -> None:
         """Stop and release the database; unfinished activities re-run on the next engine."""
         await self.stop()
         self._executor.shutdown(wait=False, cancel_futures=True)
+        await self._orchestrators.close()
         self.store.close()
 
     async def _serve(self) -> None:
@@ -311,10 +346,16 @@ class DurableEngine:
     # -- one scheduling pass -----------------------------------------------------------
 
     def _step(self) -> bool:
-        """Fire due timers, run every pending episode, dispatch activities."""
+        """Fire due timers, start the episodes of instances with messages, dispatch activities."""
         progressed = self._fire_due_timers()
         for instance_id in self.store.instances_with_messages():
-            self._run_episode(instance_id)
+            if len(self._episodes) >= MAX_CONCURRENT_EPISODES:
+                break
+            if instance_id in self._episodes:
+                continue  # one episode at a time per instance; the next one sees these too
+            self._episodes[instance_id] = asyncio.create_task(
+                self._episode(instance_id), name=f"episode-{instance_id}"
+            )
             progressed = True
         return self._dispatch_activities() or progressed
 
@@ -338,56 +379,121 @@ class DurableEngine:
                 ),
             )
 
-    def _run_episode(self, instance_id: str) -> None:
-        with self.store.transaction():
-            messages = self.store.take_messages(instance_id)
-            record = self.store.get_instance(instance_id)
-            if record is None:
-                logger.warning(
-                    "messages dropped instance_id=%s reason=instance was purged", instance_id
-                )
-                return
-            if record.runtime_status in _TERMINAL:
-                logger.warning(
-                    "messages dropped instance_id=%s reason=instance is %s events=%s",
-                    instance_id,
-                    record.runtime_status,
-                    [m.event.get("Name") or m.event["EventType"] for m in messages],
-                )
-                return
-            new_events = []
-            for message in messages:
-                if message.event["EventType"] == EventType.EVENT_RAISED:
-                    self.store.buffer_event(instance_id, message.event)
-                elif message.execution_id == record.execution_id:
-                    new_events.append(message.event)
-            buffered = self.store.buffered_events(instance_id)
-            past = self.store.history(instance_id)
-            if not new_events and (not buffered or not past):
-                return
-            try:
-                orchestrator = self.registry.orchestrator(record.name)
-            except UnknownFunctionError as error:
-                self._commit_failure_without_replay(record, new_events, str(error))
-                return
-            outcome = run_episode(
-                EpisodeRequest(
-                    instance_id=instance_id,
-                    orchestrator=orchestrator,
-                    input_json=record.input_json,
-                    parent_instance_id=record.parent_instance_id,
-                    past=past,
-                    new_events=new_events,
-                    buffered_events=buffered,
-                    now=self.clock.now(),
-                )
+    async def _episode(self, instance_id: str) -> None:
+        try:
+            await self._run_episode(instance_id)
+        except asyncio.CancelledError:
+            raise
+        except WorkerUnavailableError as error:
+            logger.warning(
+                "episode postponed instance_id=%s reason=worker process died: %s",
+                instance_id,
+                error,
             )
+            await asyncio.sleep(WORKER_RETRY_SECONDS)
+        except Exception:
+            # Left in the inbox, the messages are tried again; the engine goes on.
+            logger.exception("episode failed instance_id=%s", instance_id)
+            await asyncio.sleep(WORKER_RETRY_SECONDS)
+        finally:
+            self._episodes.pop(instance_id, None)
+            self._wake.set()
+
+    async def _run_episode(self, instance_id: str) -> None:
+        """Read, replay (maybe in a worker process), then commit only if nothing moved.
+
+        No transaction is held across the replay and nothing is written before it: the
+        inbox messages leave in the commit, so a crash or a dead worker during the replay
+        loses none, and a terminate, purge or restart meanwhile makes the commit drop the
+        outcome instead (the next episode sees the messages again).
+        """
+        prepared = self._prepare_episode(instance_id)
+        if prepared is None:
+            return
+        outcome = await run_episode(prepared.request, self._orchestrators)
+        with self.store.transaction():
+            if self.store.get_instance(instance_id) != prepared.record:
+                logger.info(
+                    "episode discarded instance_id=%s reason=instance changed during the replay",
+                    instance_id,
+                )
+                return
+            self.store.remove_messages(prepared.message_ids)
+            delivered = set(outcome.delivered_buffer_ids)
+            for raised in prepared.raised:
+                if raised.buffer_id not in delivered:
+                    self.store.buffer_event(instance_id, raised.event)
+            outcome.delivered_buffer_ids = [i for i in outcome.delivered_buffer_ids if i > 0]
             if (
-                new_events
-                or outcome.delivered_buffer_ids
+                prepared.request.new_events
+                or delivered
                 or outcome.runtime_status == RuntimeStatus.FAILED
             ):
-                self._commit(record, outcome)
+                self._commit(prepared.record, outcome)
+
+    def _prepare_episode(self, instance_id: str) -> _PreparedEpisode | None:
+        """What the next episode replays; None when there is nothing to replay.
+
+        Messages no episode will take (for a finished, purged or earlier instance) are
+        dropped here, and events raised before the instance's first episode are buffered.
+        """
+        with self.store.transaction():
+            messages = self.store.messages(instance_id)
+            record = self.store.get_instance(instance_id)
+            if record is None or record.runtime_status in _TERMINAL:
+                self.store.remove_messages([m.message_id for m in messages])
+                logger.warning(
+                    "messages dropped instance_id=%s reason=%s events=%s",
+                    instance_id,
+                    "instance was purged"
+                    if record is None
+                    else f"instance is {record.runtime_status}",
+                    [m.event.get("Name") or m.event["EventType"] for m in messages],
+                )
+                return None
+            new_events: list[HistoryEvent] = []
+            raised: list[BufferedEvent] = []
+            stale: list[int] = []
+            for message in messages:
+                if message.event["EventType"] == EventType.EVENT_RAISED:
+                    raised.append(
+                        BufferedEvent(-message.message_id, message.event["Name"], message.event)
+                    )
+                elif message.execution_id == record.execution_id:
+                    new_events.append(message.event)
+                else:
+                    stale.append(message.message_id)  # for an earlier generation
+            past = self.store.history(instance_id)
+            if not new_events and not past:
+                # Not started yet: raised events wait in the buffer for the first episode.
+                for event in raised:
+                    self.store.buffer_event(instance_id, event.event)
+                self.store.remove_messages([m.message_id for m in messages])
+                return None
+            self.store.remove_messages(stale)
+            buffered = self.store.buffered_events(instance_id)
+            if not new_events and not buffered and not raised:
+                return None
+            try:
+                self.registry.orchestrator(record.name)
+            except UnknownFunctionError as error:
+                for event in raised:
+                    self.store.buffer_event(instance_id, event.event)
+                self.store.remove_messages([m.message_id for m in messages])
+                self._commit_failure_without_replay(record, new_events, str(error))
+                return None
+        request = EpisodeRequest(
+            instance_id=instance_id,
+            orchestrator=record.name,
+            input_json=record.input_json,
+            parent_instance_id=record.parent_instance_id,
+            past=past,
+            new_events=new_events,
+            buffered_events=[*buffered, *raised],
+            now=self.clock.now(),
+        )
+        consumed = [m.message_id for m in messages if m.message_id not in stale]
+        return _PreparedEpisode(record, consumed, raised, request)
 
     def _commit(self, record: InstanceRecord, outcome: EpisodeOutcome) -> None:
         instance_id, execution_id = record.instance_id, record.execution_id

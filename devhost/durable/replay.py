@@ -29,7 +29,6 @@ from devhost.durable.history import (
     OrchestrationStatusCode,
     new_event,
 )
-from devhost.durable.registry import OrchestratorFunction
 from devhost.durable.translation import (
     REPLAY_SCHEMA_VERSION,
     NonDeterminismError,
@@ -37,6 +36,7 @@ from devhost.durable.translation import (
     UnsupportedActionError,
     translate,
 )
+from devhost.durable.workers import OrchestratorRunner, WorkerUnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class EpisodeRequest:
     """Everything one episode reads."""
 
     instance_id: str
-    orchestrator: OrchestratorFunction
+    orchestrator: str
     input_json: str | None
     parent_instance_id: str | None
     past: list[HistoryEvent]
@@ -68,20 +68,26 @@ class EpisodeOutcome:
     translation: TranslationResult = field(default_factory=TranslationResult)
 
 
-def run_episode(request: EpisodeRequest) -> EpisodeOutcome:
-    """Replay ``request`` through the SDK, delivering buffered events to open waits."""
+async def run_episode(request: EpisodeRequest, runner: OrchestratorRunner) -> EpisodeOutcome:
+    """Replay ``request`` through the SDK, delivering buffered events to open waits.
+
+    ``WorkerUnavailableError`` propagates: the orchestration did nothing wrong, the episode
+    is simply run again.
+    """
     episode = [new_event(EventType.ORCHESTRATOR_STARTED, request.now), *request.new_events]
     remaining = list(request.buffered_events)
     delivered: list[int] = []
     while True:
         try:
-            state = request.orchestrator.invoke(_context_json(request, episode))
+            state = await runner.replay(request.orchestrator, _context_json(request, episode))
             translation = translate(request.instance_id, [*request.past, *episode], state)
+        except WorkerUnavailableError:
+            raise
         except (NonDeterminismError, UnsupportedActionError) as error:
             logger.error(
                 "orchestration failed instance_id=%s name=%s error=%s",
                 request.instance_id,
-                request.orchestrator.name,
+                request.orchestrator,
                 error,
             )
             return _failed(request, episode, delivered, str(error), None)
@@ -179,7 +185,7 @@ def _decide(
 
 
 def _orchestrator_error(request: EpisodeRequest, error: object) -> str:
-    return f"Orchestrator function '{request.orchestrator.name}' failed: {error}"
+    return f"Orchestrator function '{request.orchestrator}' failed: {error}"
 
 
 def _failed(

@@ -266,14 +266,19 @@ class DurableStore:
     def has_messages(self) -> bool:
         return self._connection.execute("SELECT 1 FROM inbox LIMIT 1").fetchone() is not None
 
-    def take_messages(self, instance_id: str) -> list[InboxMessage]:
+    def messages(self, instance_id: str) -> list[InboxMessage]:
+        """The inbox of an instance, oldest first; an episode removes what it consumed."""
         rows = self._connection.execute(
             "SELECT message_id, execution_id, event FROM inbox WHERE instance_id = ? "
             "ORDER BY message_id",
             (instance_id,),
         ).fetchall()
-        self._connection.execute("DELETE FROM inbox WHERE instance_id = ?", (instance_id,))
         return [InboxMessage(row[0], row[1], json.loads(row[2])) for row in rows]
+
+    def remove_messages(self, message_ids: list[int]) -> None:
+        self._connection.executemany(
+            "DELETE FROM inbox WHERE message_id = ?", [(i,) for i in message_ids]
+        )
 
     def buffer_event(self, instance_id: str, event: HistoryEvent) -> None:
         self._connection.execute(

@@ -321,3 +321,11 @@ async def http_start(
     """An ordinary durableClient starter: the host passes ``client`` as the binding JSON."""
     instance_id = await client.start_new("sequence", None, req.get_json())
     return client.create_check_status_response(req, instance_id)
+
+
+@app.orchestration_trigger(context_name="context")
+def chatty(context: df.DurableOrchestrationContext) -> Generator[Any, Any, Any]:
+    """Prints on every replay, as debugging code does; output must not disturb the engine."""
+    print("chatty is replaying")
+    value = yield context.call_activity(echo, "spoken")
+    return value

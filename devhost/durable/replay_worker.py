@@ -1,0 +1,55 @@
+"""A worker process that replays orchestrations: ``python -m devhost.durable.replay_worker``.
+
+Started by ``WorkerProcessOrchestrators`` with the app as ``module:attribute``, its root and
+the devhost's log level.
+It imports the app as the Python worker does and answers replay requests read from stdin,
+one frame each, in the order they came: a 4-byte big-endian length, then JSON. A request
+is ``{"id", "name", "context"}`` (``context``: the orchestration context JSON); the answer
+is ``{"id", "state"}`` or ``{"id", "error"}``. The app's own prints and logs go to stderr,
+so nothing but frames ever reaches the devhost on stdout.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import BinaryIO
+
+from devhost.durable.frames import encode_frame, read_frame
+from devhost.durable.registry import FunctionRegistry
+from devhost.indexing import load_app
+
+
+def serve(registry: FunctionRegistry, requests: BinaryIO, answers: BinaryIO) -> None:
+    while (request := read_frame(requests)) is not None:
+        try:
+            answer = {
+                "id": request["id"],
+                "state": registry.orchestrator(request["name"]).invoke(request["context"]),
+            }
+        except Exception as error:
+            answer = {"id": request["id"], "error": f"{type(error).__name__}: {error}"}
+        answers.write(encode_frame(answer))
+        answers.flush()
+
+
+def main(argv: list[str]) -> int:
+    app, app_root, log_level = argv
+    # The devhost's log level and format: the worker's records read like the host's own.
+    logging.basicConfig(
+        level=log_level,
+        stream=sys.stderr,
+        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
+    )
+    # The protocol owns the real stdout; whatever the app prints lands on stderr.
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    registry = FunctionRegistry.from_functions(load_app(app, Path(app_root)).get_functions())
+    serve(registry, sys.stdin.buffer, answers)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

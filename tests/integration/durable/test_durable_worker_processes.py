@@ -1,0 +1,99 @@
+"""Issue 4: orchestrations replayed in worker processes behave exactly as in the devhost's
+own process, and a worker that dies costs a retry, never an event or an activity."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from devhost.durable import DurableEngine, RuntimeStatus
+from devhost.durable.history import EventType
+from devhost.durable.workers import WorkerProcessOrchestrators
+from tests.integration.durable.conftest import EngineFactory
+
+pytestmark = pytest.mark.asyncio
+
+REPOSITORY = Path(__file__).resolve().parents[3]
+SEMANTICS_APP = "tests.integration.durable.apps.semantics_app:app"
+
+
+@pytest_asyncio.fixture
+async def workers() -> AsyncIterator[WorkerProcessOrchestrators]:
+    runner = WorkerProcessOrchestrators(SEMANTICS_APP, REPOSITORY, processes=2)
+    yield runner
+    await runner.close()
+
+
+@pytest_asyncio.fixture
+async def engine(make_engine: EngineFactory, workers: WorkerProcessOrchestrators) -> DurableEngine:
+    return make_engine(orchestrators=workers)
+
+
+async def test_activities_custom_status_and_output_match_the_in_process_replay(
+    engine: DurableEngine, workers: WorkerProcessOrchestrators
+) -> None:
+    instance_id = await engine.start_new("sequence", "seq-workers")
+    await engine.run_until_idle()
+
+    status = await engine.get_status(instance_id)
+    assert status is not None
+    assert status.runtime_status is RuntimeStatus.COMPLETED
+    assert status.output == [{"echo": "one"}, {"echo": "two"}]
+    assert status.custom_status == {"stage": "done"}
+    assert len(workers.worker_pids()) == 2
+    assert os.getpid() not in workers.worker_pids()
+
+
+async def test_timer_and_event_race_is_decided_in_a_worker(engine: DurableEngine) -> None:
+    timed_out = await engine.start_new("race", input={"timeout_minutes": 10})
+    answered = await engine.start_new("race", input={"timeout_minutes": 10})
+    await engine.run_until_idle()
+    await engine.raise_event(answered, "Answer", {"value": 42})
+
+    first = await engine.run_until_complete(answered)
+    second = await engine.run_until_complete(timed_out)
+
+    assert first.output == {"winner": "event", "answer": {"value": 42}}
+    assert second.output == {"winner": "timer", "at": "2030-01-01T08:10:00+00:00"}
+
+
+async def test_an_orchestrator_failure_is_reported_from_the_worker(engine: DurableEngine) -> None:
+    instance_id = await engine.start_new("unhandled_failure")
+    status = await engine.run_until_complete(instance_id)
+
+    assert status.runtime_status is RuntimeStatus.FAILED
+    assert "orchestrator gave up after before" in str(status.output)
+
+
+async def test_what_the_app_prints_does_not_disturb_the_replays(engine: DurableEngine) -> None:
+    instance_id = await engine.start_new("chatty")
+    status = await engine.run_until_complete(instance_id)
+
+    assert status.runtime_status is RuntimeStatus.COMPLETED
+    assert status.output == {"echo": "spoken"}
+
+
+async def test_a_killed_worker_is_replaced_and_loses_nothing(
+    engine: DurableEngine, workers: WorkerProcessOrchestrators
+) -> None:
+    instance_id = await engine.start_new("waits_forever", "killed-worker")
+    await engine.run_until_idle()
+    for pid in workers.worker_pids():
+        os.kill(pid, signal.SIGKILL)
+
+    await engine.raise_event(instance_id, "Go", "after the crash")
+    await engine.run_until_idle()
+
+    status = await engine.get_status(instance_id, show_history=True)
+    assert status is not None
+    assert status.runtime_status is RuntimeStatus.COMPLETED
+    assert status.output == ["started", "after the crash"]
+    history = status.history or []
+    assert [e["EventType"] for e in history].count(EventType.EVENT_RAISED) == 1
+    assert [e["EventType"] for e in history].count(EventType.TASK_SCHEDULED) == 1
+    assert len(workers.worker_pids()) == 2
