@@ -62,6 +62,14 @@ def add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "(default sqlite)"
         ),
     )
+    parser.add_argument(
+        "--orchestrator-processes",
+        type=int,
+        choices=range(0, 9),
+        default=1,
+        metavar="N",
+        help="worker processes that replay orchestrations, 0-8 (default 1; 0: in the demo's own)",
+    )
     parser.set_defaults(run=run_demo_command)
 
 
@@ -113,6 +121,7 @@ def _run(args: argparse.Namespace, settings: Mapping[str, str]) -> int:
         settle_seconds=args.settle_seconds,
         progress=not args.no_progress,
         settings=settings,
+        orchestrator_processes=args.orchestrator_processes,
     )
     try:
         report = asyncio.run(run_demo(options))

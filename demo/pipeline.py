@@ -33,6 +33,7 @@ from adapters.cosmos_connection import CONNECTION_SETTING, CosmosOptions, connec
 from devhost.clock import Clock, RealClock
 from devhost.host import DevHost, HostOptions
 from devhost.servicebus.config import load_config
+from devhost.servicebus.process import BrokerProcess
 from devhost.servicebus.server import ServiceBusBroker
 from devhost.settings import AppSettings
 from domain.policies import SettingsError
@@ -105,7 +106,7 @@ def _drop_database(values: Mapping[str, str], name: str) -> None:
 
 @dataclass
 class Pipeline:
-    broker: ServiceBusBroker
+    broker: ServiceBusBroker | BrokerProcess
     fulfilment: FulfilmentService
     host: DevHost
 
@@ -122,13 +123,24 @@ async def local_pipeline(
     seed: int = 0,
     settings: Mapping[str, str] | None = None,
     clock: Clock | None = None,
+    orchestrator_processes: int = 0,
+    broker_process: bool = False,
 ) -> AsyncIterator[Pipeline]:
-    """Start broker, fulfilment service and devhost; stop them all on exit."""
+    """Start broker, fulfilment service and devhost; stop them all on exit.
+
+    ``orchestrator_processes`` > 0 replays orchestrations in worker processes, as on Azure
+    where the Python worker replays and the host keeps the histories. ``broker_process``
+    runs the broker as a child process (Service Bus is a service apart) instead of a thread.
+    """
     await asyncio.to_thread(work_dir.mkdir, parents=True, exist_ok=True)
     chosen = {**store_settings_from(os.environ), **(settings or {})}
     scratch_database = None if "COSMOS_DATABASE" in chosen else _scratch_database(chosen)
-    broker = ServiceBusBroker(load_config(BROKER_CONFIG))
-    broker.start()
+    broker: ServiceBusBroker | BrokerProcess = (
+        BrokerProcess(BROKER_CONFIG)
+        if broker_process
+        else ServiceBusBroker(load_config(BROKER_CONFIG))
+    )
+    await asyncio.to_thread(broker.start)
     fulfilment = FulfilmentService(faults or FaultPlan.preset("none"), seed=seed)
     host: DevHost | None = None
     try:
@@ -149,6 +161,7 @@ async def local_pipeline(
             data_dir=work_dir / "devhost",
             http_port=0,
             clock=clock or RealClock(),
+            orchestrator_processes=orchestrator_processes,
         )
         host = DevHost(options, AppSettings(values))
         await host.start()
@@ -158,6 +171,6 @@ async def local_pipeline(
             await host.stop()
         await bootstrap.shutdown()
         await fulfilment.stop()
-        broker.stop()
+        await asyncio.to_thread(broker.stop)
         if scratch_database is not None:
             await asyncio.to_thread(_drop_database, chosen, scratch_database)

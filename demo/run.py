@@ -43,6 +43,10 @@ class DemoOptions:
     progress: bool = True
     settings: Mapping[str, str] = field(default_factory=dict)
     """App settings over the local defaults and the environment (e.g. STATE_STORE)."""
+    orchestrator_processes: int = 1
+    """Worker processes that replay orchestrations (0: in the demo's own process)."""
+    broker_process: bool = True
+    """Run the embedded broker as a child process (False: a thread of the demo's own)."""
 
 
 async def run_demo(options: DemoOptions) -> DemoReport:
@@ -51,7 +55,12 @@ async def run_demo(options: DemoOptions) -> DemoReport:
         work_dir = options.work_dir or Path(scratch)
         plan = FaultPlan.preset(options.faults)
         async with local_pipeline(
-            work_dir, faults=plan, seed=options.seed, settings=options.settings
+            work_dir,
+            faults=plan,
+            seed=options.seed,
+            settings=options.settings,
+            orchestrator_processes=options.orchestrator_processes,
+            broker_process=options.broker_process,
         ) as pipeline:
             return await _run(pipeline, workload, options)
 
