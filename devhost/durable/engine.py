@@ -38,7 +38,7 @@ from devhost.durable.history import (
     new_event,
 )
 from devhost.durable.registry import ActivityFunction, FunctionRegistry, UnknownFunctionError
-from devhost.durable.replay import EpisodeOutcome, EpisodeRequest, run_episode
+from devhost.durable.replay import EpisodeOutcome, EpisodeRequest
 from devhost.durable.status import (
     InstanceAlreadyExistsError,
     InstanceNotFoundError,
@@ -410,7 +410,7 @@ class DurableEngine:
         prepared = self._prepare_episode(instance_id)
         if prepared is None:
             return
-        outcome = await run_episode(prepared.request, self._orchestrators)
+        outcome = await self._orchestrators.run_episode(prepared.request)
         with self.store.transaction():
             if self.store.get_instance(instance_id) != prepared.record:
                 logger.info(

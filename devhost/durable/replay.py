@@ -19,6 +19,7 @@ import datetime as dt
 import json
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +37,9 @@ from devhost.durable.translation import (
     UnsupportedActionError,
     translate,
 )
-from devhost.durable.workers import OrchestratorRunner, WorkerUnavailableError
+
+ReplayFunction = Callable[[str, str], dict[str, Any]]
+"""Calls the named orchestrator through the SDK with a context JSON; returns its state."""
 
 logger = logging.getLogger(__name__)
 
@@ -68,21 +71,15 @@ class EpisodeOutcome:
     translation: TranslationResult = field(default_factory=TranslationResult)
 
 
-async def run_episode(request: EpisodeRequest, runner: OrchestratorRunner) -> EpisodeOutcome:
-    """Replay ``request`` through the SDK, delivering buffered events to open waits.
-
-    ``WorkerUnavailableError`` propagates: the orchestration did nothing wrong, the episode
-    is simply run again.
-    """
+def decide_episode(request: EpisodeRequest, replay: ReplayFunction) -> EpisodeOutcome:
+    """Replay ``request`` through the SDK, delivering buffered events to open waits."""
     episode = [new_event(EventType.ORCHESTRATOR_STARTED, request.now), *request.new_events]
     remaining = list(request.buffered_events)
     delivered: list[int] = []
     while True:
         try:
-            state = await runner.replay(request.orchestrator, _context_json(request, episode))
+            state = replay(request.orchestrator, _context_json(request, episode))
             translation = translate(request.instance_id, [*request.past, *episode], state)
-        except WorkerUnavailableError:
-            raise
         except (NonDeterminismError, UnsupportedActionError) as error:
             logger.error(
                 "orchestration failed instance_id=%s name=%s error=%s",

@@ -1,12 +1,12 @@
 """A worker process that replays orchestrations: ``python -m devhost.durable.replay_worker``.
 
 Started by ``WorkerProcessOrchestrators`` with the app as ``module:attribute``, its root and
-the devhost's log level.
-It imports the app as the Python worker does and answers replay requests read from stdin,
-one frame each, in the order they came: a 4-byte big-endian length, then JSON. A request
-is ``{"id", "name", "context"}`` (``context``: the orchestration context JSON); the answer
-is ``{"id", "state"}`` or ``{"id", "error"}``. The app's own prints and logs go to stderr,
-so nothing but frames ever reaches the devhost on stdout.
+the devhost's log level. It imports the app as the Python worker does and answers episode
+requests read from stdin (``frames.py``), one at a time in the order they came: a request is
+``(id, EpisodeRequest)``, the answer ``(id, EpisodeOutcome)`` or ``(id, error text)``. The
+whole episode is decided here (replays, buffered-event deliveries, translation of the
+actions); the devhost only commits. The app's prints and logs go to stderr, so nothing but
+frames ever reaches the devhost on stdout.
 """
 
 from __future__ import annotations
@@ -15,23 +15,26 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from devhost.durable.frames import encode_frame, read_frame
 from devhost.durable.registry import FunctionRegistry
+from devhost.durable.replay import EpisodeOutcome, decide_episode
 from devhost.indexing import load_app
 
 
 def serve(registry: FunctionRegistry, requests: BinaryIO, answers: BinaryIO) -> None:
+    def replay(name: str, context_json: str) -> dict[str, Any]:
+        return registry.orchestrator(name).invoke(context_json)
+
     while (request := read_frame(requests)) is not None:
+        request_id, episode = request
+        answer: EpisodeOutcome | str
         try:
-            answer = {
-                "id": request["id"],
-                "state": registry.orchestrator(request["name"]).invoke(request["context"]),
-            }
-        except Exception as error:
-            answer = {"id": request["id"], "error": f"{type(error).__name__}: {error}"}
-        answers.write(encode_frame(answer))
+            answer = decide_episode(episode, replay)
+        except Exception as error:  # a devhost bug, not the orchestrator's (that is an outcome)
+            answer = f"{type(error).__name__}: {error}"
+        answers.write(encode_frame((request_id, answer)))
         answers.flush()
 
 

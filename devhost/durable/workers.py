@@ -1,27 +1,28 @@
-"""Where orchestrator replays run: in the devhost's own process or in worker processes.
+"""Where episodes are decided: in the devhost's own process or in worker processes.
 
 On Azure the Functions host keeps the histories and the Python worker replays: the host
-sends the orchestration context as JSON, the worker calls the orchestrator function through
-the SDK and answers with the orchestrator state. The devhost plays both parts. In one
-process (the default) tests start fast and share one clock; with worker processes the SDK's
-replay, the costliest thing the devhost does per episode, stops competing for the GIL with
-the triggers, the broker clients and the engine's bookkeeping (issue 4: throughput on two
-cores, measured by ``make bench``). The engine decides and commits in both cases; a worker
-only computes a state from a context, so a worker that dies loses nothing.
+sends the orchestration context, the worker calls the orchestrator function through the SDK
+and answers with the orchestrator state. The devhost plays both parts. In one process (the
+default) tests start fast and share one clock; with worker processes the whole decision of
+an episode (the SDK's replays, buffered-event deliveries, the translation of the actions),
+the costliest thing the devhost does per episode, stops competing for the GIL with the
+triggers, the broker clients and the engine's bookkeeping (issue 4: throughput on two
+cores, measured by ``make bench``). The engine reads and commits in both cases; a worker
+only computes an outcome from what it was sent, so a worker that dies loses nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 import sys
 from pathlib import Path
 from typing import Any, Protocol
 
-from devhost.durable.frames import FRAME_HEADER, encode_frame
+from devhost.durable.frames import FRAME_HEADER, decode_payload, encode_frame
 from devhost.durable.registry import FunctionRegistry
+from devhost.durable.replay import EpisodeOutcome, EpisodeRequest, decide_episode
 
 logger = logging.getLogger(__name__)
 
@@ -31,9 +32,9 @@ class WorkerUnavailableError(RuntimeError):
 
 
 class OrchestratorRunner(Protocol):
-    """Runs one replay of a named orchestrator on a context; answers the SDK's state."""
+    """Decides one episode: replays through the SDK and translates what the code asked for."""
 
-    async def replay(self, name: str, context_json: str) -> dict[str, Any]: ...
+    async def run_episode(self, request: EpisodeRequest) -> EpisodeOutcome: ...
 
     async def close(self) -> None: ...
 
@@ -44,7 +45,10 @@ class InProcessOrchestrators:
     def __init__(self, registry: FunctionRegistry) -> None:
         self._registry = registry
 
-    async def replay(self, name: str, context_json: str) -> dict[str, Any]:
+    async def run_episode(self, request: EpisodeRequest) -> EpisodeOutcome:
+        return decide_episode(request, self._replay)
+
+    def _replay(self, name: str, context_json: str) -> dict[str, Any]:
         return self._registry.orchestrator(name).invoke(context_json)
 
     async def close(self) -> None:
@@ -76,9 +80,9 @@ class WorkerProcessOrchestrators:
         self._ids = itertools.count()
         self._starting = asyncio.Lock()
 
-    async def replay(self, name: str, context_json: str) -> dict[str, Any]:
+    async def run_episode(self, request: EpisodeRequest) -> EpisodeOutcome:
         worker = await self._least_busy()
-        return await worker.replay(next(self._ids), name, context_json)
+        return await worker.run_episode(next(self._ids), request)
 
     async def _least_busy(self) -> _Worker:
         async with self._starting:
@@ -108,7 +112,7 @@ class _Worker:
         self._process = process
         self._stdin = process.stdin
         self._stdout = process.stdout
-        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.pending: dict[int, asyncio.Future[EpisodeOutcome]] = {}
         self.alive = True
         self._reader = asyncio.create_task(self._read_answers(), name="replay-worker-reader")
 
@@ -124,15 +128,13 @@ class _Worker:
         logger.info("orchestrator worker process started pid=%s", process.pid)
         return cls(process)
 
-    async def replay(self, request_id: int, name: str, context_json: str) -> dict[str, Any]:
+    async def run_episode(self, request_id: int, request: EpisodeRequest) -> EpisodeOutcome:
         if not self.alive:
             raise WorkerUnavailableError("worker process lost")
-        answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        answer: asyncio.Future[EpisodeOutcome] = asyncio.get_running_loop().create_future()
         self.pending[request_id] = answer
         try:
-            self._stdin.write(
-                encode_frame({"id": request_id, "name": name, "context": context_json})
-            )
+            self._stdin.write(encode_frame((request_id, request)))
             await self._stdin.drain()
             return await answer
         except (ConnectionError, BrokenPipeError) as error:
@@ -146,14 +148,14 @@ class _Worker:
             while True:
                 header = await self._stdout.readexactly(FRAME_HEADER.size)
                 (length,) = FRAME_HEADER.unpack(header)
-                document = json.loads(await self._stdout.readexactly(length))
-                answer = self.pending.get(document["id"])
+                request_id, outcome = decode_payload(await self._stdout.readexactly(length))
+                answer = self.pending.get(request_id)
                 if answer is None or answer.done():
                     continue
-                if "error" in document:
-                    answer.set_exception(ReplayError(document["error"]))
+                if isinstance(outcome, EpisodeOutcome):
+                    answer.set_result(outcome)
                 else:
-                    answer.set_result(document["state"])
+                    answer.set_exception(ReplayError(str(outcome)))
         except asyncio.IncompleteReadError:
             self._lost(f"it exited with code {await self._process.wait()}")
         except Exception as error:  # a frame the devhost cannot read: the worker is unusable
@@ -177,4 +179,4 @@ class _Worker:
 
 
 class ReplayError(RuntimeError):
-    """The SDK raised while replaying in a worker process (not the orchestrator's own error)."""
+    """Deciding an episode failed in a worker process (a devhost bug: it is tried again)."""
