@@ -9,13 +9,13 @@ environment decide, so the same command runs against the emulator or an account.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
+from devhost import event_loop
 from simulators.fulfilment import PRESETS
 
 
@@ -124,7 +124,7 @@ def _run(args: argparse.Namespace, settings: Mapping[str, str]) -> int:
         orchestrator_processes=args.orchestrator_processes,
     )
     try:
-        report = asyncio.run(run_demo(options))
+        report = event_loop.run(run_demo(options))
     except SettingsError as error:
         print(f"demo: {error}", file=sys.stderr)
         return 2

@@ -19,6 +19,7 @@ import signal
 import sys
 from pathlib import Path
 
+from devhost import event_loop
 from devhost.host import DevHost, HostOptions
 from devhost.indexing import IndexingError
 from devhost.settings import AppSettings, SettingsError
@@ -67,7 +68,7 @@ def _non_negative(text: str) -> int:
 
 def run_start(args: argparse.Namespace) -> int:
     try:
-        return asyncio.run(_serve(args))
+        return event_loop.run(_serve(args))
     except (IndexingError, SettingsError, ValueError, OSError) as error:
         print(f"devhost start: {error}", file=sys.stderr)
         return 2
