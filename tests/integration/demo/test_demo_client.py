@@ -1,0 +1,51 @@
+"""The demo client is a well-behaved receiver of status messages (R2): a status delivered
+twice, as at-least-once delivery allows, is counted once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from azure.servicebus import ServiceBusMessage
+from azure.servicebus.aio import ServiceBusClient
+
+from demo.client import DemoClient
+from tests.support.broker import queue, running_broker
+from tests.support.waiting import eventually, eventually_true
+
+pytestmark = pytest.mark.asyncio
+
+TIMEOUT_SECONDS = 10.0
+
+
+def status(order_id: str, name: str) -> ServiceBusMessage:
+    body = json.dumps({"orderId": order_id, "status": name}).encode()
+    return ServiceBusMessage(body, message_id=f"{order_id}:{name}")
+
+
+async def test_a_status_delivered_twice_is_counted_once() -> None:
+    # No duplicate detection on this queue, so the broker delivers both copies.
+    with running_broker([queue("replies"), queue("orders")]) as broker:
+        client = DemoClient(broker.connection_string, "orders", "replies")
+        stop = asyncio.Event()
+        listener = asyncio.create_task(client.listen(stop))
+        async with ServiceBusClient.from_connection_string(broker.connection_string) as sb:
+            sender = sb.get_queue_sender("replies")
+            async with sender:
+                copies = [status("o-1", "received"), status("o-1", "received")]
+                await sender.send_messages(copies, timeout=TIMEOUT_SECONDS)
+                await sender.send_messages(status("o-1", "completed"), timeout=TIMEOUT_SECONDS)
+
+            async def replies_drained() -> bool:
+                async with sb.get_queue_receiver("replies") as peeker:
+                    return not await peeker.peek_messages(max_message_count=1, timeout=5)
+
+            await eventually(lambda: "completed" in client.log.statuses, "the completed status")
+            await eventually_true(replies_drained, "every status completed on the reply queue")
+        stop.set()
+        await listener
+        await client.close()
+
+    assert client.log.statuses == {"received": 1, "completed": 1}
+    assert list(client.log.finished_at) == ["o-1"]
