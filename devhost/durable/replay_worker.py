@@ -11,9 +11,12 @@ frames ever reaches the devhost on stdout.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import logging
 import os
 import sys
+from collections import namedtuple
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -21,6 +24,23 @@ from devhost.durable.frames import encode_frame, read_frame
 from devhost.durable.registry import FunctionRegistry
 from devhost.durable.replay import EpisodeOutcome, decide_episode
 from devhost.indexing import load_app
+
+# Replaying re-reads the whole history on every episode, and the SDK parses every event's
+# timestamp with dateutil and builds a namedtuple class per replay: together half of a
+# worker's CPU. Both are pure functions of their arguments, so the worker remembers their
+# results; what the SDK computes is unchanged (only the in-process runner keeps the SDK as
+# shipped, which the tests compare against).
+SDK_MEMO_SIZE = 65_536
+
+
+def remember_sdk_pure_functions() -> None:
+    history_module = importlib.import_module("azure.durable_functions.models.history.HistoryEvent")
+    executor_module = importlib.import_module(
+        "azure.durable_functions.models.TaskOrchestrationExecutor"
+    )
+    parse = functools.lru_cache(maxsize=SDK_MEMO_SIZE)(history_module.dt_parse)
+    setattr(history_module, "dt_parse", parse)  # noqa: B010 - the module's own global
+    setattr(executor_module, "namedtuple", functools.lru_cache(maxsize=64)(namedtuple))  # noqa: B010
 
 
 def serve(registry: FunctionRegistry, requests: BinaryIO, answers: BinaryIO) -> None:
@@ -50,6 +70,7 @@ def main(argv: list[str]) -> int:
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     registry = FunctionRegistry.from_functions(load_app(app, Path(app_root)).get_functions())
+    remember_sdk_pure_functions()
     serve(registry, sys.stdin.buffer, answers)
     return 0
 
