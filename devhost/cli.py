@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 
 from demo.command import add_demo
@@ -36,6 +39,11 @@ def _add_servicebus(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         action="store_true",
         help="create unknown queues with default settings instead of refusing them",
     )
+    parser.add_argument(
+        "--stop-with-stdin",
+        action="store_true",
+        help="stop when standard input closes (a parent process that dies closes it)",
+    )
     parser.set_defaults(run=_run_servicebus)
 
 
@@ -52,8 +60,16 @@ def _run_servicebus(args: argparse.Namespace) -> int:
         return 2
     print(f"listening on {broker.host}:{broker.port}", flush=True)
     print(broker.connection_string, flush=True)
+    if args.stop_with_stdin:
+        threading.Thread(target=_stop_at_end_of_stdin, daemon=True).start()
     broker.serve_forever()
     return 0
+
+
+def _stop_at_end_of_stdin() -> None:
+    sys.stdin.buffer.read()
+    # serve_forever stops cleanly on SIGTERM, whoever sends it.
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [

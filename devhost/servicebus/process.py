@@ -31,13 +31,19 @@ class BrokerProcess:
             raise RuntimeError("the broker process is not running: call start() first")
         return self._connection_string
 
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
     def start(self) -> None:
         level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
         self._process = subprocess.Popen(
             [
                 *(sys.executable, "-m", "devhost", "--log-level", level, "servicebus"),
-                *("--port", "0", "--config", str(self._config)),
+                *("--port", "0", "--config", str(self._config), "--stop-with-stdin"),
             ],
+            # Held open until stop(); if this process dies first, the broker sees it close.
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -79,5 +85,6 @@ class BrokerProcess:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(STOP_BOUND_SECONDS)
-        if process.stdout is not None:
-            process.stdout.close()
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()

@@ -1,0 +1,74 @@
+"""The broker as a child process (what the demo runs): usable through the real SDK, stopped
+cleanly, and gone when its parent dies without stopping it (no orphaned broker)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from azure.servicebus import ServiceBusClient, ServiceBusMessage
+
+from devhost.servicebus.process import BrokerProcess
+from tests.support.waiting import eventually_sync
+
+REPOSITORY = Path(__file__).resolve().parents[3]
+CONFIG = REPOSITORY / "servicebus.config.json"
+TIMEOUT_SECONDS = 10.0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead too: only its parent has not reaped it yet.
+    return "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_messages_flow_through_the_broker_process_and_stop_ends_it() -> None:
+    broker = BrokerProcess(CONFIG)
+    broker.start()
+    pid = broker.pid
+    assert pid is not None
+    try:
+        with ServiceBusClient.from_connection_string(broker.connection_string) as client:
+            with client.get_queue_sender("orders") as sender:
+                sender.send_messages(ServiceBusMessage(b"hello"), timeout=TIMEOUT_SECONDS)
+            with client.get_queue_receiver("orders", max_wait_time=TIMEOUT_SECONDS) as receiver:
+                [message] = receiver.receive_messages(max_message_count=1)
+                receiver.complete_message(message)
+        assert b"".join(message.body) == b"hello"
+    finally:
+        broker.stop()
+    assert not _alive(pid)
+
+
+def test_the_broker_process_stops_when_its_parent_dies() -> None:
+    parent = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import os
+                from pathlib import Path
+                from devhost.servicebus.process import BrokerProcess
+                broker = BrokerProcess(Path({str(CONFIG)!r}))
+                broker.start()
+                print(broker.pid, flush=True)
+                os._exit(0)  # dies without stopping the broker
+                """
+            ),
+        ],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    pid = int(parent.stdout.strip())
+
+    eventually_sync(lambda: not _alive(pid), f"the orphaned broker (pid {pid}) to stop")
