@@ -14,7 +14,7 @@ throughput(largest) / throughput(smallest) (goal >= 0.9) and whether 100 orders/
                                         [--backend sqlite|cosmos] [--settle-seconds 120]
 
 The stores are the embedded SQLite ones unless `--backend cosmos` (then the demo starts a
-local Cosmos DB API server, a Node process whose memory the peak RSS does not include).
+local Cosmos DB API server, a Node child process whose memory the peak RSS includes).
 
 Every run must be correct before its speed counts: the benchmark stops with exit code 1 as
 soon as a run's report has a lost or stuck order or a side effect performed twice, or the
