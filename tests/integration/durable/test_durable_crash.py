@@ -1,6 +1,7 @@
 """Issue 3 crash safety with a real process kill: kill -9 `python -m devhost start`
 mid-activity, start again on the same data, and the orchestration completes with its timer
-and its early event kept and the unfinished activity run again."""
+and its early event kept and the unfinished activity run again; with replays in the devhost
+and in a worker process (issue 4)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def crash_functions() -> tuple[Function, ...]:
     return tuple(crash_app.app.get_functions())
 
 
-def kill_devhost_mid_activity(data_dir: Path, markers: Path) -> None:
+def kill_devhost_mid_activity(data_dir: Path, markers: Path, replay_processes: int) -> None:
     """Run `python -m devhost start` on the app until the activity has started, then SIGKILL it."""
     devhost = subprocess.Popen(
         [
@@ -47,6 +48,8 @@ def kill_devhost_mid_activity(data_dir: Path, markers: Path) -> None:
             str(data_dir),
             "--http-port",
             "0",
+            "--orchestrator-processes",
+            str(replay_processes),
         ],
         cwd=REPO_ROOT,
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
@@ -67,7 +70,10 @@ def kill_devhost_mid_activity(data_dir: Path, markers: Path) -> None:
             devhost.stderr.close()
 
 
-async def test_kill_9_mid_activity_then_resume_on_the_same_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize("replay_processes", [0, 1], ids=["replays-in-devhost", "replay-worker"])
+async def test_kill_9_mid_activity_then_resume_on_the_same_file(
+    tmp_path: Path, replay_processes: int
+) -> None:
     data_dir = tmp_path / "devhost"
     data_dir.mkdir()
     database = str(data_dir / "durable.sqlite")  # where `devhost start --data` keeps histories
@@ -78,7 +84,7 @@ async def test_kill_9_mid_activity_then_resume_on_the_same_file(tmp_path: Path) 
     await client.raise_event(instance_id, "Approval", "granted")
     await client.close()
 
-    kill_devhost_mid_activity(data_dir, markers)
+    kill_devhost_mid_activity(data_dir, markers, replay_processes)
 
     resumed = DurableEngine(
         crash_functions(), database, clock=VirtualClock(dt.datetime.now(dt.UTC))
