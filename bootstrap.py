@@ -10,6 +10,7 @@ timer-driven code follows virtual time.
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime as dt
 import os
 import threading
@@ -23,7 +24,7 @@ from adapters.cosmos_store import open_cosmos_stores
 from adapters.servicebus_publisher import ServiceBusPublisher, client_from_environment
 from adapters.sqlite_store import open_sqlite_stores
 from domain.policies import CircuitBreaker, Settings, SettingsError
-from domain.ports import OrderStore, StateStore, StoreMetrics
+from domain.ports import OperationCost, OrderStore, StateStore, StoreMetrics
 
 
 @dataclass
@@ -93,6 +94,30 @@ def http_session() -> aiohttp.ClientSession:
         if session is None or session.closed:
             session = _http_sessions[loop] = aiohttp.ClientSession()
         return session
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What this process's function code spent: store operations, messages sent per queue."""
+
+    store: OperationCost
+    messages_sent: dict[str, int]
+
+    def __add__(self, other: Usage) -> Usage:
+        sent = collections.Counter(self.messages_sent)
+        sent.update(other.messages_sent)
+        return Usage(self.store + other.store, dict(sent))
+
+
+def usage() -> Usage:
+    """This process's counters; a host with several worker processes adds theirs up."""
+    with _lock:
+        built = _services
+        publishers = list(_publishers.values())
+    sent: collections.Counter[str] = collections.Counter()
+    for each in publishers:
+        sent.update(each.sent)
+    return Usage(built.metrics.total() if built else OperationCost(), dict(sent))
 
 
 def now() -> dt.datetime:

@@ -63,12 +63,13 @@ def add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     parser.add_argument(
-        "--orchestrator-processes",
+        "--worker-processes",
         type=int,
         choices=range(0, 9),
         default=1,
         metavar="N",
-        help="worker processes that replay orchestrations, 0-8 (default 1; 0: in the demo's own)",
+        help="language worker processes that run the app's functions, 0-8 (default 1; 0: in "
+        "the demo's own process)",
     )
     parser.set_defaults(run=run_demo_command)
 
@@ -121,7 +122,7 @@ def _run(args: argparse.Namespace, settings: Mapping[str, str]) -> int:
         settle_seconds=args.settle_seconds,
         progress=not args.no_progress,
         settings=settings,
-        orchestrator_processes=args.orchestrator_processes,
+        worker_processes=args.worker_processes,
     )
     try:
         report = event_loop.run(run_demo(options))

@@ -114,6 +114,15 @@ class Pipeline:
     def connection_string(self) -> str:
         return self.broker.connection_string
 
+    async def app_usage(self) -> bootstrap.Usage:
+        """The app's counters in this process plus those of every language worker process."""
+        total = bootstrap.usage()
+        workers = self.host.language_workers
+        if workers is not None:
+            for usage in await workers.call_everywhere("bootstrap:usage"):
+                total = total + usage
+        return total
+
 
 @contextlib.asynccontextmanager
 async def local_pipeline(
@@ -123,13 +132,14 @@ async def local_pipeline(
     seed: int = 0,
     settings: Mapping[str, str] | None = None,
     clock: Clock | None = None,
-    orchestrator_processes: int = 0,
+    worker_processes: int = 0,
     broker_process: bool = False,
 ) -> AsyncIterator[Pipeline]:
     """Start broker, fulfilment service and devhost; stop them all on exit.
 
-    ``orchestrator_processes`` > 0 replays orchestrations in worker processes, as on Azure
-    where the Python worker replays and the host keeps the histories. ``broker_process``
+    ``worker_processes`` > 0 runs the app's functions in language worker processes, as on
+    Azure where Python workers run the code and the host keeps triggers and histories (the
+    app's counters are then in the workers: ``app_usage``). ``broker_process``
     runs the broker as a child process (Service Bus is a service apart) instead of a thread.
     """
     await asyncio.to_thread(work_dir.mkdir, parents=True, exist_ok=True)
@@ -161,7 +171,7 @@ async def local_pipeline(
             data_dir=work_dir / "devhost",
             http_port=0,
             clock=clock or RealClock(),
-            orchestrator_processes=orchestrator_processes,
+            worker_processes=worker_processes,
         )
         host = DevHost(options, AppSettings(values))
         await host.start()

@@ -43,8 +43,8 @@ class DemoOptions:
     progress: bool = True
     settings: Mapping[str, str] = field(default_factory=dict)
     """App settings over the local defaults and the environment (e.g. STATE_STORE)."""
-    orchestrator_processes: int = 1
-    """Worker processes that replay orchestrations (0: in the demo's own process)."""
+    worker_processes: int = 1
+    """Language worker processes that run the function code (0: in the demo's own process)."""
     broker_process: bool = True
     """Run the embedded broker as a child process (False: a thread of the demo's own)."""
 
@@ -59,7 +59,7 @@ async def run_demo(options: DemoOptions) -> DemoReport:
             faults=plan,
             seed=options.seed,
             settings=options.settings,
-            orchestrator_processes=options.orchestrator_processes,
+            worker_processes=options.worker_processes,
             broker_process=options.broker_process,
         ) as pipeline:
             return await _run(pipeline, workload, options)
@@ -128,9 +128,10 @@ async def _report(
         for order_id, record in records.items()
         if record is not None and record.process_state.value not in FINAL_STATES
     )
-    cost = app.metrics.total()
+    usage = await pipeline.app_usage()
+    cost = usage.store
     stats = pipeline.fulfilment.stats()
-    messages = client.sent + sum(bootstrap.publisher().sent.values())
+    messages = client.sent + sum(usage.messages_sent.values())
     valid = max(1, len(workload.order_ids))
     latencies = client.log.latencies_ms()
     reasons = await _dead_letter_reasons(pipeline.connection_string)

@@ -67,7 +67,10 @@ def _run_servicebus(args: argparse.Namespace) -> int:
 
 
 def _stop_at_end_of_stdin() -> None:
-    sys.stdin.buffer.read()
+    # The raw descriptor, not sys.stdin: a daemon thread blocked in a buffered read holds
+    # the buffer's lock, which aborts the interpreter's shutdown.
+    while os.read(sys.stdin.fileno(), 4096):
+        pass
     # serve_forever stops cleanly on SIGTERM, whoever sends it.
     os.kill(os.getpid(), signal.SIGTERM)
 

@@ -28,14 +28,19 @@ from azure.durable_functions.models.utils import http_utils
 from devhost.clock import Clock, RealClock, VirtualClock
 from devhost.durable import DurableEngine
 from devhost.durable.management_http import ManagementApi
-from devhost.durable.workers import WorkerProcessOrchestrators
 from devhost.host_config import HostConfig
 from devhost.indexing import IndexedFunction, index_app, load_app
-from devhost.invocation import FunctionInvoker
+from devhost.invocation import (
+    EVENT_LOOP_EXECUTOR_THREADS,
+    FunctionInvoker,
+    WorkerFunctionInvoker,
+)
+from devhost.language_workers import LanguageWorkers
 from devhost.schedule_monitor import ScheduleMonitor
 from devhost.settings import AppSettings
 from devhost.triggers.http import HttpTriggerServer
 from devhost.triggers.servicebus import ServiceBusTrigger
+from devhost.triggers.settlement import SettlementService
 from devhost.triggers.timer import TimerTrigger
 
 log = logging.getLogger("devhost")
@@ -51,8 +56,9 @@ class HostOptions:
     data_dir: Path = Path(".devhost")
     http_port: int = 7071
     clock: Clock = field(default_factory=RealClock)
-    # Replays in this many worker processes; 0 replays in the devhost's own process.
-    orchestrator_processes: int = 0
+    # Function code (replays, activities, Service Bus and timer functions) in this many
+    # language worker processes, as FUNCTIONS_WORKER_PROCESS_COUNT; 0: in the devhost's own.
+    worker_processes: int = 0
 
 
 class DevHost:
@@ -65,6 +71,8 @@ class DevHost:
         self.management: ManagementApi | None = None
         self.http: HttpTriggerServer | None = None
         self._invoker: FunctionInvoker | None = None
+        self._http_invoker: FunctionInvoker | None = None
+        self._workers: LanguageWorkers | None = None
         self._monitor: ScheduleMonitor | None = None
         self._service_bus: list[ServiceBusTrigger] = []
         self._timers: list[TimerTrigger] = []
@@ -75,35 +83,38 @@ class DevHost:
     async def start(self) -> None:
         self._restore_environment = self.settings.export()
         asyncio.get_running_loop().set_default_executor(
-            concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="asyncio")
+            concurrent.futures.ThreadPoolExecutor(
+                max_workers=EVENT_LOOP_EXECUTOR_THREADS, thread_name_prefix="asyncio"
+            )
         )
         config = HostConfig.load(self.options.app_root)
         self.functions = index_app(load_app(self.options.app, self.options.app_root), self.settings)
         self.options.data_dir.mkdir(parents=True, exist_ok=True)
+        workers = self._workers = self._language_workers()
         self.engine = DurableEngine(
             [f.function for f in self.functions if f.trigger_type in DURABLE_TRIGGERS],
             str(self.options.data_dir / "durable.sqlite"),
             clock=self.clock,
             max_concurrent_activities=config.durable_task.max_concurrent_activities,
-            orchestrators=(
-                WorkerProcessOrchestrators(
-                    self.options.app, self.options.app_root, self.options.orchestrator_processes
-                )
-                if self.options.orchestrator_processes
-                else None
-            ),
+            orchestrators=workers,
+            activities=workers,
         )
         self.management = ManagementApi(self.engine)
         await self.management.start()
         client_binding = self.management.client_binding_json()
-        self._invoker = FunctionInvoker(
-            str(self.options.app_root.resolve()),
-            input_bindings={"durableClient": lambda: client_binding},
+        app_root = str(self.options.app_root.resolve())
+        bindings = {"durableClient": lambda: client_binding}
+        # HTTP requests cannot travel to a worker process: HTTP functions run here.
+        self._http_invoker = FunctionInvoker(app_root, input_bindings=bindings)
+        self._invoker = (
+            self._http_invoker
+            if workers is None
+            else WorkerFunctionInvoker(app_root, workers, input_bindings=bindings)
         )
         self._monitor = ScheduleMonitor(self.options.data_dir / "schedules.sqlite")
         await self.engine.start()
         self.http = HttpTriggerServer(
-            self._of_type("httpTrigger"), self._invoker, route_prefix=config.route_prefix
+            self._of_type("httpTrigger"), self._http_invoker, route_prefix=config.route_prefix
         )
         await self.http.start(port=self.options.http_port)
         for function in self._of_type("timerTrigger"):
@@ -119,6 +130,24 @@ class DevHost:
             self.options.app,
             len(self.functions),
             self.http.port,
+        )
+
+    @property
+    def language_workers(self) -> LanguageWorkers | None:
+        """The worker processes running the function code, if any (``worker_processes``)."""
+        return self._workers
+
+    def _language_workers(self) -> LanguageWorkers | None:
+        if not self.options.worker_processes:
+            return None
+        # Workers settle messages over the host's gRPC service, so its address must exist
+        # before the first worker starts; it goes on their command line.
+        settlement = SettlementService.shared()
+        return LanguageWorkers(
+            self.options.app,
+            self.options.app_root,
+            self.options.worker_processes,
+            settlement.worker_arguments,
         )
 
     def _of_type(self, trigger_type: str) -> Sequence[IndexedFunction]:
@@ -222,6 +251,8 @@ class DevHost:
         self._restore_environment()
         if self._invoker is not None:
             self._invoker.close()
+        if self._http_invoker is not None and self._http_invoker is not self._invoker:
+            self._http_invoker.close()
         if self._monitor is not None:
             self._monitor.close()
         log.info("devhost stopped")

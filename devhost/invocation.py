@@ -19,7 +19,9 @@ import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
+
+from azurefunctions.extensions.bindings.servicebus import ServiceBusMessageActions
 
 from devhost.indexing import IndexedFunction
 
@@ -44,9 +46,40 @@ def _takes_context(user_function: Callable[..., Any]) -> bool:
     return "context" in inspect.signature(user_function).parameters
 
 
+# The event loop's default executor, where async function code sends blocking calls
+# (asyncio.to_thread): sized for every invocation that may be in flight at once.
+EVENT_LOOP_EXECUTOR_THREADS = 64
+
+
 def default_thread_count() -> int:
     configured = os.environ.get("PYTHON_THREADPOOL_THREAD_COUNT")
     return int(configured) if configured else min(32, (os.cpu_count() or 1) + 4)
+
+
+class _MessageActionsMarker:
+    """Stands for the ServiceBusMessageActions client on its way to a worker process, which
+    makes its own (it holds a gRPC channel, which cannot travel)."""
+
+    def __reduce__(self) -> str:
+        return "MESSAGE_ACTIONS"
+
+
+MESSAGE_ACTIONS = _MessageActionsMarker()
+
+
+class FunctionError(Exception):
+    """Function code raised in a worker process: what it raised, and its traceback there."""
+
+    def __init__(self, summary: str, details: str) -> None:
+        super().__init__(summary)
+        self.summary = summary
+        self.details = details
+
+
+class RemoteCalls(Protocol):
+    """Where a worker-process invoker sends its calls (``devhost.language_workers``)."""
+
+    async def invoke(self, function_name: str, arguments: dict[str, Any]) -> Any: ...
 
 
 class FunctionInvoker:
@@ -63,6 +96,29 @@ class FunctionInvoker:
         )
 
     async def invoke(self, function: IndexedFunction, arguments: Mapping[str, Any]) -> Any:
+        kwargs, invocation_id = self._arguments(function, arguments)
+        log.debug("invoking function=%s invocation_id=%s", function.name, invocation_id)
+        try:
+            return await self._call(function, kwargs)
+        except FunctionError as error:
+            log.error(
+                "function failed function=%s invocation_id=%s error=%s\n%s",
+                function.name,
+                invocation_id,
+                error.summary,
+                error.details,
+            )
+            raise
+        except Exception:
+            log.exception(
+                "function failed function=%s invocation_id=%s", function.name, invocation_id
+            )
+            raise
+
+    def _arguments(
+        self, function: IndexedFunction, arguments: Mapping[str, Any]
+    ) -> tuple[dict[str, Any], str]:
+        """The trigger's arguments plus the host-provided input bindings and ``context``."""
         user_function = function.user_function
         kwargs = dict(arguments)
         for binding in function.bindings:
@@ -74,17 +130,34 @@ class FunctionInvoker:
             kwargs.setdefault(
                 "context", InvocationContext(invocation_id, function.name, self._app_root)
             )
-        log.debug("invoking function=%s invocation_id=%s", function.name, invocation_id)
-        try:
-            if inspect.iscoroutinefunction(user_function):
-                return await user_function(**kwargs)
-            call = functools.partial(contextvars.copy_context().run, user_function, **kwargs)
-            return await asyncio.get_running_loop().run_in_executor(self._executor, call)
-        except Exception:
-            log.exception(
-                "function failed function=%s invocation_id=%s", function.name, invocation_id
-            )
-            raise
+        return kwargs, invocation_id
+
+    async def _call(self, function: IndexedFunction, kwargs: dict[str, Any]) -> Any:
+        user_function = function.user_function
+        if inspect.iscoroutinefunction(user_function):
+            return await user_function(**kwargs)
+        call = functools.partial(contextvars.copy_context().run, user_function, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+class WorkerFunctionInvoker(FunctionInvoker):
+    """Invokes in language worker processes: the arguments travel, the function runs there.
+
+    The host builds every argument as for an in-process call (trigger data, durableClient
+    binding JSON, ``context``); the message actions client is replaced by a marker and made
+    again in the worker. A function that raises there raises ``FunctionError`` here.
+    """
+
+    def __init__(self, app_root: str, workers: RemoteCalls, **options: Any) -> None:
+        super().__init__(app_root, **options)
+        self._workers = workers
+
+    async def _call(self, function: IndexedFunction, kwargs: dict[str, Any]) -> Any:
+        travelling = {
+            name: MESSAGE_ACTIONS if isinstance(value, ServiceBusMessageActions) else value
+            for name, value in kwargs.items()
+        }
+        return await self._workers.invoke(function.name, travelling)

@@ -51,10 +51,14 @@ def add_start(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="SQLite file that keeps the embedded broker's messages durable",
     )
     parser.add_argument(
-        "--orchestrator-processes",
+        "--worker-processes",
         type=_non_negative,
         default=0,
-        help="replay orchestrations in this many worker processes (default 0: in the devhost)",
+        help=(
+            "run function code (orchestrators, activities, Service Bus and timer functions) in "
+            "this many language worker processes, as FUNCTIONS_WORKER_PROCESS_COUNT on Azure "
+            "(default 0: in the devhost's own process; HTTP functions always run there)"
+        ),
     )
     parser.set_defaults(run=run_start)
 
@@ -93,7 +97,7 @@ async def _serve(args: argparse.Namespace) -> int:
         app_root=app_root,
         data_dir=Path(args.data),
         http_port=args.http_port,
-        orchestrator_processes=args.orchestrator_processes,
+        worker_processes=args.worker_processes,
     )
     host = DevHost(options, AppSettings(values))
     stop = asyncio.Event()

@@ -50,10 +50,12 @@ from devhost.durable.status import (
 from devhost.durable.store import ActivityWorkItem, DueTimer, DurableStore, InstanceRecord
 from devhost.durable.translation import SubOrchestrationRequest
 from devhost.durable.workers import (
+    ActivityRunner,
     InProcessOrchestrators,
     OrchestratorRunner,
     WorkerUnavailableError,
 )
+from devhost.invocation import FunctionError
 
 logger = logging.getLogger(__name__)
 
@@ -96,12 +98,15 @@ class DurableEngine:
         clock: Clock | None = None,
         max_concurrent_activities: int = DEFAULT_MAX_CONCURRENT_ACTIVITIES,
         orchestrators: OrchestratorRunner | None = None,
+        activities: ActivityRunner | None = None,
     ) -> None:
-        """``orchestrators`` runs the replays (default: in this process and thread)."""
+        """``orchestrators`` decides episodes and ``activities`` runs activities; by default
+        both run in this process (activities on a bounded thread pool or the event loop)."""
         if max_concurrent_activities < 1:
             raise ValueError("max_concurrent_activities must be at least 1")
         self.registry = FunctionRegistry.from_functions(functions)
         self._orchestrators = orchestrators or InProcessOrchestrators(self.registry)
+        self._activities = activities
         self.clock: Clock = clock or RealClock()
         self.store = DurableStore(database)
         self.max_concurrent_activities = max_concurrent_activities
@@ -463,7 +468,7 @@ class DurableEngine:
                     new_events.append(message.event)
                 else:
                     stale.append(message.message_id)  # for an earlier generation
-            past = self.store.history(instance_id)
+            past = self.store.history_json(instance_id)
             if not new_events and not past:
                 # Not started yet: raised events wait in the buffer for the first episode.
                 for event in raised:
@@ -487,7 +492,7 @@ class DurableEngine:
             orchestrator=record.name,
             input_json=record.input_json,
             parent_instance_id=record.parent_instance_id,
-            past=past,
+            past_json=past,
             new_events=new_events,
             buffered_events=[*buffered, *raised],
             now=self.clock.now(),
@@ -710,9 +715,21 @@ class DurableEngine:
         try:
             try:
                 activity = self.registry.activity(item.name)
-                result_json = await self._invoke(activity, item.input_json)
+                if self._activities is None:
+                    result_json = await self._invoke(activity, item.input_json)
+                else:
+                    result_json = await self._activities.run_activity(item.name, item.input_json)
             except asyncio.CancelledError:
                 raise
+            except WorkerUnavailableError as error:
+                # Not a failure of the activity: the work item stays and runs again.
+                logger.warning(
+                    "activity postponed instance_id=%s activity=%s reason=worker process died: %s",
+                    item.instance_id,
+                    item.name,
+                    error,
+                )
+                await asyncio.sleep(WORKER_RETRY_SECONDS)
             except Exception as error:
                 self._report_activity(item, None, error)
             else:
@@ -750,12 +767,17 @@ class DurableEngine:
                 item.task_id,
                 error,
             )
+            if isinstance(error, FunctionError):  # raised in a worker process
+                summary, details = error.summary, error.details
+            else:
+                summary = f"{type(error).__name__}: {error}"
+                details = "".join(traceback.format_exception(error))
             event = new_event(
                 EventType.TASK_FAILED,
                 now,
                 TaskScheduledId=item.task_id,
-                Reason=f"Activity function '{item.name}' failed: {type(error).__name__}: {error}",
-                Details="".join(traceback.format_exception(error)),
+                Reason=f"Activity function '{item.name}' failed: {summary}",
+                Details=details,
             )
         with self.store.transaction():
             if not self.store.remove_work(item.work_id):

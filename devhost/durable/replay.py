@@ -52,7 +52,8 @@ class EpisodeRequest:
     orchestrator: str
     input_json: str | None
     parent_instance_id: str | None
-    past: list[HistoryEvent]
+    past_json: list[str]
+    """The history so far as stored, one JSON document per event (decoded where it replays)."""
     new_events: list[HistoryEvent]
     buffered_events: list[BufferedEvent]
     now: dt.datetime
@@ -76,10 +77,11 @@ def decide_episode(request: EpisodeRequest, replay: ReplayFunction) -> EpisodeOu
     episode = [new_event(EventType.ORCHESTRATOR_STARTED, request.now), *request.new_events]
     remaining = list(request.buffered_events)
     delivered: list[int] = []
+    past: list[HistoryEvent] = [json.loads(event) for event in request.past_json]
     while True:
         try:
-            state = replay(request.orchestrator, _context_json(request, episode))
-            translation = translate(request.instance_id, [*request.past, *episode], state)
+            state = replay(request.orchestrator, _context_json(request, past, episode))
+            translation = translate(request.instance_id, [*past, *episode], state)
         except (NonDeterminismError, UnsupportedActionError) as error:
             logger.error(
                 "orchestration failed instance_id=%s name=%s error=%s",
@@ -117,13 +119,15 @@ def _deliverable(
     return chosen
 
 
-def _context_json(request: EpisodeRequest, episode: list[HistoryEvent]) -> str:
-    past = [{**event, "IsPlayed": True} for event in request.past]
+def _context_json(
+    request: EpisodeRequest, past: list[HistoryEvent], episode: list[HistoryEvent]
+) -> str:
+    played = [{**event, "IsPlayed": True} for event in past]
     return json.dumps(
         {
-            "history": [*past, *episode],
+            "history": [*played, *episode],
             "instanceId": request.instance_id,
-            "isReplaying": bool(past),
+            "isReplaying": bool(played),
             "parentInstanceId": request.parent_instance_id,
             "input": request.input_json,
             "upperSchemaVersion": REPLAY_SCHEMA_VERSION,

@@ -232,10 +232,14 @@ class DurableStore:
     # -- history -----------------------------------------------------------------------
 
     def history(self, instance_id: str) -> list[HistoryEvent]:
+        return [json.loads(event) for event in self.history_json(instance_id)]
+
+    def history_json(self, instance_id: str) -> list[str]:
+        """The history as stored, one JSON document per event, oldest first."""
         rows = self._connection.execute(
             "SELECT event FROM history WHERE instance_id = ? ORDER BY position", (instance_id,)
         ).fetchall()
-        return [json.loads(row[0]) for row in rows]
+        return [row[0] for row in rows]
 
     def append_history(self, instance_id: str, events: list[HistoryEvent]) -> None:
         start = self._connection.execute(

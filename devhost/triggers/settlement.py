@@ -137,6 +137,7 @@ class SettlementService:
         self._lock = threading.Lock()
         self._server: grpc.Server | None = None
         self.port = 0
+        self.worker_arguments: list[str] = []
 
     @classmethod
     def shared(cls) -> SettlementService:
@@ -159,17 +160,17 @@ class SettlementService:
         self.port = server.add_insecure_port("127.0.0.1:0")
         server.start()
         self._server = server
-        # What the host passes on the worker's command line; the actions client reads it.
-        sys.argv.extend(
-            [
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--functions-grpc-max-message-length",
-                str(MAX_GRPC_MESSAGE),
-            ]
-        )
+        # What the host passes on the worker's command line; the actions client reads it,
+        # in this process and in language worker processes.
+        self.worker_arguments = [
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--functions-grpc-max-message-length",
+            str(MAX_GRPC_MESSAGE),
+        ]
+        sys.argv.extend(self.worker_arguments)
 
     def hold(
         self, message: ServiceBusReceivedMessage, loop: asyncio.AbstractEventLoop, settle: Settle

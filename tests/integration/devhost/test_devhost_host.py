@@ -36,13 +36,16 @@ def broker() -> Iterator[ServiceBusBroker]:
 
 
 @pytest.fixture
-async def host(tmp_path: Path, broker: ServiceBusBroker) -> AsyncIterator[DevHost]:
+async def host(
+    tmp_path: Path, broker: ServiceBusBroker, request: pytest.FixtureRequest
+) -> AsyncIterator[DevHost]:
     options = HostOptions(
         app="every_trigger_app:app",
         app_root=APPS,
         data_dir=tmp_path,
         http_port=0,
         clock=VirtualClock(START),
+        worker_processes=getattr(request, "param", 0),
     )
     settings = AppSettings({"SB": broker.connection_string, "JOBS_QUEUE": "jobs"})
     running = DevHost(options, settings)
@@ -77,6 +80,8 @@ async def waiting_for_approval(host: DevHost, job: str) -> bool:
     )
 
 
+# Issue 4: the same with the function code in a language worker process (HTTP stays here).
+@pytest.mark.parametrize("host", [0, 1], indirect=True, ids=["in-devhost", "language-worker"])
 async def test_service_bus_http_and_durable_client_work_together(
     host: DevHost, broker: ServiceBusBroker
 ) -> None:

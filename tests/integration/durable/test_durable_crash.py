@@ -1,7 +1,7 @@
 """Issue 3 crash safety with a real process kill: kill -9 `python -m devhost start`
 mid-activity, start again on the same data, and the orchestration completes with its timer
-and its early event kept and the unfinished activity run again; with replays in the devhost
-and in a worker process (issue 4)."""
+and its early event kept and the unfinished activity run again; with function code in the devhost
+and in a language worker process (issue 4)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def crash_functions() -> tuple[Function, ...]:
     return tuple(crash_app.app.get_functions())
 
 
-def kill_devhost_mid_activity(data_dir: Path, markers: Path, replay_processes: int) -> None:
+def kill_devhost_mid_activity(data_dir: Path, markers: Path, worker_processes: int) -> None:
     """Run `python -m devhost start` on the app until the activity has started, then SIGKILL it."""
     devhost = subprocess.Popen(
         [
@@ -48,8 +48,8 @@ def kill_devhost_mid_activity(data_dir: Path, markers: Path, replay_processes: i
             str(data_dir),
             "--http-port",
             "0",
-            "--orchestrator-processes",
-            str(replay_processes),
+            "--worker-processes",
+            str(worker_processes),
         ],
         cwd=REPO_ROOT,
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
@@ -70,9 +70,21 @@ def kill_devhost_mid_activity(data_dir: Path, markers: Path, replay_processes: i
             devhost.stderr.close()
 
 
-@pytest.mark.parametrize("replay_processes", [0, 1], ids=["replays-in-devhost", "replay-worker"])
+def _language_workers_of(app: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"devhost.language_worker" in command and app.encode() in command:
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.parametrize("worker_processes", [0, 1], ids=["in-devhost", "language-worker"])
 async def test_kill_9_mid_activity_then_resume_on_the_same_file(
-    tmp_path: Path, replay_processes: int
+    tmp_path: Path, worker_processes: int
 ) -> None:
     data_dir = tmp_path / "devhost"
     data_dir.mkdir()
@@ -84,7 +96,9 @@ async def test_kill_9_mid_activity_then_resume_on_the_same_file(
     await client.raise_event(instance_id, "Approval", "granted")
     await client.close()
 
-    kill_devhost_mid_activity(data_dir, markers, replay_processes)
+    kill_devhost_mid_activity(data_dir, markers, worker_processes)
+    # A worker whose devhost died exits, even with its activity blocked in a thread.
+    eventually_sync(lambda: not _language_workers_of("crash_app:app"), "orphaned workers to exit")
 
     resumed = DurableEngine(
         crash_functions(), database, clock=VirtualClock(dt.datetime.now(dt.UTC))

@@ -1,5 +1,6 @@
-"""Issue 4: orchestrations replayed in worker processes behave exactly as in the devhost's
-own process, and a worker that dies costs a retry, never an event or an activity."""
+"""Issue 4: orchestrations and activities run in language worker processes behave exactly as
+in the devhost's own process, and a worker that dies costs a retry, never an event or an
+activity."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest_asyncio
 
 from devhost.durable import DurableEngine, RuntimeStatus
 from devhost.durable.history import EventType
-from devhost.durable.workers import WorkerProcessOrchestrators
+from devhost.language_workers import LanguageWorkers
 from tests.integration.durable.conftest import EngineFactory
 
 pytestmark = pytest.mark.asyncio
@@ -23,19 +24,19 @@ SEMANTICS_APP = "tests.integration.durable.apps.semantics_app:app"
 
 
 @pytest_asyncio.fixture
-async def workers() -> AsyncIterator[WorkerProcessOrchestrators]:
-    runner = WorkerProcessOrchestrators(SEMANTICS_APP, REPOSITORY, processes=2)
+async def workers() -> AsyncIterator[LanguageWorkers]:
+    runner = LanguageWorkers(SEMANTICS_APP, REPOSITORY, processes=2)
     yield runner
     await runner.close()
 
 
 @pytest_asyncio.fixture
-async def engine(make_engine: EngineFactory, workers: WorkerProcessOrchestrators) -> DurableEngine:
-    return make_engine(orchestrators=workers)
+async def engine(make_engine: EngineFactory, workers: LanguageWorkers) -> DurableEngine:
+    return make_engine(orchestrators=workers, activities=workers)
 
 
 async def test_activities_custom_status_and_output_match_the_in_process_replay(
-    engine: DurableEngine, workers: WorkerProcessOrchestrators
+    engine: DurableEngine, workers: LanguageWorkers
 ) -> None:
     instance_id = await engine.start_new("sequence", "seq-workers")
     await engine.run_until_idle()
@@ -47,6 +48,17 @@ async def test_activities_custom_status_and_output_match_the_in_process_replay(
     assert status.custom_status == {"stage": "done"}
     assert len(workers.worker_pids()) == 2
     assert os.getpid() not in workers.worker_pids()
+
+
+async def test_an_activity_failure_reads_as_it_does_in_process(engine: DurableEngine) -> None:
+    instance_id = await engine.start_new("fan_out_failure", input="workers-fan-out-failure")
+    status = await engine.run_until_complete(instance_id)
+
+    assert status.runtime_status is RuntimeStatus.COMPLETED
+    assert status.output.startswith(
+        "caught: Activity function 'flaky' failed: RuntimeError: flaky failure 1 for "
+        "workers-fan-out-failure"
+    )
 
 
 async def test_timer_and_event_race_is_decided_in_a_worker(engine: DurableEngine) -> None:
@@ -79,7 +91,7 @@ async def test_what_the_app_prints_does_not_disturb_the_replays(engine: DurableE
 
 
 async def test_a_killed_worker_is_replaced_and_loses_nothing(
-    engine: DurableEngine, workers: WorkerProcessOrchestrators
+    engine: DurableEngine, workers: LanguageWorkers
 ) -> None:
     instance_id = await engine.start_new("waits_forever", "killed-worker")
     await engine.run_until_idle()

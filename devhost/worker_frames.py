@@ -1,4 +1,4 @@
-"""The frames between the devhost and its replay workers: a 4-byte big-endian length, then a
+"""The frames between the devhost and its language workers: a 4-byte big-endian length, then a
 pickle. Both ends are the devhost's own code on a private pipe to its own child process, so
 pickle carries the episode dataclasses as they are; nothing else ever writes to that pipe.
 """

@@ -1,0 +1,185 @@
+"""A language worker process: ``python -m devhost.language_worker APP APP_ROOT [--log-level L]``.
+
+On Azure the Functions host keeps triggers, settlement and Durable histories, and runs the
+function code in Python worker processes (``FUNCTIONS_WORKER_PROCESS_COUNT``). The devhost
+does the same with ``--worker-processes N``: each worker imports and indexes the app as the
+Python worker does and answers the devhost's requests, read from stdin as frames
+(``worker_frames.py``), each ``(kind, id, *payload)``:
+
+- ``episode``: decide an orchestration episode (``EpisodeRequest`` -> ``EpisodeOutcome``);
+- ``activity``: run an activity on its input JSON -> its output JSON;
+- ``invoke``: call a trigger function with the arguments the devhost built -> its result;
+- ``call``: call ``module:function`` without arguments -> its result (the demo reads the
+  app's own counters this way).
+
+The answer is ``(id, "ok", result)`` or ``(id, "error", summary, details)``. Requests run
+concurrently on the worker's event loop (sync functions on its thread pool), as invocations
+do in the Python worker. The gRPC address of the host's settlement service comes on the
+command line, as the host passes it. The app's prints and logs go to stderr, so nothing
+but frames reaches the devhost on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import importlib
+import inspect
+import logging
+import os
+import sys
+import traceback
+from collections import namedtuple
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from azurefunctions.extensions.bindings.servicebus import ServiceBusMessageActions
+
+from devhost import event_loop
+from devhost.durable.registry import FunctionRegistry
+from devhost.durable.replay import decide_episode
+from devhost.indexing import IndexedFunction, index_app, load_app
+from devhost.invocation import (
+    EVENT_LOOP_EXECUTOR_THREADS,
+    MESSAGE_ACTIONS,
+    default_thread_count,
+)
+from devhost.settings import AppSettings
+from devhost.worker_frames import FRAME_HEADER, decode_payload, encode_frame
+
+log = logging.getLogger("devhost.language_worker")
+
+# Replaying re-reads the whole history on every episode, and the SDK parses every event's
+# timestamp with dateutil and builds a namedtuple class per replay: together half of a
+# worker's replay CPU. Both are pure functions of their arguments, so the worker remembers
+# their results; what the SDK computes is unchanged (the in-process runner keeps the SDK as
+# shipped, which the tests compare against).
+SDK_MEMO_SIZE = 65_536
+
+
+def remember_sdk_pure_functions() -> None:
+    history_module = importlib.import_module("azure.durable_functions.models.history.HistoryEvent")
+    executor_module = importlib.import_module(
+        "azure.durable_functions.models.TaskOrchestrationExecutor"
+    )
+    parse = functools.lru_cache(maxsize=SDK_MEMO_SIZE)(history_module.dt_parse)
+    setattr(history_module, "dt_parse", parse)  # noqa: B010 - the module's own global
+    setattr(executor_module, "namedtuple", functools.lru_cache(maxsize=64)(namedtuple))  # noqa: B010
+
+
+class LanguageWorker:
+    def __init__(self, functions: list[IndexedFunction], answers: BinaryIO) -> None:
+        self._functions = {function.name: function for function in functions}
+        self._registry = FunctionRegistry.from_functions([f.function for f in functions])
+        self._answers = answers
+        self._tasks: set[asyncio.Task[None]] = set()
+        # Sync functions get the worker's own pool (PYTHON_THREADPOOL_THREAD_COUNT), as in
+        # the Python worker; what async functions send to threads gets the loop's executor.
+        self._functions_pool = ThreadPoolExecutor(
+            max_workers=default_thread_count(), thread_name_prefix="function"
+        )
+
+    async def serve(self, requests: asyncio.StreamReader) -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(
+            ThreadPoolExecutor(
+                max_workers=EVENT_LOOP_EXECUTOR_THREADS, thread_name_prefix="asyncio"
+            )
+        )
+        while True:
+            try:
+                header = await requests.readexactly(FRAME_HEADER.size)
+            except asyncio.IncompleteReadError:
+                break  # the devhost closed the pipe: it stopped or died
+            (length,) = FRAME_HEADER.unpack(header)
+            request = decode_payload(await requests.readexactly(length))
+            task = asyncio.create_task(self._answer(request))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        for task in list(self._tasks):
+            task.cancel()
+
+    async def _answer(self, request: tuple[Any, ...]) -> None:
+        kind, request_id, *payload = request
+        try:
+            result = await self._run(kind, payload)
+            answer: tuple[Any, ...] = (request_id, "ok", result)
+        except Exception as error:
+            summary = f"{type(error).__name__}: {error}"
+            answer = (request_id, "error", summary, "".join(traceback.format_exception(error)))
+        self._answers.write(encode_frame(answer))
+        self._answers.flush()
+
+    async def _run(self, kind: str, payload: list[Any]) -> Any:
+        if kind == "episode":
+            (episode,) = payload
+            return decide_episode(episode, self._replay)
+        if kind == "activity":
+            name, input_json = payload
+            activity = self._registry.activity(name)
+            argument = activity.decode_input(input_json)
+            call = functools.partial(activity.function, **{activity.input_parameter: argument})
+            result = await self._call(call)
+            return activity.encode_output(result)
+        if kind == "invoke":
+            name, arguments = payload
+            function = self._functions[name]
+            restored = {
+                key: ServiceBusMessageActions.get_instance() if value is MESSAGE_ACTIONS else value
+                for key, value in arguments.items()
+            }
+            return await self._call(functools.partial(function.user_function, **restored))
+        if kind == "call":
+            (spec,) = payload
+            module_name, _, attribute = spec.partition(":")
+            return getattr(importlib.import_module(module_name), attribute)()
+        raise ValueError(f"unknown request kind {kind!r}")
+
+    def _replay(self, name: str, context_json: str) -> dict[str, Any]:
+        return self._registry.orchestrator(name).invoke(context_json)
+
+    async def _call(self, call: functools.partial[Any]) -> Any:
+        if inspect.iscoroutinefunction(call.func):
+            return await call()
+        return await asyncio.get_running_loop().run_in_executor(self._functions_pool, call)
+
+
+async def _serve(app: str, app_root: str, answers: BinaryIO) -> None:
+    functions = index_app(load_app(app, Path(app_root)), AppSettings(dict(os.environ)))
+    remember_sdk_pure_functions()
+    loop = asyncio.get_running_loop()
+    requests = asyncio.StreamReader(limit=2**31 - 1)
+    await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(requests), os.fdopen(sys.stdin.fileno(), "rb")
+    )
+    await LanguageWorker(functions, answers).serve(requests)
+    # The devhost is gone: nothing can receive a result any more, and a function blocked in
+    # a thread must not keep this process alive as an orphan.
+    answers.flush()
+    os._exit(0)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devhost.language_worker")
+    parser.add_argument("app")
+    parser.add_argument("app_root")
+    parser.add_argument("--log-level", default="WARNING")
+    # The rest (the host's gRPC address) is read by the SDK-type binding from sys.argv.
+    args, _ = parser.parse_known_args(argv)
+    # The devhost's log level and format: the worker's records read like the host's own.
+    logging.basicConfig(
+        level=args.log_level,
+        stream=sys.stderr,
+        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
+    )
+    # The protocol owns the real stdout; whatever the app prints lands on stderr.
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    event_loop.run(_serve(args.app, args.app_root, answers))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
