@@ -16,12 +16,11 @@ import inspect
 import logging
 import os
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-
-from azurefunctions.extensions.bindings.servicebus import ServiceBusMessageActions
 
 from devhost.indexing import IndexedFunction
 
@@ -56,15 +55,13 @@ def default_thread_count() -> int:
     return int(configured) if configured else min(32, (os.cpu_count() or 1) + 4)
 
 
-class _MessageActionsMarker:
-    """Stands for the ServiceBusMessageActions client on its way to a worker process, which
-    makes its own (it holds a gRPC channel, which cannot travel)."""
+class DeferredArgument(ABC):
+    """An argument made where the function runs: in this process, or in a language worker
+    after this small description of it travelled there (an SDK-type message is sent as the
+    host's encoded bytes; the actions client, which holds a gRPC channel, is made anew)."""
 
-    def __reduce__(self) -> str:
-        return "MESSAGE_ACTIONS"
-
-
-MESSAGE_ACTIONS = _MessageActionsMarker()
+    @abstractmethod
+    def materialize(self) -> Any: ...
 
 
 class FunctionError(Exception):
@@ -134,6 +131,7 @@ class FunctionInvoker:
 
     async def _call(self, function: IndexedFunction, kwargs: dict[str, Any]) -> Any:
         user_function = function.user_function
+        kwargs = materialized(kwargs)
         if inspect.iscoroutinefunction(user_function):
             return await user_function(**kwargs)
         call = functools.partial(contextvars.copy_context().run, user_function, **kwargs)
@@ -143,12 +141,20 @@ class FunctionInvoker:
         self._executor.shutdown(wait=True, cancel_futures=True)
 
 
+def materialized(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments with every ``DeferredArgument`` made."""
+    return {
+        name: value.materialize() if isinstance(value, DeferredArgument) else value
+        for name, value in arguments.items()
+    }
+
+
 class WorkerFunctionInvoker(FunctionInvoker):
     """Invokes in language worker processes: the arguments travel, the function runs there.
 
     The host builds every argument as for an in-process call (trigger data, durableClient
-    binding JSON, ``context``); the message actions client is replaced by a marker and made
-    again in the worker. A function that raises there raises ``FunctionError`` here.
+    binding JSON, ``context``); a ``DeferredArgument`` travels as it is and is made in the
+    worker. A function that raises there raises ``FunctionError`` here.
     """
 
     def __init__(self, app_root: str, workers: RemoteCalls, **options: Any) -> None:
@@ -156,8 +162,4 @@ class WorkerFunctionInvoker(FunctionInvoker):
         self._workers = workers
 
     async def _call(self, function: IndexedFunction, kwargs: dict[str, Any]) -> Any:
-        travelling = {
-            name: MESSAGE_ACTIONS if isinstance(value, ServiceBusMessageActions) else value
-            for name, value in kwargs.items()
-        }
-        return await self._workers.invoke(function.name, travelling)
+        return await self._workers.invoke(function.name, kwargs)

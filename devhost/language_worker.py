@@ -35,17 +35,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from azurefunctions.extensions.bindings.servicebus import ServiceBusMessageActions
-
 from devhost import event_loop
 from devhost.durable.registry import FunctionRegistry
 from devhost.durable.replay import decide_episode
 from devhost.indexing import IndexedFunction, index_app, load_app
-from devhost.invocation import (
-    EVENT_LOOP_EXECUTOR_THREADS,
-    MESSAGE_ACTIONS,
-    default_thread_count,
-)
+from devhost.invocation import EVENT_LOOP_EXECUTOR_THREADS, default_thread_count, materialized
 from devhost.settings import AppSettings
 from devhost.worker_frames import FRAME_HEADER, decode_payload, encode_frame
 
@@ -126,11 +120,9 @@ class LanguageWorker:
         if kind == "invoke":
             name, arguments = payload
             function = self._functions[name]
-            restored = {
-                key: ServiceBusMessageActions.get_instance() if value is MESSAGE_ACTIONS else value
-                for key, value in arguments.items()
-            }
-            return await self._call(functools.partial(function.user_function, **restored))
+            return await self._call(
+                functools.partial(function.user_function, **materialized(arguments))
+            )
         if kind == "call":
             (spec,) = payload
             module_name, _, attribute = spec.partition(":")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -139,6 +139,10 @@ class DurableStore:
             self._connection.execute("PRAGMA synchronous = NORMAL")
         self._connection.executescript(_SCHEMA)
         self._depth = 0
+        # How many inbox messages and work items this store has written: the engine looks
+        # for new work only when these moved (one engine per file, so no other writer).
+        self.posts = 0
+        self.work_added = 0
 
     def close(self) -> None:
         self._connection.close()
@@ -256,6 +260,7 @@ class DurableStore:
     # -- inbox and external events -----------------------------------------------------
 
     def post(self, instance_id: str, execution_id: str, event: HistoryEvent) -> None:
+        self.posts += 1
         self._connection.execute(
             "INSERT INTO inbox (instance_id, execution_id, event) VALUES (?, ?, ?)",
             (instance_id, execution_id, json.dumps(event)),
@@ -347,16 +352,22 @@ class DurableStore:
     def add_work(
         self, instance_id: str, execution_id: str, task_id: int, name: str, input_json: str | None
     ) -> None:
+        self.work_added += 1
         self._connection.execute(
             "INSERT INTO activity_work (instance_id, execution_id, task_id, name, input) "
             "VALUES (?, ?, ?, ?, ?)",
             (instance_id, execution_id, task_id, name, input_json),
         )
 
-    def work_items(self) -> list[ActivityWorkItem]:
+    def work_items(
+        self, *, excluding: Collection[int] = (), limit: int | None = None
+    ) -> list[ActivityWorkItem]:
+        """Work items, oldest first, without those in ``excluding``, at most ``limit``."""
+        where = f" WHERE work_id NOT IN ({', '.join('?' * len(excluding))})" if excluding else ""
         rows = self._connection.execute(
-            "SELECT work_id, instance_id, execution_id, task_id, name, input FROM activity_work "
-            "ORDER BY work_id"
+            "SELECT work_id, instance_id, execution_id, task_id, name, input FROM activity_work"
+            f"{where} ORDER BY work_id LIMIT ?",
+            (*excluding, -1 if limit is None else limit),
         ).fetchall()
         return [ActivityWorkItem(*row) for row in rows]
 

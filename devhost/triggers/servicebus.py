@@ -29,13 +29,17 @@ from azure.servicebus import ServiceBusReceivedMessage, ServiceBusReceiveMode
 from azure.servicebus.aio import AutoLockRenewer, ServiceBusClient, ServiceBusReceiver
 from azure.servicebus.amqp import AmqpMessageBodyType
 from azure.servicebus.exceptions import ServiceBusError
-from azurefunctions.extensions.bindings.servicebus import ServiceBusMessageActions
 
 from devhost.host_config import ServiceBusOptions
 from devhost.indexing import IndexedFunction
 from devhost.invocation import FunctionInvoker
 from devhost.settings import AppSettings, SettingsError
-from devhost.triggers.settlement import SdkBinding, SettlementService, model_binding_message
+from devhost.triggers.settlement import (
+    MessageActionsArgument,
+    SdkBinding,
+    SdkMessageArgument,
+    SettlementService,
+)
 
 log = logging.getLogger("devhost.servicebus_trigger")
 
@@ -306,12 +310,12 @@ class ServiceBusTrigger:
             return {trigger: to_function_message(message)}, None
         token = SettlementService.shared().hold(message, asyncio.get_running_loop(), self.settle)
         arguments: dict[str, Any] = {
-            trigger: model_binding_message(message)
+            trigger: SdkMessageArgument.of(message)
             if self._sdk.message_parameter
             else to_function_message(message)
         }
         for name in self._sdk.actions_parameters:
-            arguments[name] = ServiceBusMessageActions.get_instance()
+            arguments[name] = MessageActionsArgument()
         return arguments, token
 
     @staticmethod

@@ -44,6 +44,7 @@ from azurefunctions.extensions.bindings.servicebus import (
 from google.protobuf import empty_pb2
 
 from devhost.indexing import IndexedFunction
+from devhost.invocation import DeferredArgument
 
 LOCK_TOKEN_MARKER = b"x-opt-lock-token"
 SETTLE_TIMEOUT_SECONDS = 60.0
@@ -75,23 +76,41 @@ class SdkBinding:
         return cls(message_parameter, tuple(action_parameters))
 
 
-def model_binding_message(message: ServiceBusReceivedMessage) -> Any:
-    """The SDK-type message exactly as the extension decodes the host's model binding data."""
-    if message.lock_token is None:
-        raise ValueError("SDK-type bindings need messages received in PEEK_LOCK mode")
-    token = uuid.UUID(str(message.lock_token))
-    raw = message._message
-    typed = raw._replace(message_annotations=_typed_annotations(raw.message_annotations or {}))
-    encoded = bytes(encode_payload(bytearray(), typed))
-    content = token.bytes_le + LOCK_TOKEN_MARKER + encoded
-    binding_data = types.SimpleNamespace(
-        version="1.0",
-        source="AzureServiceBusReceivedMessage",
-        content_type="application/octet-stream",
-        content=content,
-    )
-    datum = Datum(type="model_binding_data", value=binding_data)
-    return ServiceBusConverter.decode(datum, trigger_metadata=None, pytype=None)
+@dataclass(frozen=True)
+class SdkMessageArgument(DeferredArgument):
+    """The SDK-type message as the host hands it to the worker: model binding data."""
+
+    content: bytes
+
+    @classmethod
+    def of(cls, message: ServiceBusReceivedMessage) -> SdkMessageArgument:
+        """Encode a received message as the host does: the lock token in .NET Guid byte
+        order, a marker, then the AMQP-encoded message."""
+        if message.lock_token is None:
+            raise ValueError("SDK-type bindings need messages received in PEEK_LOCK mode")
+        token = uuid.UUID(str(message.lock_token))
+        raw = message._message
+        typed = raw._replace(message_annotations=_typed_annotations(raw.message_annotations or {}))
+        encoded = bytes(encode_payload(bytearray(), typed))
+        return cls(token.bytes_le + LOCK_TOKEN_MARKER + encoded)
+
+    def materialize(self) -> Any:
+        """The message exactly as the extension's own converter decodes it."""
+        binding_data = types.SimpleNamespace(
+            version="1.0",
+            source="AzureServiceBusReceivedMessage",
+            content_type="application/octet-stream",
+            content=self.content,
+        )
+        datum = Datum(type="model_binding_data", value=binding_data)
+        return ServiceBusConverter.decode(datum, trigger_metadata=None, pytype=None)
+
+
+class MessageActionsArgument(DeferredArgument):
+    """The extension's actions client (a process-wide singleton holding a gRPC channel)."""
+
+    def materialize(self) -> Any:
+        return ServiceBusMessageActions.get_instance()
 
 
 _TIMESTAMP_ANNOTATIONS = frozenset(
