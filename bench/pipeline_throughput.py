@@ -2,7 +2,7 @@
 
 Runs the fault-free pipeline (`python -m devhost demo --faults none`) at each size (default
 1,000 and 5,000 orders), several runs per size, every run in its own subprocess. Its peak RSS
-is the largest total resident memory of that process and its descendants (the replay worker
+is the largest total resident memory of that process and its descendants (the language worker
 and the broker run as child processes), sampled from /proc every half second, and never less
 than what the kernel recorded for the demo process itself (`os.wait4`).
 From each run's JSON report it takes orders/s (orders / duration_seconds: first submission
