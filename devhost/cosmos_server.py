@@ -27,9 +27,10 @@ import json
 import os
 import shutil
 import subprocess
-import threading
 from pathlib import Path
 from types import TracebackType
+
+from devhost import child_process
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "@vercel/cosmosdb-server"
@@ -40,7 +41,6 @@ EMULATOR_KEY = (
 """The Cosmos DB emulator's well-known key; that server accepts any key."""
 
 READY_BOUND_SECONDS = 30.0
-STOP_BOUND_SECONDS = 10.0
 
 MISSING_ITEM_IS_404 = """
 const readDocument = require("@vercel/cosmosdb-server/lib/handler/read-document");
@@ -140,15 +140,8 @@ class CosmosServer:
         return self
 
     def _read_port(self, process: subprocess.Popen[str]) -> int:
-        # readline blocks, so it runs on a helper thread and the wait on it is bounded.
-        lines: list[str] = []
-        reader = threading.Thread(
-            target=lambda: lines.append(process.stdout.readline() if process.stdout else ""),
-            daemon=True,
-        )
-        reader.start()
-        reader.join(READY_BOUND_SECONDS)
-        if not lines or not lines[0].strip():
+        lines = child_process.first_lines(process, 1, READY_BOUND_SECONDS)
+        if not lines or not lines[0]:
             self.stop()
             raise RuntimeError(
                 f"{PACKAGE} did not report readiness within {READY_BOUND_SECONDS:.0f}s "
@@ -159,16 +152,8 @@ class CosmosServer:
 
     def stop(self) -> None:
         process, self._process = self._process, None
-        if process is None:
-            return
-        process.terminate()
-        try:
-            process.wait(STOP_BOUND_SECONDS)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(STOP_BOUND_SECONDS)
-        if process.stdout is not None:
-            process.stdout.close()
+        if process is not None:
+            child_process.stop(process)
 
     def __enter__(self) -> CosmosServer:
         return self.start()

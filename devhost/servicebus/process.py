@@ -10,11 +10,11 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
+from devhost import child_process
+
 READY_BOUND_SECONDS = 30.0
-STOP_BOUND_SECONDS = 10.0
 
 
 class BrokerProcess:
@@ -47,7 +47,7 @@ class BrokerProcess:
             stdout=subprocess.PIPE,
             text=True,
         )
-        lines = self._first_lines(self._process, 2)
+        lines = child_process.first_lines(self._process, 2, READY_BOUND_SECONDS)
         if len(lines) < 2 or not lines[1].startswith("Endpoint="):
             code = self._process.poll()
             self.stop()
@@ -57,34 +57,8 @@ class BrokerProcess:
             )
         self._connection_string = lines[1]
 
-    @staticmethod
-    def _first_lines(process: subprocess.Popen[str], count: int) -> list[str]:
-        # readline blocks, so it runs on a helper thread and the wait on it is bounded.
-        lines: list[str] = []
-
-        def read() -> None:
-            while process.stdout is not None and len(lines) < count:
-                line = process.stdout.readline()
-                if not line:
-                    return
-                lines.append(line.strip())
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        reader.join(READY_BOUND_SECONDS)
-        return list(lines)
-
     def stop(self) -> None:
         process, self._process = self._process, None
         self._connection_string = None
-        if process is None:
-            return
-        process.terminate()
-        try:
-            process.wait(STOP_BOUND_SECONDS)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(STOP_BOUND_SECONDS)
-        for stream in (process.stdin, process.stdout):
-            if stream is not None:
-                stream.close()
+        if process is not None:
+            child_process.stop(process)
