@@ -18,7 +18,7 @@ import os
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -130,15 +130,22 @@ class FunctionInvoker:
         return kwargs, invocation_id
 
     async def _call(self, function: IndexedFunction, kwargs: dict[str, Any]) -> Any:
-        user_function = function.user_function
-        kwargs = materialized(kwargs)
-        if inspect.iscoroutinefunction(user_function):
-            return await user_function(**kwargs)
-        call = functools.partial(contextvars.copy_context().run, user_function, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        return await call_user_function(
+            function.user_function, materialized(kwargs), self._executor
+        )
 
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+async def call_user_function(
+    function: Callable[..., Any], kwargs: Mapping[str, Any], executor: Executor
+) -> Any:
+    """Await an async function; run a sync one on ``executor`` with the caller's contextvars."""
+    if inspect.iscoroutinefunction(function):
+        return await function(**kwargs)
+    call = functools.partial(contextvars.copy_context().run, function, **kwargs)
+    return await asyncio.get_running_loop().run_in_executor(executor, call)
 
 
 def materialized(arguments: Mapping[str, Any]) -> dict[str, Any]:

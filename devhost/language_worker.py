@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import functools
 import importlib
-import inspect
 import logging
 import os
 import sys
@@ -37,9 +36,14 @@ from typing import Any, BinaryIO
 
 from devhost import event_loop
 from devhost.durable.registry import FunctionRegistry
-from devhost.durable.replay import decide_episode
+from devhost.durable.workers import InProcessActivities, InProcessOrchestrators
 from devhost.indexing import IndexedFunction, index_app, load_app
-from devhost.invocation import EVENT_LOOP_EXECUTOR_THREADS, default_thread_count, materialized
+from devhost.invocation import (
+    EVENT_LOOP_EXECUTOR_THREADS,
+    call_user_function,
+    default_thread_count,
+    materialized,
+)
 from devhost.settings import AppSettings
 from devhost.worker_frames import FRAME_HEADER, decode_payload, encode_frame
 
@@ -66,7 +70,7 @@ def remember_sdk_pure_functions() -> None:
 class LanguageWorker:
     def __init__(self, functions: list[IndexedFunction], answers: BinaryIO) -> None:
         self._functions = {function.name: function for function in functions}
-        self._registry = FunctionRegistry.from_functions([f.function for f in functions])
+        registry = FunctionRegistry.from_functions([f.function for f in functions])
         self._answers = answers
         self._tasks: set[asyncio.Task[None]] = set()
         # Sync functions get the worker's own pool (PYTHON_THREADPOOL_THREAD_COUNT), as in
@@ -74,6 +78,8 @@ class LanguageWorker:
         self._functions_pool = ThreadPoolExecutor(
             max_workers=default_thread_count(), thread_name_prefix="function"
         )
+        self._orchestrators = InProcessOrchestrators(registry)
+        self._activities = InProcessActivities(registry, self._functions_pool)
 
     async def serve(self, requests: asyncio.StreamReader) -> None:
         loop = asyncio.get_running_loop()
@@ -109,33 +115,19 @@ class LanguageWorker:
     async def _run(self, kind: str, payload: list[Any]) -> Any:
         if kind == "episode":
             (episode,) = payload
-            return decide_episode(episode, self._replay)
+            return await self._orchestrators.run_episode(episode)
         if kind == "activity":
             name, input_json = payload
-            activity = self._registry.activity(name)
-            argument = activity.decode_input(input_json)
-            call = functools.partial(activity.function, **{activity.input_parameter: argument})
-            result = await self._call(call)
-            return activity.encode_output(result)
+            return await self._activities.run_activity(name, input_json)
         if kind == "invoke":
             name, arguments = payload
-            function = self._functions[name]
-            return await self._call(
-                functools.partial(function.user_function, **materialized(arguments))
-            )
+            function = self._functions[name].user_function
+            return await call_user_function(function, materialized(arguments), self._functions_pool)
         if kind == "call":
             (spec,) = payload
             module_name, _, attribute = spec.partition(":")
             return getattr(importlib.import_module(module_name), attribute)()
         raise ValueError(f"unknown request kind {kind!r}")
-
-    def _replay(self, name: str, context_json: str) -> dict[str, Any]:
-        return self._registry.orchestrator(name).invoke(context_json)
-
-    async def _call(self, call: functools.partial[Any]) -> Any:
-        if inspect.iscoroutinefunction(call.func):
-            return await call()
-        return await asyncio.get_running_loop().run_in_executor(self._functions_pool, call)
 
 
 async def _serve(app: str, app_root: str, answers: BinaryIO) -> None:

@@ -37,7 +37,7 @@ from devhost.durable.history import (
     format_timestamp,
     new_event,
 )
-from devhost.durable.registry import ActivityFunction, FunctionRegistry, UnknownFunctionError
+from devhost.durable.registry import FunctionRegistry, UnknownFunctionError
 from devhost.durable.replay import EpisodeOutcome, EpisodeRequest
 from devhost.durable.status import (
     InstanceAlreadyExistsError,
@@ -51,6 +51,7 @@ from devhost.durable.store import ActivityWorkItem, DueTimer, DurableStore, Inst
 from devhost.durable.translation import SubOrchestrationRequest
 from devhost.durable.workers import (
     ActivityRunner,
+    InProcessActivities,
     InProcessOrchestrators,
     OrchestratorRunner,
     WorkerUnavailableError,
@@ -106,13 +107,13 @@ class DurableEngine:
             raise ValueError("max_concurrent_activities must be at least 1")
         self.registry = FunctionRegistry.from_functions(functions)
         self._orchestrators = orchestrators or InProcessOrchestrators(self.registry)
-        self._activities = activities
         self.clock: Clock = clock or RealClock()
         self.store = DurableStore(database)
         self.max_concurrent_activities = max_concurrent_activities
         self._executor = ThreadPoolExecutor(
             max_workers=max_concurrent_activities, thread_name_prefix="durable-activity"
         )
+        self._activities = activities or InProcessActivities(self.registry, self._executor)
         self._running: dict[int, asyncio.Task[None]] = {}
         self._episodes: dict[str, asyncio.Task[None]] = {}
         # Scanning the inbox and the work items on every wake-up was a tenth of the devhost's
@@ -733,11 +734,8 @@ class DurableEngine:
     async def _execute(self, item: ActivityWorkItem) -> None:
         try:
             try:
-                activity = self.registry.activity(item.name)
-                if self._activities is None:
-                    result_json = await self._invoke(activity, item.input_json)
-                else:
-                    result_json = await self._activities.run_activity(item.name, item.input_json)
+                self.registry.activity(item.name)  # an unknown name fails here, wherever it runs
+                result_json = await self._activities.run_activity(item.name, item.input_json)
             except asyncio.CancelledError:
                 raise
             except WorkerUnavailableError as error:
@@ -757,18 +755,6 @@ class DurableEngine:
             self._running.pop(item.work_id, None)
             self._work_seen_at = None
             self._wake.set()
-
-    async def _invoke(self, activity: ActivityFunction, input_json: str | None) -> str:
-        argument = activity.decode_input(input_json)
-        if activity.is_async:
-            result = await activity.function(**{activity.input_parameter: argument})
-        else:
-            loop = asyncio.get_running_loop()
-            result = await loop.run_in_executor(
-                self._executor,
-                lambda: activity.function(**{activity.input_parameter: argument}),
-            )
-        return activity.encode_output(result)
 
     def _report_activity(
         self, item: ActivityWorkItem, result_json: str | None, error: Exception | None

@@ -9,7 +9,6 @@ their input decoded and their output encoded by the worker's own
 
 from __future__ import annotations
 
-import inspect
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -64,10 +63,6 @@ class ActivityFunction:
     name: str
     function: Callable[..., Any]
     input_parameter: str
-
-    @property
-    def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.function)
 
     def decode_input(self, input_json: str | None) -> Any:
         """Decode the scheduled input exactly as the worker's converter does."""

@@ -13,10 +13,12 @@ that dies loses nothing.
 
 from __future__ import annotations
 
+from concurrent.futures import Executor
 from typing import Any, Protocol
 
 from devhost.durable.registry import FunctionRegistry
 from devhost.durable.replay import EpisodeOutcome, EpisodeRequest, decide_episode
+from devhost.invocation import call_user_function
 
 
 class WorkerUnavailableError(RuntimeError):
@@ -52,3 +54,20 @@ class InProcessOrchestrators:
 
     async def close(self) -> None:
         pass
+
+
+class InProcessActivities:
+    """Runs activities here: async ones on the event loop, sync ones on ``executor``, with the
+    worker's own (de)serialisation of inputs and outputs."""
+
+    def __init__(self, registry: FunctionRegistry, executor: Executor) -> None:
+        self._registry = registry
+        self._executor = executor
+
+    async def run_activity(self, name: str, input_json: str | None) -> str:
+        activity = self._registry.activity(name)
+        argument = activity.decode_input(input_json)
+        result = await call_user_function(
+            activity.function, {activity.input_parameter: argument}, self._executor
+        )
+        return activity.encode_output(result)
