@@ -5,6 +5,10 @@ async ones on the host's event loop. A parameter named ``context`` receives the 
 context, and each input binding the host provides (``durableClient``: the client binding
 JSON) is filled in by type. Each invocation is logged with its function name and invocation
 id so a failure can be traced to the trigger that caused it.
+
+``FunctionInvoker`` calls in this process; ``WorkerFunctionInvoker`` sends the same arguments
+to a language worker process (``devhost/language_workers.py``), where arguments that cannot
+travel as they are (``DeferredArgument``: the SDK-type message, the actions client) are made.
 """
 
 from __future__ import annotations
