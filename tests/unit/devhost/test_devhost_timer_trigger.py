@@ -55,6 +55,9 @@ async def run_for(
             count = len(calls)
             clock.advance_to(wake)
             await eventually(lambda count=count: len(calls) > count, "timer fired")
+        # Stop only once the trigger waits again: it has then saved its schedule status, which
+        # a restarted trigger reads (the function's call is seen before the trigger resumes).
+        await eventually(lambda: clock.next_wakeup() is not None or task.done(), "timer waits")
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
