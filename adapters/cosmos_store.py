@@ -117,12 +117,6 @@ _CLAIMABLE_QUERY = (
 )
 
 
-def _page_size(page_size: int) -> int:
-    if page_size < 1:
-        raise ValueError(f"page_size must be >= 1, got {page_size}")
-    return min(page_size, MAX_PAGE_SIZE)
-
-
 def _encode_token(query: str, position: Mapping[str, Any]) -> str:
     raw = json.dumps({"q": query, **position}, separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode()
@@ -411,7 +405,7 @@ class CosmosStateStore(StateStore):
     def query_claimable(
         self, *, now: datetime, page_size: int, continuation: str | None = None
     ) -> Page[StateRecord]:
-        limit = _page_size(page_size)
+        limit = self.page_limit(page_size)
         token = None if continuation is None else _decode_token(continuation, "claimable")["c"]
         charge = RequestCharge()
         documents: list[dict[str, Any]] = []
@@ -452,7 +446,7 @@ class CosmosStateStore(StateStore):
         page_size: int,
         continuation: str | None = None,
     ) -> Page[StateRecord]:
-        limit = _page_size(page_size)
+        limit = self.page_limit(page_size)
         buckets = deadline_index.buckets_between(window_start, now)
         token: str | None = None
         if continuation is not None:

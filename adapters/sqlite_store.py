@@ -92,12 +92,6 @@ def _decode_token(token: str, query: str, key_length: int) -> list[str]:
     return list(key)
 
 
-def _page_size(page_size: int) -> int:
-    if page_size < 1:
-        raise ValueError(f"page_size must be >= 1, got {page_size}")
-    return min(page_size, MAX_PAGE_SIZE)
-
-
 class SqliteStateStore(StateStore):
     """The state store in one SQLite file; safe to share between threads and processes."""
 
@@ -185,7 +179,7 @@ class SqliteStateStore(StateStore):
     def query_claimable(
         self, *, now: datetime, page_size: int, continuation: str | None = None
     ) -> Page[StateRecord]:
-        limit = _page_size(page_size)
+        limit = self.page_limit(page_size)
         after = ["", ""] if continuation is None else _decode_token(continuation, "claimable", 2)
         rows = self._db.execute(
             "SELECT doc, etag, UpdatedAt, id FROM state "
@@ -204,7 +198,7 @@ class SqliteStateStore(StateStore):
         page_size: int,
         continuation: str | None = None,
     ) -> Page[StateRecord]:
-        limit = _page_size(page_size)
+        limit = self.page_limit(page_size)
         after = (
             [format_utc(window_start), ""]
             if continuation is None

@@ -145,6 +145,12 @@ class StateStore(ABC):
     def max_page_size(self) -> int:
         """The cap on items per page; larger requests are served this many."""
 
+    def page_limit(self, page_size: int) -> int:
+        """How many items a page of ``page_size`` holds here; below 1 is a ValueError."""
+        if page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {page_size}")
+        return min(page_size, self.max_page_size)
+
     @abstractmethod
     def create(self, record: StateRecord) -> Created[StateRecord]:
         """Insert the record, or return the existing one unchanged (S2, S4)."""
