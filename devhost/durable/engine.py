@@ -47,7 +47,13 @@ from devhost.durable.status import (
     RuntimeStatus,
     decode_json,
 )
-from devhost.durable.store import ActivityWorkItem, DueTimer, DurableStore, InstanceRecord
+from devhost.durable.store import (
+    ActivityWorkItem,
+    DueTimer,
+    DurableStore,
+    InboxMessage,
+    InstanceRecord,
+)
 from devhost.durable.translation import SubOrchestrationRequest
 from devhost.durable.workers import (
     ActivityRunner,
@@ -453,6 +459,14 @@ class DurableEngine:
             ):
                 self._commit(prepared.record, outcome)
 
+    def _consume_without_replay(
+        self, instance_id: str, messages: list[InboxMessage], raised: list[BufferedEvent]
+    ) -> None:
+        """Take the inbox with no replay: raised events go to the buffer, the rest is dropped."""
+        for event in raised:
+            self.store.buffer_event(instance_id, event.event)
+        self.store.remove_messages([m.message_id for m in messages])
+
     def _prepare_episode(self, instance_id: str) -> _PreparedEpisode | None:
         """What the next episode replays; None when there is nothing to replay.
 
@@ -488,9 +502,7 @@ class DurableEngine:
             past = self.store.history_json(instance_id)
             if not new_events and not past:
                 # Not started yet: raised events wait in the buffer for the first episode.
-                for event in raised:
-                    self.store.buffer_event(instance_id, event.event)
-                self.store.remove_messages([m.message_id for m in messages])
+                self._consume_without_replay(instance_id, messages, raised)
                 return None
             self.store.remove_messages(stale)
             buffered = self.store.buffered_events(instance_id)
@@ -499,9 +511,7 @@ class DurableEngine:
             try:
                 self.registry.orchestrator(record.name)
             except UnknownFunctionError as error:
-                for event in raised:
-                    self.store.buffer_event(instance_id, event.event)
-                self.store.remove_messages([m.message_id for m in messages])
+                self._consume_without_replay(instance_id, messages, raised)
                 self._commit_failure_without_replay(record, new_events, str(error))
                 return None
         request = EpisodeRequest(
