@@ -90,7 +90,7 @@ class DevHost:
         config = HostConfig.load(self.options.app_root)
         self.functions = index_app(load_app(self.options.app, self.options.app_root), self.settings)
         self.options.data_dir.mkdir(parents=True, exist_ok=True)
-        workers = self._workers = self._language_workers()
+        workers = self._workers = self._new_language_workers()
         self.engine = DurableEngine(
             [f.function for f in self.functions if f.trigger_type in DURABLE_TRIGGERS],
             str(self.options.data_dir / "durable.sqlite"),
@@ -137,7 +137,7 @@ class DevHost:
         """The worker processes running the function code, if any (``worker_processes``)."""
         return self._workers
 
-    def _language_workers(self) -> LanguageWorkers | None:
+    def _new_language_workers(self) -> LanguageWorkers | None:
         if not self.options.worker_processes:
             return None
         # Workers settle messages over the host's gRPC service, so its address must exist

@@ -87,13 +87,15 @@ class LanguageWorkers:
         return await worker.request(next(self._ids), kind, *payload)
 
     async def _least_busy(self) -> _Worker:
-        async with self._starting:
-            for index, worker in enumerate(self._workers):
-                if worker is None or not worker.alive:
-                    if worker is not None:
-                        await worker.close()
-                    self._workers[index] = await _Worker.start(self._command)
-        workers = [worker for worker in self._workers if worker is not None]
+        workers = [worker for worker in self._workers if worker is not None and worker.alive]
+        if len(workers) < len(self._workers):  # on first use, or after a worker died
+            async with self._starting:
+                for index, worker in enumerate(self._workers):
+                    if worker is None or not worker.alive:
+                        if worker is not None:
+                            await worker.close()
+                        self._workers[index] = await _Worker.start(self._command)
+            workers = [worker for worker in self._workers if worker is not None]
         return min(workers, key=lambda worker: len(worker.pending))
 
 
