@@ -2,9 +2,11 @@
 
 Functions run activities on a thread pool, so each thread gets its own connection to the
 file (a `sqlite3.Connection` must not be used by two threads at once). WAL lets readers
-run beside the single writer, and a busy timeout makes concurrent writers queue instead of
-failing. Connections run in autocommit mode: every store operation is one statement, so
-each conditional write is atomic on its own.
+run beside the single writer. Writers of one process queue on a lock: SQLite's busy handler
+would make them sleep up to 100 ms per try instead of waking when the write lock frees, which
+idles the cores under load. The busy timeout still queues writers of other processes.
+Connections run in autocommit mode: every store operation is one statement, so each
+conditional write is atomic on its own.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class SqliteDatabase:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
         self._closed = False
         self.connection().executescript(schema)
@@ -55,7 +58,7 @@ class SqliteDatabase:
         return connection
 
     def execute(self, sql: str, parameters: tuple[object, ...] = ()) -> list[sqlite3.Row]:
-        """Run one statement to completion and return its rows (also for RETURNING)."""
+        """Run one read statement to completion and return its rows."""
         try:
             cursor = self.connection().execute(sql, parameters)
             rows: list[sqlite3.Row] = cursor.fetchall()
@@ -63,10 +66,14 @@ class SqliteDatabase:
             raise StoreUnavailable(f"SQLite store {self.path}: {error}") from error
         return rows
 
-    def execute_count(self, sql: str, parameters: tuple[object, ...] = ()) -> int:
-        """Run one write statement and return how many rows it changed."""
+    def write(self, sql: str, parameters: tuple[object, ...] = ()) -> tuple[int, list[sqlite3.Row]]:
+        """Run one write statement: how many rows it changed, and its RETURNING rows."""
+        connection = self.connection()
         try:
-            return self.connection().execute(sql, parameters).rowcount
+            with self._write_lock:
+                cursor = connection.execute(sql, parameters)
+                rows: list[sqlite3.Row] = cursor.fetchall()
+                return cursor.rowcount, rows
         except sqlite3.OperationalError as error:
             raise StoreUnavailable(f"SQLite store {self.path}: {error}") from error
 

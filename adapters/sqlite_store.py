@@ -105,7 +105,7 @@ class SqliteStateStore(StateStore):
 
     def create(self, record: StateRecord) -> Created[StateRecord]:
         etag = _new_etag()
-        inserted = self._db.execute_count(
+        inserted, _ = self._db.write(
             "INSERT INTO state (id, doc, etag) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING",
             (record.order_id, encode_json(record.to_document()), etag),
         )
@@ -138,7 +138,7 @@ class SqliteStateStore(StateStore):
             )
         etag = _new_etag()
         document = record.to_document()
-        changed = self._db.execute_count(
+        changed, _ = self._db.write(
             "UPDATE state SET doc = ?, etag = ? WHERE id = ? AND etag = ?",
             (encode_json(document), etag, record.order_id, record.etag),
         )
@@ -163,7 +163,7 @@ class SqliteStateStore(StateStore):
             patched = f"json_insert({patched}, ?, json(?))"
             patch_args += [f"$.{name}[#]", json.dumps(value)]
         states = sorted(state.value for state in change.allowed_states)
-        rows = self._db.execute(
+        _, rows = self._db.write(
             f"UPDATE state SET doc = {patched}, etag = ? "
             f"WHERE id = ? AND LockedBy = ? AND ProcessState IN ({', '.join('?' * len(states))}) "
             "RETURNING doc, etag",
@@ -233,7 +233,7 @@ class SqliteOrderStore(OrderStore):
         self.metrics = metrics if metrics is not None else StoreMetrics()
 
     def create(self, order: Order) -> Created[Order]:
-        inserted = self._db.execute_count(
+        inserted, _ = self._db.write(
             "INSERT INTO orders (id, doc) VALUES (?, ?) ON CONFLICT (id) DO NOTHING",
             (order.order_id, encode_json(order.to_document())),
         )
