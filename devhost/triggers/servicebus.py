@@ -226,8 +226,15 @@ class ServiceBusTrigger:
                 if not self._settlements:
                     await self._wake.wait()
                 continue
-            wait = BUSY_RECEIVE_WAIT_SECONDS if self._tasks else RECEIVE_WAIT_SECONDS
-            messages = await receiver.receive_messages(max_message_count=free, max_wait_time=wait)
+            if self._tasks:
+                wait, wanted = BUSY_RECEIVE_WAIT_SECONDS, free
+            else:
+                # Idle, a receive for a batch holds the first message that arrives while it
+                # waits up to 0.2 s more for others (the SDK's further-pull time). The host's
+                # message pump dispatches each message as it arrives; asking for one does that,
+                # and the busy receives that follow collect the rest of a burst.
+                wait, wanted = RECEIVE_WAIT_SECONDS, 1
+            messages = await receiver.receive_messages(max_message_count=wanted, max_wait_time=wait)
             for message in messages:
                 renewer.register(receiver, message)
                 task = asyncio.create_task(self._handle(message))
