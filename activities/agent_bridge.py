@@ -1,7 +1,8 @@
 """The scheduler's side of the agent queue pair (E1, E3, E4).
 
 ``send_agent_request`` puts the request on AGENT_REQUESTS_QUEUE with a stable MessageId, so
-a re-run of the activity is removed by duplicate detection (E4). ``receive_agent_response``
+a re-run of the activity that sends it (``begin_attempt``) is removed by duplicate
+detection (E4). ``receive_agent_response``
 is triggered by AGENT_RESPONSES_QUEUE and raises the orchestration's external event,
 carrying the request id as the stable event id the orchestrator checks (E3). A response for
 an instance that has finished or never existed is late or stray: it is logged and dropped
@@ -11,7 +12,6 @@ an instance that has finished or never existed is late or stray: it is logged an
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import azure.durable_functions as df
 from azurefunctions.extensions.bindings.servicebus import (
@@ -39,16 +39,14 @@ FINISHED = {
 }
 
 
-@bp.activity_trigger(input_name="request")
-async def send_agent_request(request: dict[str, Any]) -> None:
-    parsed = AgentRequest.from_document(request)
+async def send_agent_request(request: AgentRequest) -> None:
     await bootstrap.publisher().send(
         OutgoingMessage(
             queue=bootstrap.services().settings.agent_requests_queue,
-            body=parsed.to_json(),
-            message_id=parsed.message_id,
-            correlation_id=parsed.order.order_id,
-            subject=parsed.step,
+            body=request.to_json(),
+            message_id=request.message_id,
+            correlation_id=request.order.order_id,
+            subject=request.step,
         )
     )
 

@@ -3,6 +3,11 @@
 Each takes the orchestration's own (replay-safe) time and runs one service-layer step; a
 status or alert is sent only when the write applied for this attempt. A stale attempt's
 write changes nothing and sends nothing (D4).
+
+``begin_attempt`` also hands the agent its request when the attempt uses the Service Bus
+transport (E1, E4): once the fence held, so a stale attempt sends nothing; with a stable
+MessageId, so a retried activity's second send is removed by duplicate detection. One
+activity instead of two saves the orchestration a replay and a round trip per order.
 """
 
 from __future__ import annotations
@@ -13,7 +18,10 @@ from typing import Any
 import azure.durable_functions as df
 
 import bootstrap
+from activities.agent_bridge import send_agent_request
 from adapters.servicebus_publisher import alert_outgoing, status_outgoing
+from domain.agent_messages import AgentRequest
+from domain.policies import AGENT_TRANSPORT_ACTIVITY
 from orchestrators.payloads import StepCall, StepStarted
 from services.operator import load_order
 from services.steps import StepOutcome, complete_order, fail_order, start_step
@@ -32,10 +40,19 @@ async def begin_attempt(call: dict[str, Any]) -> dict[str, Any]:
     )
     if not outcome.applied or outcome.record is None or outcome.record.complete_by is None:
         return StepStarted(applied=False).to_dict()
+    request = AgentRequest(
+        instance_id=str(step.instance),
+        step=STEP,
+        order=order,
+        deadline=outcome.record.complete_by,
+    )
+    if step.agent_transport != AGENT_TRANSPORT_ACTIVITY:
+        await send_agent_request(request)
     return StepStarted(
         applied=True,
         complete_by=outcome.record.complete_by.isoformat(),
         order=order.to_document(),
+        request=request.to_document(),
     ).to_dict()
 
 

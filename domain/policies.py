@@ -98,9 +98,13 @@ def _queue_list(value: str, name: str) -> frozenset[str]:
     return frozenset(part.strip() for part in value.split(",") if part.strip())
 
 
+AGENT_TRANSPORT_SERVICEBUS = "servicebus"
+AGENT_TRANSPORT_ACTIVITY = "activity"
+
+
 def _agent_transport(value: str, name: str) -> str:
     """E1: the agent sits behind the Service Bus queue pair or runs as an activity."""
-    if value not in ("servicebus", "activity"):
+    if value not in (AGENT_TRANSPORT_SERVICEBUS, AGENT_TRANSPORT_ACTIVITY):
         raise SettingsError(f"{name} must be 'servicebus' or 'activity', got {value!r}")
     return value
 
@@ -146,7 +150,7 @@ class Settings:
     supervisor_window_seconds: float = 86400.0
     supervisor_max_items: int = 500
     supervisor_max_pages: int = 20
-    agent_transport: str = "servicebus"
+    agent_transport: str = AGENT_TRANSPORT_SERVICEBUS
 
     def __post_init__(self) -> None:
         RetryBudget(self.retry_budget, self.max_failures, self.agent_delivery_attempts)

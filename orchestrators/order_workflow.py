@@ -1,8 +1,10 @@
 """The order orchestration: one attempt of one order (D4-D6, E2, E5, E6, E8).
 
-1. ``begin_attempt`` loads the order and sets CompleteBy, fenced on LockedBy (D4, D6).
-2. The agent is asked: over the Service Bus request queue (the default, E1 worker shape) or
-   as an activity (E1 activity shape, AGENT_TRANSPORT=activity).
+1. ``begin_attempt`` loads the order and sets CompleteBy, fenced on LockedBy (D4, D6), and
+   with the Service Bus transport (the default, E1 worker shape) puts the agent's request on
+   the request queue; it returns the request either way.
+2. The agent answers: as an external event raised from the response queue, or as the
+   ``fulfil_in_activity`` activity (E1 activity shape, AGENT_TRANSPORT=activity).
 3. A durable timer at CompleteBy races the agent's response (E2); the loser is cancelled.
 4. Response first: ``complete_order`` (Processed, only while the fence holds, E5) or, for a
    non-transient failure, ``fail_order`` (Error, operator alert, ``failed`` status, E8).
@@ -21,14 +23,11 @@ from typing import Any
 import azure.durable_functions as df
 
 from domain.agent_messages import AGENT_RESPONSE_EVENT, AgentOutcome, AgentRequest, AgentResponse
-from domain.contracts import Order
-from domain.records import parse_utc
+from domain.policies import AGENT_TRANSPORT_ACTIVITY
 from orchestrators.payloads import AttemptInput, StepCall, StepStarted
 
 bp = df.Blueprint()
 
-STEP = "fulfil"
-AGENT_TRANSPORT_ACTIVITY = "activity"
 # Store writes are idempotent, so a transient store fault is retried here, within the step's
 # own deadline; what outlasts this is the supervisor's to recover.
 STORE_RETRY = df.RetryOptions(first_retry_interval_in_milliseconds=500, max_number_of_attempts=3)
@@ -37,25 +36,20 @@ STORE_RETRY = df.RetryOptions(first_retry_interval_in_milliseconds=500, max_numb
 @bp.orchestration_trigger(context_name="context")
 def order_workflow(context: df.DurableOrchestrationContext) -> Generator[Any, Any, dict[str, Any]]:
     attempt = AttemptInput.from_dict(context.get_input())
-    call = StepCall.of(attempt.instance, context.current_utc_datetime)
+    call = StepCall.of(
+        attempt.instance, context.current_utc_datetime, agent_transport=attempt.agent_transport
+    )
     started = StepStarted.from_dict(
         (yield context.call_activity_with_retry("begin_attempt", STORE_RETRY, call.to_dict()))
     )
-    if not started.applied or started.complete_by is None or started.order is None:
+    if not started.applied or started.request is None:
         return {"outcome": "superseded"}
-    request = AgentRequest(
-        instance_id=context.instance_id,
-        step=STEP,
-        order=Order.from_document(started.order),
-        deadline=parse_utc(started.complete_by),
-    )
+    request = AgentRequest.from_document(started.request)
     timer = context.create_timer(request.deadline)
     if attempt.agent_transport == AGENT_TRANSPORT_ACTIVITY:
-        agent = context.call_activity("fulfil_in_activity", request.to_document())
+        agent = context.call_activity("fulfil_in_activity", started.request)
     else:
-        yield context.call_activity_with_retry(
-            "send_agent_request", STORE_RETRY, request.to_document()
-        )
+        # A response raised before this wait is buffered by Durable Functions, not lost.
         agent = context.wait_for_external_event(AGENT_RESPONSE_EVENT)
     while True:
         winner = yield context.task_any([agent, timer])

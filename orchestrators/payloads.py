@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
+from domain.policies import AGENT_TRANSPORT_SERVICEBUS
 from domain.records import InstanceId, format_utc, parse_utc
 
 
@@ -19,7 +20,7 @@ class AttemptInput:
 
     order_id: str
     attempt: int
-    agent_transport: str = "servicebus"
+    agent_transport: str = AGENT_TRANSPORT_SERVICEBUS
 
     @property
     def instance(self) -> InstanceId:
@@ -35,16 +36,27 @@ class AttemptInput:
 
 @dataclass(frozen=True)
 class StepCall:
-    """An activity's fenced write for one attempt, at the orchestration's (replay-safe) time."""
+    """An activity's fenced write for one attempt, at the orchestration's (replay-safe) time.
+
+    ``agent_transport`` is for ``begin_attempt``: the attempt's transport (``AttemptInput``),
+    which decides whether beginning the step also sends the agent its request.
+    """
 
     order_id: str
     attempt: int
     at: str
     reason: str | None = None
+    agent_transport: str | None = None
 
     @classmethod
-    def of(cls, instance: InstanceId, at: datetime, reason: str | None = None) -> StepCall:
-        return cls(instance.order_id, instance.attempt, format_utc(at), reason)
+    def of(
+        cls,
+        instance: InstanceId,
+        at: datetime,
+        reason: str | None = None,
+        agent_transport: str | None = None,
+    ) -> StepCall:
+        return cls(instance.order_id, instance.attempt, format_utc(at), reason, agent_transport)
 
     @property
     def instance(self) -> InstanceId:
@@ -64,11 +76,13 @@ class StepCall:
 
 @dataclass(frozen=True)
 class StepStarted:
-    """begin_attempt's answer: whether the fence held, the deadline and the order (D6)."""
+    """begin_attempt's answer: whether the fence held, the deadline, the order (D6) and the
+    agent request for this step (already on the request queue with the Service Bus transport)."""
 
     applied: bool
     complete_by: str | None = None
     order: dict[str, Any] | None = None
+    request: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

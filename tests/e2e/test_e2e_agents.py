@@ -1,18 +1,27 @@
-"""The agent's two shapes and its responses through the real pipeline (E1, E3, E4, E6).
+"""The agent's two shapes and its responses through the real pipeline (E1, E3, E4, E6, D4).
 
 Over Service Bus, the response-triggered function raises the orchestration's external event;
 a response for an instance that has finished is late and is dropped (E3, E6), and a response
-resent with the same MessageId never reaches the app (E4, duplicate detection). As an activity,
-the agent needs no queue at all (E1).
+resent with the same MessageId never reaches the app (E4, duplicate detection). The request
+goes out from ``begin_attempt`` only while the attempt's fence holds (D4), once however often
+that activity runs (E4, C8). As an activity, the agent needs no queue at all (E1).
 """
 
+import asyncio
+import dataclasses
+import datetime as dt
+import json
 import logging
 from pathlib import Path
 
 import pytest
 
+import bootstrap
 from domain.agent_messages import AgentOutcome, AgentResponse
-from domain.records import ProcessState
+from domain.contracts import Order
+from domain.records import ProcessState, format_utc
+from domain.transitions import claim, new_record
+from orchestrators.payloads import StepCall, StepStarted
 from tests.e2e.e2e_helpers import (
     AGENT_REQUESTS,
     AGENT_RESPONSES,
@@ -25,6 +34,7 @@ from tests.e2e.e2e_helpers import (
 from tests.support.waiting import eventually
 
 RESPONSE_FUNCTION = "receive_agent_response"
+NEVER_ON_ITS_OWN = {"STARTER_SCHEDULE": "0 0 0 1 1 *", "SUPERVISOR_SCHEDULE": "0 0 0 1 1 *"}
 
 
 def _invocations(caplog: pytest.LogCaptureFixture, function: str) -> int:
@@ -103,7 +113,6 @@ async def test_e1_the_activity_shaped_agent_needs_no_agent_queue(
         ]
         instance = await e2e.finished_instance("o-activity:1")
         assert "fulfil_in_activity" in scheduled_activities(instance)
-        assert "send_agent_request" not in scheduled_activities(instance)
         sent = e2e.app_sent()
         assert (sent[AGENT_REQUESTS], sent[AGENT_RESPONSES]) == (0, 0)
         assert _invocations(caplog, "fulfil_order_request") == 0
@@ -111,3 +120,69 @@ async def test_e1_the_activity_shaped_agent_needs_no_agent_queue(
         record = await e2e.record("o-activity")
         assert record is not None
         assert record.process_state is ProcessState.PROCESSED
+
+
+def _claimed(order_id: str, *, locked_attempt: int) -> None:
+    """A Processing record of `order_id` whose lock belongs to attempt `locked_attempt`."""
+    app = bootstrap.services()
+    now = bootstrap.now()
+    created = app.states.create(new_record(order_id, None, now)).record
+    claimed = app.states.replace(
+        claim(created, now=now, claim_deadline=now + dt.timedelta(minutes=5))
+    )
+    if locked_attempt != claimed.attempt:
+        app.states.replace(
+            dataclasses.replace(
+                claimed, attempt=locked_attempt, locked_by=f"{order_id}:{locked_attempt}"
+            )
+        )
+    bootstrap.services().orders.create(_order(order_id))
+
+
+def _order(order_id: str) -> Order:
+    return Order.from_document(json.loads(order_body(order_id)))
+
+
+async def test_e4_c8_begin_attempt_run_twice_sends_the_agent_one_request(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A retried begin_attempt (C8) sends the same request again with the same MessageId:
+    duplicate detection keeps one, so the agent works once (E4)."""
+    caplog.set_level(logging.DEBUG, logger="devhost.invocation")
+    async with running_pipeline(tmp_path, settings=NEVER_ON_ITS_OWN) as e2e:
+        await asyncio.to_thread(_claimed, "o-begin", locked_attempt=1)
+        call = StepCall("o-begin", 1, _at_now(), agent_transport="servicebus").to_dict()
+
+        first = StepStarted.from_dict(await e2e.pipeline.host.invoke("begin_attempt", call))
+        again = StepStarted.from_dict(await e2e.pipeline.host.invoke("begin_attempt", call))
+
+        assert first.applied
+        assert again.applied
+        assert first.request is not None
+        assert first.request == again.request
+        assert first.request["requestId"] == "o-begin:1:fulfil"
+        assert e2e.app_sent()[AGENT_REQUESTS] == 2, "both runs sent"
+        await e2e.drained(AGENT_REQUESTS, "the agent took its request")
+        await e2e.drained(AGENT_RESPONSES, "the agent's answer was consumed")
+        assert _invocations(caplog, "fulfil_order_request") == 1
+        assert len(e2e.pipeline.fulfilment.ledger_entries("o-begin")) == 1
+
+
+async def test_d4_begin_attempt_of_a_stale_attempt_sends_no_request(tmp_path: Path) -> None:
+    """When the record's lock belongs to a later attempt, begin_attempt writes nothing and
+    the agent is not asked (D4): a stale attempt starts no work."""
+    async with running_pipeline(tmp_path, settings=NEVER_ON_ITS_OWN) as e2e:
+        await asyncio.to_thread(_claimed, "o-behind", locked_attempt=2)
+        before = await e2e.record("o-behind")
+        call = StepCall("o-behind", 1, _at_now(), agent_transport="servicebus").to_dict()
+
+        started = StepStarted.from_dict(await e2e.pipeline.host.invoke("begin_attempt", call))
+
+        assert (started.applied, started.request) == (False, None)
+        assert e2e.app_sent()[AGENT_REQUESTS] == 0
+        assert await e2e.record("o-behind") == before
+        assert await e2e.pending(AGENT_REQUESTS) == []
+
+
+def _at_now() -> str:
+    return format_utc(bootstrap.now())
