@@ -79,7 +79,10 @@ async def _run(pipeline: Pipeline, workload: Workload, options: DemoOptions) -> 
             if listener.done():
                 listener.result()
             await asyncio.sleep(0.2)
-        duration = time.monotonic() - started
+        # First submission to last order finished, not to this loop's next look.
+        finished = client.log.finished_at.values()
+        ended = max(finished) if _all_finished(client, workload) and finished else time.monotonic()
+        duration = ended - started
     finally:
         stop.set()
         progress.cancel()
