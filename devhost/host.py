@@ -47,6 +47,7 @@ log = logging.getLogger("devhost")
 
 DURABLE_TRIGGERS = frozenset({"orchestrationTrigger", "activityTrigger"})
 STOP_GRACE_SECONDS = 35.0
+LISTENING_BOUND_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,8 @@ class DevHost:
         self.functions = index_app(load_app(self.options.app, self.options.app_root), self.settings)
         self.options.data_dir.mkdir(parents=True, exist_ok=True)
         workers = self._workers = self._new_language_workers()
+        if workers is not None:
+            await workers.start()
         self.engine = DurableEngine(
             [f.function for f in self.functions if f.trigger_type in DURABLE_TRIGGERS],
             str(self.options.data_dir / "durable.sqlite"),
@@ -125,6 +128,7 @@ class DevHost:
             listener = ServiceBusTrigger(function, self._invoker, self.settings, config.service_bus)
             self._service_bus.append(listener)
             self._listener_tasks.append(self._spawn(listener.run(), function.name))
+        await self._until_listening()
         log.info(
             "devhost started app=%s functions=%d http_port=%d",
             self.options.app,
@@ -180,6 +184,27 @@ class DevHost:
         if function is None:
             raise LookupError(f"the app has no function named {function_name!r}")
         return await self._invoker.invoke(function, {str(function.trigger["name"]): trigger_value})
+
+    async def _until_listening(self) -> None:
+        """Wait until every Service Bus listener has its receiver open, as the Functions host
+        reports started once its listeners started: a burst sent right after start would
+        otherwise wait for the links to attach. A listener that fails to open (its task ends,
+        with the error in ``listener_failures``) or outlasts the bound is not waited for."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LISTENING_BOUND_SECONDS
+        for listener, task in zip(self._service_bus, self._listener_tasks, strict=True):
+            listening = asyncio.ensure_future(listener.listening.wait())
+            await asyncio.wait(
+                {listening, task},
+                timeout=max(0.0, deadline - loop.time()),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            listening.cancel()
+
+    @property
+    def listening(self) -> bool:
+        """Whether every Service Bus listener has its receiver open."""
+        return all(listener.listening.is_set() for listener in self._service_bus)
 
     @property
     def listener_failures(self) -> list[BaseException]:

@@ -51,6 +51,14 @@ class LanguageWorkers:
         self._ids = itertools.count()
         self._starting = asyncio.Lock()
 
+    async def start(self) -> None:
+        """Start every worker and wait until each has loaded the app.
+
+        The Functions host starts its listeners once the workers answered the function load;
+        otherwise the first burst of messages waits behind a worker still importing the app.
+        """
+        await self.call_everywhere("os:getpid")
+
     async def run_episode(self, request: EpisodeRequest) -> EpisodeOutcome:
         outcome: EpisodeOutcome = await self._request("episode", request)
         return outcome

@@ -182,6 +182,8 @@ class ServiceBusTrigger:
         # Wakes the receive loop when it is full of invocations and one finishes or settles.
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
+        self.listening = asyncio.Event()
+        """Set once the receiver's link is open: messages sent from then on reach it."""
 
     @property
     def name(self) -> str:
@@ -206,6 +208,7 @@ class ServiceBusTrigger:
                 max_lock_renewal_duration=self._options.max_auto_lock_renewal.total_seconds()
             ) as renewer,
         ):
+            self.listening.set()
             try:
                 await self._consume(receiver, renewer)
                 await self._finish_in_flight(receiver)

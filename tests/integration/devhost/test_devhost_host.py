@@ -107,6 +107,35 @@ async def test_service_bus_http_and_durable_client_work_together(
     }
 
 
+@pytest.mark.parametrize("host", [1], indirect=True, ids=["language-worker"])
+async def test_start_returns_once_the_workers_loaded_the_app_and_the_listeners_are_open(
+    host: DevHost,
+) -> None:
+    """As the Functions host reports started once its workers answered the function load and
+    its listeners started: a burst sent right after start waits for neither."""
+    workers = host.language_workers
+    assert workers is not None
+    assert len(workers.worker_pids()) == 1
+    assert host.listening
+
+
+async def test_a_listener_that_cannot_open_does_not_hold_up_start(
+    tmp_path: Path, broker: ServiceBusBroker
+) -> None:
+    options = HostOptions(
+        app="every_trigger_app:app", app_root=APPS, data_dir=tmp_path, http_port=0
+    )
+    settings = AppSettings({"SB": broker.connection_string, "JOBS_QUEUE": "no-such-queue"})
+    running = DevHost(options, settings)
+    try:
+        await running.start()
+        assert not running.listening
+        [failure] = running.listener_failures
+        assert "no-such-queue" in str(failure)
+    finally:
+        await running.stop()
+
+
 async def test_virtual_time_runs_a_ten_minute_timeout_and_the_timer_schedule(
     host: DevHost, broker: ServiceBusBroker
 ) -> None:
