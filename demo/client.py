@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from azure.servicebus import ServiceBusMessage
-from azure.servicebus.aio import ServiceBusClient
+from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver, ServiceBusSender
 from azure.servicebus.exceptions import MessageLockLostError
 
 SEND_TIMEOUT_SECONDS = 30.0
@@ -104,7 +104,6 @@ class ClientLog:
     submitted_at: dict[str, float] = field(default_factory=dict)
     finished_at: dict[str, float] = field(default_factory=dict)
     statuses: Counter[str] = field(default_factory=Counter)
-    status_messages: list[dict[str, Any]] = field(default_factory=list)
 
     def latencies_ms(self) -> list[float]:
         return [
@@ -115,6 +114,8 @@ class ClientLog:
 
 
 class DemoClient:
+    """The client app: ``open``, then ``listen`` and ``submit`` together, then ``close``."""
+
     def __init__(self, connection_string: str, orders_queue: str, reply_queue: str) -> None:
         self._client = ServiceBusClient.from_connection_string(connection_string)
         self._orders_queue = orders_queue
@@ -122,53 +123,68 @@ class DemoClient:
         self.log = ClientLog()
         self.sent = 0
         self._seen: set[str] = set()
+        self._links = contextlib.AsyncExitStack()
+        self._sender: ServiceBusSender | None = None
+        self._receiver: ServiceBusReceiver | None = None
+
+    async def open(self) -> None:
+        """Connect and attach both links, so that the first send measures the pipeline and
+        not the client's own connection set-up."""
+        self._sender = await self._links.enter_async_context(
+            self._client.get_queue_sender(self._orders_queue)
+        )
+        self._receiver = await self._links.enter_async_context(
+            self._client.get_queue_receiver(self._reply_queue, prefetch_count=100)
+        )
 
     async def submit(self, workload: Workload) -> None:
-        sender = self._client.get_queue_sender(self._orders_queue)
-        async with sender:
-            for start in range(0, len(workload.messages), SEND_BATCH):
-                chunk = workload.messages[start : start + SEND_BATCH]
-                now = time.monotonic()
-                for message in chunk:
-                    if message.kind == "order" and message.order_id is not None:
-                        self.log.submitted_at[message.order_id] = now
-                await sender.send_messages(
-                    [
-                        ServiceBusMessage(
-                            message.body, message_id=message.message_id, reply_to=self._reply_queue
-                        )
-                        for message in chunk
-                    ],
-                    timeout=SEND_TIMEOUT_SECONDS,
-                )
-                self.sent += len(chunk)
+        sender = self._sender
+        if sender is None:
+            raise RuntimeError("open() the demo client first")
+        for start in range(0, len(workload.messages), SEND_BATCH):
+            chunk = workload.messages[start : start + SEND_BATCH]
+            now = time.monotonic()
+            for message in chunk:
+                if message.kind == "order" and message.order_id is not None:
+                    self.log.submitted_at[message.order_id] = now
+            await sender.send_messages(
+                [
+                    ServiceBusMessage(
+                        message.body, message_id=message.message_id, reply_to=self._reply_queue
+                    )
+                    for message in chunk
+                ],
+                timeout=SEND_TIMEOUT_SECONDS,
+            )
+            self.sent += len(chunk)
 
     async def listen(self, stop: asyncio.Event) -> None:
         """Collect status messages until ``stop`` is set."""
-        receiver = self._client.get_queue_receiver(self._reply_queue, prefetch_count=100)
-        async with receiver:
-            while not stop.is_set():
-                batch = await receiver.receive_messages(
-                    max_message_count=100, max_wait_time=LISTEN_WAIT_SECONDS
-                )
-                for message in batch:
-                    # Status messages have stable ids (R2): a redelivery is counted once.
-                    message_id = message.message_id
-                    if message_id is None or message_id not in self._seen:
-                        if message_id is not None:
-                            self._seen.add(message_id)
-                        self._record(json.loads(b"".join(message.body)))
-                    # A lock that expired under load: the message comes back and is seen already.
-                    with contextlib.suppress(MessageLockLostError):
-                        await receiver.complete_message(message)
+        receiver = self._receiver
+        if receiver is None:
+            raise RuntimeError("open() the demo client first")
+        while not stop.is_set():
+            batch = await receiver.receive_messages(
+                max_message_count=100, max_wait_time=LISTEN_WAIT_SECONDS
+            )
+            for message in batch:
+                # Status messages have stable ids (R2): a redelivery is counted once.
+                message_id = message.message_id
+                if message_id is None or message_id not in self._seen:
+                    if message_id is not None:
+                        self._seen.add(message_id)
+                    self._record(json.loads(b"".join(message.body)))
+                # A lock that expired under load: the message comes back and is seen already.
+                with contextlib.suppress(MessageLockLostError):
+                    await receiver.complete_message(message)
 
     def _record(self, status: dict[str, Any]) -> None:
         name = str(status.get("status"))
         self.log.statuses[name] += 1
-        self.log.status_messages.append(status)
         order_id = str(status.get("orderId"))
         if name in TERMINAL_STATUSES and order_id not in self.log.finished_at:
             self.log.finished_at[order_id] = time.monotonic()
 
     async def close(self) -> None:
+        await self._links.aclose()
         await self._client.close()

@@ -1,10 +1,11 @@
 """``python -m devhost demo``: the order pipeline under load and faults, with a report.
 
 Starts the embedded broker, the fulfilment simulator (with the chosen fault mix) and the
-devhost running the app; the demo client submits the orders and listens on its reply queue
-while a progress bar shows how many have finished. When every order has reached a final
-status, or the settle time has passed, the report is built from the stores, the dead-letter
-queues, the simulator's ledger and what the client received.
+devhost running the app; the demo client, a process of its own as a client app would be
+(``demo.client_process``), submits the orders and listens on its reply queue while a
+progress bar shows how many have finished. When every order has reached a final status, or
+the settle time has passed, the report is built from the stores, the dead-letter queues, the
+simulator's ledger and what the client received.
 """
 
 from __future__ import annotations
@@ -23,13 +24,15 @@ from azure.servicebus import ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient
 
 import bootstrap
-from demo.client import DemoClient, Workload
+from demo.client import Workload
+from demo.client_process import ClientOutcome, ClientProcess, ClientSpec
 from demo.pipeline import DEMO_REPLY_QUEUE, Pipeline, local_pipeline
 from demo.report import FINAL_STATES, DemoReport, percentile
 from domain.ports import StoreMetrics
 from simulators.fulfilment import FaultPlan
 
 PEEK_TIMEOUT_SECONDS = 30.0
+POLL_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
@@ -67,42 +70,47 @@ async def run_demo(options: DemoOptions) -> DemoReport:
 
 async def _run(pipeline: Pipeline, workload: Workload, options: DemoOptions) -> DemoReport:
     settings = bootstrap.services().settings
-    client = DemoClient(pipeline.connection_string, settings.orders_queue, DEMO_REPLY_QUEUE)
-    stop = asyncio.Event()
-    listener = asyncio.create_task(client.listen(stop))
-    progress = asyncio.create_task(_progress(client, len(workload.order_ids), options.progress))
-    started = time.monotonic()
+    client = ClientProcess(
+        ClientSpec(
+            pipeline.connection_string,
+            settings.orders_queue,
+            DEMO_REPLY_QUEUE,
+            options.orders,
+            options.seed,
+        )
+    )
+    total = len(workload.order_ids)
+    progress = asyncio.create_task(_progress(client, total, options.progress))
     try:
-        await client.submit(workload)
+        await client.start()
+        while not client.submitted.is_set():
+            client.check()
+            await asyncio.sleep(POLL_SECONDS)
         deadline = time.monotonic() + options.settle_seconds
-        while time.monotonic() < deadline and not _all_finished(client, workload):
-            if listener.done():
-                listener.result()
-            await asyncio.sleep(0.2)
-        # First submission to last order finished, not to this loop's next look.
-        finished = client.log.finished_at.values()
-        ended = max(finished) if _all_finished(client, workload) and finished else time.monotonic()
-        duration = ended - started
+        while time.monotonic() < deadline and client.finished < total:
+            client.check()
+            await asyncio.sleep(POLL_SECONDS)
+        stopped = time.monotonic()
+        outcome = await client.stop()
     finally:
-        stop.set()
         progress.cancel()
-        await asyncio.gather(listener, progress, return_exceptions=True)
+        await asyncio.gather(progress, return_exceptions=True)
         await client.close()
     if options.progress:
         print(file=sys.stderr)
-    return await _report(pipeline, workload, client, duration, options)
+    # First submission to last order finished (the client's times; one clock for every
+    # process), not to this loop's next look.
+    finished = outcome.log.finished_at.values()
+    ended = max(finished) if len(finished) >= total else stopped
+    return await _report(pipeline, workload, outcome, ended - outcome.started, options)
 
 
-def _all_finished(client: DemoClient, workload: Workload) -> bool:
-    return len(client.log.finished_at) >= len(workload.order_ids)
-
-
-async def _progress(client: DemoClient, total: int, enabled: bool) -> None:
+async def _progress(client: ClientProcess, total: int, enabled: bool) -> None:
     width = 40
     while enabled:
-        finished = len(client.log.finished_at)
+        finished = client.finished
         filled = width * finished // max(1, total)
-        statuses = ", ".join(f"{k} {v}" for k, v in sorted(client.log.statuses.items()))
+        statuses = ", ".join(f"{k} {v}" for k, v in sorted(client.statuses.items()))
         line = f"\r[{'#' * filled}{'.' * (width - filled)}] {finished}/{total} finished  {statuses}"
         print(line, end="", file=sys.stderr, flush=True)
         await asyncio.sleep(0.5)
@@ -111,7 +119,7 @@ async def _progress(client: DemoClient, total: int, enabled: bool) -> None:
 async def _report(
     pipeline: Pipeline,
     workload: Workload,
-    client: DemoClient,
+    client: ClientOutcome,
     duration: float,
     options: DemoOptions,
 ) -> DemoReport:

@@ -28,6 +28,7 @@ async def test_a_status_delivered_twice_is_counted_once() -> None:
     # No duplicate detection on this queue, so the broker delivers both copies.
     with running_broker([queue("replies"), queue("orders")]) as broker:
         client = DemoClient(broker.connection_string, "orders", "replies")
+        await client.open()
         stop = asyncio.Event()
         listener = asyncio.create_task(client.listen(stop))
         async with ServiceBusClient.from_connection_string(broker.connection_string) as sb:
