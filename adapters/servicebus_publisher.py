@@ -108,7 +108,14 @@ class _QueueWriter:
             await self._wake.wait()
             self._wake.clear()
             while self._waiting:
-                batch = await self._sender.create_message_batch()
+                try:
+                    batch = await self._sender.create_message_batch()
+                except Exception as error:  # the link cannot open: whoever waits learns why
+                    waiting, self._waiting = self._waiting, []
+                    for _, done in waiting:
+                        if not done.done():
+                            done.set_exception(error)
+                    continue
                 taken: list[asyncio.Future[None]] = []
                 while self._waiting:
                     message, done = self._waiting[0]
