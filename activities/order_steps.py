@@ -48,12 +48,7 @@ async def begin_attempt(call: dict[str, Any]) -> dict[str, Any]:
     )
     if step.agent_transport != AGENT_TRANSPORT_ACTIVITY:
         await send_agent_request(request)
-    return StepStarted(
-        applied=True,
-        complete_by=outcome.record.complete_by.isoformat(),
-        order=order.to_document(),
-        request=request.to_document(),
-    ).to_dict()
+    return StepStarted(applied=True, request=request.to_document()).to_dict()
 
 
 @bp.activity_trigger(input_name="call")

@@ -76,12 +76,11 @@ class StepCall:
 
 @dataclass(frozen=True)
 class StepStarted:
-    """begin_attempt's answer: whether the fence held, the deadline, the order (D6) and the
-    agent request for this step (already on the request queue with the Service Bus transport)."""
+    """begin_attempt's answer: whether the fence held and, if it did, the agent request for
+    this step, with the order and the deadline (D6); with the Service Bus transport it is on
+    the request queue already."""
 
     applied: bool
-    complete_by: str | None = None
-    order: dict[str, Any] | None = None
     request: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
