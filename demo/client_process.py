@@ -24,7 +24,7 @@ import sys
 import time
 import traceback
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
 from demo.client import ClientLog, DemoClient, Workload
@@ -58,16 +58,16 @@ class ClientOutcome:
     started: float
 
 
-@dataclass
 class ClientProcess:
     """The parent's handle on one client process: live counts, then its whole log."""
 
-    spec: ClientSpec
-    finished: int = 0
-    statuses: Counter[str] = field(default_factory=Counter)
-    submitted: asyncio.Event = field(default_factory=asyncio.Event)
-    _process: asyncio.subprocess.Process | None = None
-    _reader: asyncio.Task[ClientOutcome] | None = None
+    def __init__(self, spec: ClientSpec) -> None:
+        self.spec = spec
+        self.finished = 0
+        self.statuses: Counter[str] = Counter()
+        self.submitted = asyncio.Event()
+        self._process: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[ClientOutcome] | None = None
 
     async def start(self) -> None:
         self._process = await asyncio.create_subprocess_exec(
@@ -151,12 +151,12 @@ def _emit(out: TextIO, message: dict[str, Any]) -> None:
 
 
 async def _progress(client: DemoClient, out: TextIO) -> None:
-    shown = (-1, "")
+    shown: dict[str, int] | None = None
     while True:
-        now = (len(client.log.finished_at), json.dumps(client.log.statuses, sort_keys=True))
-        if now != shown:
-            shown = now
-            _emit(out, {"finished": now[0], "statuses": dict(client.log.statuses)})
+        statuses = dict(client.log.statuses)
+        if statuses != shown:
+            shown = statuses
+            _emit(out, {"finished": len(client.log.finished_at), "statuses": statuses})
         await asyncio.sleep(PROGRESS_SECONDS)
 
 
