@@ -3,7 +3,10 @@
 It behaves like a real submitting app, including the mistakes real apps make: besides the
 valid orders it sends exact resends (which must be accepted idempotently), conflicting
 duplicates (same OrderID, other items: dead-lettered, S3) and malformed messages
-(dead-lettered with a reason). Which order gets which treatment follows the seed.
+(dead-lettered with a reason). Which order gets which treatment follows the seed. A
+conflicting copy goes out once its original was acknowledged (``received``), as an app that
+changes an order it already placed would: sent together, the copy could be processed first
+and the original would be the one refused, which S3 allows but the demo would not show.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from azure.servicebus.exceptions import MessageLockLostError
 
 SEND_TIMEOUT_SECONDS = 30.0
 SEND_BATCH = 50
+# How long conflicting copies wait for their originals' `received` before going out anyway.
+ACKNOWLEDGED_BOUND_SECONDS = 60.0
 # A receive holds its first message until its wait ends or 0.2 s pass (the SDK's further-pull
 # time): a short wait keeps that from adding to the latency the client measures.
 LISTEN_WAIT_SECONDS = 0.05
@@ -123,6 +128,8 @@ class DemoClient:
         self.log = ClientLog()
         self.sent = 0
         self._seen: set[str] = set()
+        self._received: set[str] = set()
+        self._heard = asyncio.Event()
         self._links = contextlib.AsyncExitStack()
         self._sender: ServiceBusSender | None = None
         self._receiver: ServiceBusReceiver | None = None
@@ -138,11 +145,26 @@ class DemoClient:
         )
 
     async def submit(self, workload: Workload) -> None:
+        """Send the workload; conflicting copies once their originals were acknowledged."""
+        later = [message for message in workload.messages if message.kind == "conflict"]
+        await self._send([message for message in workload.messages if message.kind != "conflict"])
+        if later:
+            originals = {message.order_id for message in later if message.order_id is not None}
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._acknowledged(originals), ACKNOWLEDGED_BOUND_SECONDS)
+            await self._send(later)
+
+    async def _acknowledged(self, order_ids: set[str]) -> None:
+        while not order_ids <= self._received:
+            self._heard.clear()
+            await self._heard.wait()
+
+    async def _send(self, messages: list[Outgoing]) -> None:
         sender = self._sender
         if sender is None:
             raise RuntimeError("open() the demo client first")
-        for start in range(0, len(workload.messages), SEND_BATCH):
-            chunk = workload.messages[start : start + SEND_BATCH]
+        for start in range(0, len(messages), SEND_BATCH):
+            chunk = messages[start : start + SEND_BATCH]
             now = time.monotonic()
             for message in chunk:
                 if message.kind == "order" and message.order_id is not None:
@@ -182,6 +204,9 @@ class DemoClient:
         name = str(status.get("status"))
         self.log.statuses[name] += 1
         order_id = str(status.get("orderId"))
+        if name == "received":
+            self._received.add(order_id)
+            self._heard.set()
         if name in TERMINAL_STATUSES and order_id not in self.log.finished_at:
             self.log.finished_at[order_id] = time.monotonic()
 

@@ -4,6 +4,7 @@ on its reply queue (R1, R2), reports what it saw, and says so when it cannot run
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import time
 
@@ -21,9 +22,14 @@ TIMEOUT_SECONDS = 10.0
 BOUND_SECONDS = 30.0
 
 
-async def answer_every_order(connection_string: str, expected_messages: int) -> set[str]:
-    """Play the app: take every submitted message and answer each order with two statuses."""
+async def answer_every_order(
+    connection_string: str, expected_messages: int, conflicts_after_received: list[bool]
+) -> set[str]:
+    """Play the app: take every submitted message and answer each order with two statuses;
+    for each conflicting copy, note whether it was enqueued after its order's `received`
+    had been sent."""
     order_ids: set[str] = set()
+    received_sent_at: dict[str, dt.datetime] = {}
     taken = 0
     async with ServiceBusClient.from_connection_string(connection_string) as client:
         receiver = client.get_queue_receiver("orders")
@@ -38,9 +44,17 @@ async def answer_every_order(connection_string: str, expected_messages: int) -> 
                         order_id = json.loads(b"".join(message.body))["orderId"]
                     except (ValueError, KeyError, TypeError):
                         continue  # a malformed message of the workload: no status
+                    if str(message.message_id).endswith(":conflict"):
+                        answered_at = received_sent_at.get(order_id)
+                        conflicts_after_received.append(
+                            answered_at is not None
+                            and message.enqueued_time_utc is not None
+                            and message.enqueued_time_utc >= answered_at
+                        )
                     if order_id in order_ids:
                         continue  # a resend or a conflicting copy
                     order_ids.add(order_id)
+                    received_sent_at[order_id] = dt.datetime.now(dt.UTC)
                     for status in ("received", "completed"):
                         body = json.dumps({"orderId": order_id, "status": status})
                         await sender.send_messages(
@@ -53,18 +67,24 @@ async def answer_every_order(connection_string: str, expected_messages: int) -> 
 
 async def test_the_client_process_submits_its_workload_and_reports_what_it_heard() -> None:
     with running_broker([queue("orders"), queue("replies")]) as broker:
-        spec = ClientSpec(broker.connection_string, "orders", "replies", orders=5, seed=3)
+        # Seed 74: five orders, one exact resend, two conflicting copies, one malformed.
+        spec = ClientSpec(broker.connection_string, "orders", "replies", orders=5, seed=74)
         workload = spec.workload()
+        conflicts: list[bool] = []
         client = ClientProcess(spec)
         try:
             await client.start()
-            answered = await answer_every_order(broker.connection_string, len(workload.messages))
+            answered = await answer_every_order(
+                broker.connection_string, len(workload.messages), conflicts
+            )
             await eventually(lambda: client.finished == 5, "five orders finished")
             outcome = await client.stop()
         finally:
             await client.close()
 
     assert answered == set(workload.order_ids)
+    assert (workload.count("conflict"), workload.count("resend")) == (2, 1)
+    assert conflicts == [True, True], "conflicting copies go out after the original's received"
     assert outcome.sent == len(workload.messages)
     assert set(outcome.log.finished_at) == set(workload.order_ids)
     assert set(outcome.log.submitted_at) == set(workload.order_ids)
