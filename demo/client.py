@@ -110,6 +110,22 @@ class ClientLog:
     finished_at: dict[str, float] = field(default_factory=dict)
     statuses: Counter[str] = field(default_factory=Counter)
 
+    def to_document(self) -> dict[str, Any]:
+        """The log as JSON-ready data (the client process hands it to the demo this way)."""
+        return {
+            "submitted_at": self.submitted_at,
+            "finished_at": self.finished_at,
+            "statuses": dict(self.statuses),
+        }
+
+    @classmethod
+    def from_document(cls, document: dict[str, Any]) -> ClientLog:
+        return cls(
+            submitted_at={str(k): float(v) for k, v in document["submitted_at"].items()},
+            finished_at={str(k): float(v) for k, v in document["finished_at"].items()},
+            statuses=Counter({str(k): int(v) for k, v in document["statuses"].items()}),
+        )
+
     def latencies_ms(self) -> list[float]:
         return [
             (self.finished_at[order] - self.submitted_at[order]) * 1000

@@ -129,17 +129,10 @@ class ClientProcess:
             elif "log" in message:
                 if started is None:
                     raise RuntimeError("the demo client process never said when it started")
-                return ClientOutcome(_log_from(message["log"]), int(message["sent"]), started)
+                log = ClientLog.from_document(message["log"])
+                return ClientOutcome(log, int(message["sent"]), started)
         code = await process.wait()
         raise RuntimeError(f"the demo client process exited with code {code} before its report")
-
-
-def _log_from(document: dict[str, Any]) -> ClientLog:
-    return ClientLog(
-        submitted_at={str(k): float(v) for k, v in document["submitted_at"].items()},
-        finished_at={str(k): float(v) for k, v in document["finished_at"].items()},
-        statuses=Counter({str(k): int(v) for k, v in document["statuses"].items()}),
-    )
 
 
 # -- the child ---------------------------------------------------------------------------
@@ -182,13 +175,7 @@ async def run_client(spec: ClientSpec, commands: TextIO, out: TextIO) -> None:
         listener.cancel()
         await asyncio.gather(progress, listener, return_exceptions=True)
         await client.close()
-    log = client.log
-    document = {
-        "submitted_at": log.submitted_at,
-        "finished_at": log.finished_at,
-        "statuses": dict(log.statuses),
-    }
-    _emit(out, {"log": document, "sent": client.sent})
+    _emit(out, {"log": client.log.to_document(), "sent": client.sent})
 
 
 def main() -> int:
