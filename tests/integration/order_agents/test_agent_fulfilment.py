@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from agents.fulfilment_agent import run_fulfilment_agent
-from agents.fulfilment_client import FulfilmentClient
 from domain.agent_messages import AgentOutcome, AgentRequest
 from domain.contracts import Order, OrderItem
 from domain.policies import CircuitBreaker, Settings
+from order_agents.fulfilment_agent import run_fulfilment_agent
+from order_agents.fulfilment_client import FulfilmentClient
 from simulators.fulfilment import FaultKind, FaultPlan, FaultRule, FulfilmentService
 
 T0 = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)

@@ -19,16 +19,16 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 
-from agents.fulfilment_client import (
+from domain.agent_messages import AgentOutcome, AgentRequest, AgentResponse
+from domain.policies import CircuitBreaker, Settings, next_retry_delay
+from order_agents.fulfilment_client import (
     Fulfilled,
     FulfilmentClient,
     PermanentFailure,
     Superseded,
 )
-from domain.agent_messages import AgentOutcome, AgentRequest, AgentResponse
-from domain.policies import CircuitBreaker, Settings, next_retry_delay
 
-log = logging.getLogger("agents.fulfilment")
+log = logging.getLogger("order_agents.fulfilment")
 
 CALL_TIMEOUT_SECONDS = 10.0
 
