@@ -29,9 +29,13 @@ from services.steps import StepOutcome, complete_order, fail_order, start_step
 bp = df.Blueprint()
 STEP = "fulfil"
 
+# Activity inputs are annotated Any, the JSON value the trigger delivers, and parsed into
+# their dataclass first thing: the Python worker refuses a builtin generic such as
+# dict[str, Any] on a binding parameter and with it the whole app (its indexing check).
+
 
 @bp.activity_trigger(input_name="call")
-async def begin_attempt(call: dict[str, Any]) -> dict[str, Any]:
+async def begin_attempt(call: Any) -> dict[str, Any]:
     app = bootstrap.services()
     step = StepCall.from_dict(call)
     order = await asyncio.to_thread(load_order, app.orders, step.instance)
@@ -52,7 +56,7 @@ async def begin_attempt(call: dict[str, Any]) -> dict[str, Any]:
 
 
 @bp.activity_trigger(input_name="call")
-async def complete_order_step(call: dict[str, Any]) -> dict[str, Any]:
+async def complete_order_step(call: Any) -> dict[str, Any]:
     app = bootstrap.services()
     step = StepCall.from_dict(call)
     outcome = await asyncio.to_thread(
@@ -62,7 +66,7 @@ async def complete_order_step(call: dict[str, Any]) -> dict[str, Any]:
 
 
 @bp.activity_trigger(input_name="call")
-async def fail_order_step(call: dict[str, Any]) -> dict[str, Any]:
+async def fail_order_step(call: Any) -> dict[str, Any]:
     app = bootstrap.services()
     step = StepCall.from_dict(call)
     outcome = await asyncio.to_thread(

@@ -73,6 +73,8 @@ async def fulfil_order_request(
 
 
 @bp.activity_trigger(input_name="request")
-async def fulfil_in_activity(request: dict[str, Any]) -> dict[str, Any]:
+async def fulfil_in_activity(request: Any) -> dict[str, Any]:
+    # Any, the JSON value the trigger delivers: the Python worker refuses a builtin generic
+    # such as dict[str, Any] on a binding parameter, and with it the whole app.
     response = await _fulfil(AgentRequest.from_document(request))
     return response.to_document()

@@ -16,7 +16,7 @@ app = df.DFApp(http_auth_level=func.AuthLevel.ANONYMOUS)
 
 
 @app.activity_trigger(input_name="spec")
-def blocking_step(spec: dict[str, Any]) -> str:
+def blocking_step(spec: Any) -> str:
     directory = Path(spec["dir"])
     run = len(list(directory.glob("started-*"))) + 1
     (directory / f"started-{run}").write_text("started")

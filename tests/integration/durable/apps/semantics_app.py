@@ -54,7 +54,7 @@ def echo(payload: Any) -> Any:
 
 
 @app.activity_trigger(input_name="payload")
-def flaky(payload: dict[str, Any]) -> str:
+def flaky(payload: Any) -> str:
     """Fails the first ``fail_times`` runs for ``key``."""
     key = payload["key"]
     ATTEMPTS[key] += 1
