@@ -7,10 +7,11 @@ BIN := $(VENV)/bin
 
 setup: $(VENV)/.installed node_modules/.installed
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt
+$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-worker.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements-dev.txt
+	$(BIN)/pip install --quiet --no-deps --ignore-requires-python -r requirements-worker.txt
 	touch $@
 
 # The Cosmos DB API server the Cosmos adapter is tested against (issue 5).

@@ -1,9 +1,14 @@
-"""Function indexing: load ``module:app`` and list its functions the way the Python worker does.
+"""Function indexing: load ``module:app`` and index its functions as the Python worker does.
 
-The worker imports the script, calls ``app.get_functions()`` and reads each function's raw
-binding JSON. The devhost does the same, then resolves ``%SETTING%`` expressions, and refuses
-anything it cannot run with an error naming the function and the cause, instead of starting
-a host that silently ignores part of the app.
+The worker imports the script, finds its one top-level function app, calls
+``app.get_functions()`` and validates every function (parameters against bindings, parameter
+and return annotations, ``context``, the settlement client argument, deferred bindings) before
+it answers the host's metadata request; one rejected function fails the whole app. The
+devhost runs that validation through the worker library itself (``azure-functions-runtime``),
+with the worker's own messages, and takes each function's binding JSON from the worker's
+answer, as the host does. It then resolves ``%SETTING%`` expressions like the host and
+refuses any trigger or binding it cannot run, naming the function and the cause, instead of
+starting a host that silently ignores part of the app.
 """
 
 from __future__ import annotations
@@ -18,7 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from azure.functions.decorators.function_app import Function, FunctionRegister
+from azure_functions_runtime import loader
+from azure_functions_runtime.bindings import meta
+from azure_functions_runtime.functions import FunctionLoadError, Registry
 
+from devhost.function_rpc import protos
 from devhost.settings import AppSettings, SettingsError
 
 TRIGGERS = frozenset(
@@ -37,6 +46,8 @@ class IndexedFunction:
     trigger: Mapping[str, Any]
     bindings: tuple[Mapping[str, Any], ...]
     function: Function
+    settlement_parameter: str | None = None
+    """The parameter the worker fills with the Service Bus settlement client, if any."""
 
     @property
     def trigger_type(self) -> str:
@@ -70,23 +81,40 @@ def load_app(spec: str, app_root: Path) -> FunctionRegister:
         raise IndexingError(
             f"{module_name}.{attribute} is {type(app).__name__}, not a FunctionApp or DFApp"
         )
+    apps = [value for value in vars(module).values() if isinstance(value, FunctionRegister)]
+    if len(apps) > 1:
+        # The worker's rule and message (azure_functions_runtime.loader.index_function_app).
+        raise IndexingError(
+            f"More than one {type(apps[0]).__name__} or other top level function app "
+            "instances are defined."
+        )
     return app
 
 
 def index_app(app: FunctionRegister, settings: AppSettings) -> list[IndexedFunction]:
-    """Every function of the app with its bindings resolved; IndexingError on the first problem."""
+    """Every function of the app as the worker indexes it, bindings resolved; IndexingError on
+    the first problem, with the worker's message where the worker refuses the app."""
     try:
         functions = app.get_functions()
     except ValueError as error:  # the SDK's own check, e.g. duplicate function names
         raise IndexingError(f"the app's functions cannot be indexed: {error}") from error
-    return [_index_function(function, settings) for function in functions]
+    meta.load_binding_registry()
+    registry = Registry()
+    try:
+        indexed, _ = loader.process_indexed_function(protos, registry, functions, "")
+    except FunctionLoadError as error:
+        raise IndexingError(f"the Python worker refuses the app: {error}") from error
+    return [
+        _index_function(function, metadata, registry, settings)
+        for function, metadata in zip(functions, indexed, strict=True)
+    ]
 
 
-def _index_function(function: Function, settings: AppSettings) -> IndexedFunction:
-    name = function.get_function_name() or function.get_user_function().__name__
-    bindings = tuple(
-        _resolve(json.loads(raw), settings, name) for raw in function.get_raw_bindings()
-    )
+def _index_function(
+    function: Function, metadata: Any, registry: Registry, settings: AppSettings
+) -> IndexedFunction:
+    name = str(metadata.name)
+    bindings = tuple(_resolve(json.loads(raw), settings, name) for raw in metadata.raw_bindings)
     triggers = [b for b in bindings if str(b["type"]).endswith("Trigger")]
     if len(triggers) != 1:
         raise IndexingError(f"function {name!r} has {len(triggers)} triggers; it needs exactly one")
@@ -102,7 +130,9 @@ def _index_function(function: Function, settings: AppSettings) -> IndexedFunctio
                 f"function {name!r} uses binding type {binding['type']!r}, which the devhost "
                 f"does not provide (supported: {', '.join(sorted(BINDINGS))})"
             )
-    return IndexedFunction(name, trigger, bindings, function)
+    info = registry.get_function(metadata.function_id)
+    settlement = info.settlement_client_arg if info is not None else None
+    return IndexedFunction(name, trigger, bindings, function, settlement)
 
 
 def _resolve(binding: dict[str, Any], settings: AppSettings, function_name: str) -> dict[str, Any]:

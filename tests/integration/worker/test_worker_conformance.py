@@ -1,0 +1,259 @@
+"""The app loads on the real Python worker, and the devhost refuses what the worker refuses.
+
+The Python worker validates every function while it indexes an app (parameters against
+bindings, annotations, ``context``, the settlement client argument) and one rejected function
+fails the whole app: nothing of it runs on Azure. These tests index the app and the devhost's
+own test apps with the worker library itself (``azure-functions-runtime``, pinned in
+requirements-worker.txt), each in a fresh interpreter as the worker does, and hold the devhost's
+indexing to the same verdicts and messages (S1, S3: the SDK-type Service Bus binding and its
+settlement client must reach the functions that settle their own messages).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devhost.indexing import IndexingError, index_app, load_app
+from devhost.settings import AppSettings
+
+ROOT = Path(__file__).resolve().parents[3]
+WORKER_INDEX = ROOT / "tests" / "support" / "worker_index.py"
+INDEX_BOUND_SECONDS = 60
+
+ORDER_APP_FUNCTIONS = {
+    "receive_order": "serviceBusTrigger",
+    "start_pending_orders": "timerTrigger",
+    "order_workflow": "orchestrationTrigger",
+    "begin_attempt": "activityTrigger",
+    "complete_order_step": "activityTrigger",
+    "fail_order_step": "activityTrigger",
+    "receive_agent_response": "serviceBusTrigger",
+    "fulfil_order_request": "serviceBusTrigger",
+    "fulfil_in_activity": "activityTrigger",
+    "supervise_orders": "timerTrigger",
+}
+DEVHOST_TEST_APPS = [
+    ROOT / "tests" / "integration" / "devhost" / "apps" / "every_trigger_app.py",
+    ROOT / "tests" / "integration" / "durable" / "apps" / "semantics_app.py",
+    ROOT / "tests" / "integration" / "durable" / "apps" / "crash_app.py",
+]
+
+
+def worker_index(script: Path) -> dict[str, Any]:
+    """What the worker answers the host's metadata request for the app in ``script``."""
+    result = subprocess.run(
+        [sys.executable, str(WORKER_INDEX), str(script.parent), script.name],
+        capture_output=True,
+        text=True,
+        timeout=INDEX_BOUND_SECONDS,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=True,
+    )
+    answer: dict[str, Any] = json.loads(result.stdout)
+    return answer
+
+
+def loaded(script: Path) -> dict[str, dict[str, Any]]:
+    answer = worker_index(script)
+    assert "error" not in answer, answer.get("error")
+    return {function["name"]: function for function in answer["functions"]}
+
+
+def trigger_of(function: dict[str, Any]) -> dict[str, Any]:
+    (trigger,) = [b for b in function["raw_bindings"] if b["type"].endswith("Trigger")]
+    return trigger
+
+
+@pytest.fixture(scope="module")
+def order_app() -> dict[str, dict[str, Any]]:
+    return loaded(ROOT / "function_app.py")
+
+
+def test_every_function_of_the_order_app_loads_on_the_worker(
+    order_app: dict[str, dict[str, Any]],
+) -> None:
+    assert {name: trigger_of(f)["type"] for name, f in order_app.items()} == ORDER_APP_FUNCTIONS
+
+
+@pytest.mark.parametrize(
+    "name", ["receive_order", "receive_agent_response", "fulfil_order_request"]
+)
+def test_service_bus_triggers_get_the_sdk_type_message_and_the_settlement_client_s1(
+    order_app: dict[str, dict[str, Any]], name: str
+) -> None:
+    function = order_app[name]
+    trigger = trigger_of(function)
+    assert trigger["properties"] == {"SupportsDeferredBinding": True}
+    assert trigger["autoCompleteMessages"] is False
+    assert function["deferred_bindings_enabled"] is True
+    assert function["settlement_client_arg"] == "message_actions"
+    assert "message_actions" not in function["bindings"]
+
+
+@pytest.mark.parametrize("name", ["start_pending_orders", "receive_agent_response"])
+def test_starters_get_a_durable_client_binding(
+    order_app: dict[str, dict[str, Any]], name: str
+) -> None:
+    assert order_app[name]["bindings"]["client"] == {
+        "type": "durableClient",
+        "direction": "in",
+        "data_type": "undefined",
+    }
+
+
+def test_settings_stay_expressions_for_the_host_to_resolve(
+    order_app: dict[str, dict[str, Any]],
+) -> None:
+    queues = {
+        trigger_of(order_app[n])["queueName"] for n in ("receive_order", "fulfil_order_request")
+    }
+    assert queues == {"%ORDERS_QUEUE%", "%AGENT_REQUESTS_QUEUE%"}
+    assert trigger_of(order_app["supervise_orders"])["schedule"] == "%SUPERVISOR_SCHEDULE%"
+
+
+@pytest.mark.parametrize("script", DEVHOST_TEST_APPS, ids=lambda path: path.stem)
+def test_the_devhost_test_apps_load_on_the_worker_as_the_devhost_indexes_them(
+    script: Path,
+) -> None:
+    by_worker = loaded(script)
+    expressions = re.findall(
+        r"%(\w+)%", json.dumps([f["raw_bindings"] for f in by_worker.values()])
+    )
+    settings = AppSettings({name: name.lower() for name in expressions})
+    by_devhost = index_app(load_app(f"{script.stem}:app", script.parent), settings)
+    assert {f.name: f.settlement_parameter for f in by_devhost} == {
+        name: f["settlement_client_arg"] for name, f in by_worker.items()
+    }
+    for function in by_devhost:
+        worker_bindings = by_worker[function.name]["raw_bindings"]
+        assert [b["type"] for b in function.bindings] == [b["type"] for b in worker_bindings]
+
+
+REFUSED_APPS = {
+    "builtin generic annotation": (
+        """
+        @app.activity_trigger(input_name="payload")
+        def step(payload: dict[str, Any]) -> str:
+            return "x"
+        """,
+        "cannot load the step function: binding payload has invalid non-type annotation "
+        "dict[str, typing.Any]",
+    ),
+    "parameter no binding fills": (
+        """
+        @app.timer_trigger(schedule="0 * * * * *", arg_name="timer")
+        def tick(timer: func.TimerRequest, extra: str) -> None: ...
+        """,
+        "cannot load the tick function: the following parameters are declared in Python but "
+        "not in the function definition",
+    ),
+    "context of the wrong type": (
+        """
+        @app.timer_trigger(schedule="0 * * * * *", arg_name="timer")
+        def tick(timer: func.TimerRequest, context: str) -> None: ...
+        """,
+        'cannot load the tick function: the "context" parameter is expected to be of type '
+        "azure.functions.Context",
+    ),
+    "annotation the binding cannot convert": (
+        """
+        @app.timer_trigger(schedule="0 * * * * *", arg_name="timer")
+        def tick(timer: func.HttpRequest) -> None: ...
+        """,
+        'cannot load the tick function: binding type "\'timer\'" and dataType "timerTrigger" '
+        "in the binding decorator do not match the corresponding function parameter's Python "
+        "type annotation HttpRequest",
+    ),
+}
+
+
+def write_app(root: Path, body: str) -> Path:
+    script = root / f"app_{uuid.uuid4().hex}.py"
+    header = """
+        from typing import Any
+        import azure.functions as func
+        import azure.durable_functions as df
+        app = df.DFApp(http_auth_level=func.AuthLevel.ANONYMOUS)
+    """
+    script.write_text(textwrap.dedent(header) + textwrap.dedent(body), encoding="utf-8")
+    return script
+
+
+@pytest.mark.parametrize("case", REFUSED_APPS.keys())
+def test_the_devhost_refuses_what_the_worker_refuses_with_its_message(
+    tmp_path: Path, case: str
+) -> None:
+    body, message = REFUSED_APPS[case]
+    script = write_app(tmp_path, body)
+
+    refusal = worker_index(script)["error"]
+    assert message in refusal
+
+    with pytest.raises(IndexingError) as refused:
+        index_app(load_app(f"{script.stem}:app", tmp_path), AppSettings({}))
+    assert f"the Python worker refuses the app: {refusal.partition(': ')[2]}" == str(refused.value)
+
+
+def test_devhost_start_fails_where_the_worker_would(tmp_path: Path) -> None:
+    body, message = REFUSED_APPS["builtin generic annotation"]
+    script = write_app(tmp_path, body)
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "devhost", "start", "--app", f"{script.stem}:app"),
+            *("--app-root", str(tmp_path), "--data", str(tmp_path / "data")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=INDEX_BOUND_SECONDS,
+        cwd=ROOT,
+    )
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_two_apps_in_one_script_are_refused_by_both(tmp_path: Path) -> None:
+    script = write_app(tmp_path, "second = func.FunctionApp()\n")
+    assert (
+        "More than one DFApp or other top level function app instances are defined"
+        in (worker_index(script)["error"])
+    )
+    with pytest.raises(IndexingError, match="More than one DFApp or other top level function"):
+        load_app(f"{script.stem}:app", tmp_path)
+
+
+def _top_level_imports(package: Path) -> set[str]:
+    names: set[str] = set()
+    for source in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(source.read_bytes())):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.partition(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.partition(".")[0])
+    return names
+
+
+def test_no_app_package_shadows_a_module_the_functions_libraries_import() -> None:
+    """A top-level package of the app named like a module that the Durable SDK or the worker
+    imports (the SDK probes ``agents`` for its openai-agents integration) would run on that
+    import, and be shadowed once the library is installed."""
+    import azure.durable_functions
+    import azure.functions
+    import azure_functions_runtime
+
+    imported: set[str] = set()
+    for library in (azure.durable_functions, azure.functions, azure_functions_runtime):
+        imported |= _top_level_imports(Path(library.__file__).parent)
+    app_packages = {path.parent.name for path in ROOT.glob("*/__init__.py")}
+    app_packages |= {path.stem for path in ROOT.glob("*.py")}
+    assert app_packages & imported == set()
