@@ -8,13 +8,15 @@ devhost runs that validation through the worker library itself (``azure-function
 with the worker's own messages, and takes each function's binding JSON from the worker's
 answer, as the host does. It then resolves ``%SETTING%`` expressions like the host and
 refuses any trigger or binding it cannot run, naming the function and the cause, instead of
-starting a host that silently ignores part of the app.
+starting a host that silently ignores part of the app. Function and binding names follow the
+host's own rules, with its messages.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import re
 import sys
 import traceback
 from collections.abc import Callable, Mapping
@@ -34,6 +36,10 @@ TRIGGERS = frozenset(
     {"orchestrationTrigger", "activityTrigger", "serviceBusTrigger", "timerTrigger", "httpTrigger"}
 )
 BINDINGS = frozenset({"durableClient", "http"})
+# The host's rules for the names in the worker's answer (Utility.FunctionNameValidationRegex,
+# BindingNameValidationRegex): an app that breaks them does not start on Azure either.
+FUNCTION_NAME = re.compile(r"^[a-z][a-z0-9_\-]{0,127}$(?<!^host$)", re.IGNORECASE)
+BINDING_NAME = re.compile(r"^([a-zA-Z][a-zA-Z0-9]{0,127}|\$return)$")
 
 
 class IndexingError(Exception):
@@ -114,7 +120,15 @@ def _index_function(
     function: Function, metadata: Any, registry: Registry, settings: AppSettings
 ) -> IndexedFunction:
     name = str(metadata.name)
+    if not FUNCTION_NAME.match(name):
+        raise IndexingError(f"'{name}' is not a valid function name.")
     bindings = tuple(_resolve(json.loads(raw), settings, name) for raw in metadata.raw_bindings)
+    for binding in bindings:
+        if not BINDING_NAME.match(str(binding.get("name", ""))):
+            raise IndexingError(
+                f"function {name!r}: The binding name {binding.get('name')} is invalid. "
+                "Please assign a valid name to the binding."
+            )
     triggers = [b for b in bindings if str(b["type"]).endswith("Trigger")]
     if len(triggers) != 1:
         raise IndexingError(f"function {name!r} has {len(triggers)} triggers; it needs exactly one")

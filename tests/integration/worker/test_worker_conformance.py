@@ -122,6 +122,14 @@ def test_settings_stay_expressions_for_the_host_to_resolve(
     assert trigger_of(order_app["supervise_orders"])["schedule"] == "%SUPERVISOR_SCHEDULE%"
 
 
+def test_the_host_accepts_the_order_app_with_the_sample_settings() -> None:
+    """Past the worker, the host checks names and resolves every %SETTING% expression: the
+    devhost applies the host's rules to the worker's answer, with local.settings.sample.json."""
+    sample = json.loads((ROOT / "local.settings.sample.json").read_text(encoding="utf-8"))
+    functions = index_app(load_app("function_app:app", ROOT), AppSettings(sample["Values"]))
+    assert {f.name: f.trigger_type for f in functions} == ORDER_APP_FUNCTIONS
+
+
 @pytest.mark.parametrize("script", DEVHOST_TEST_APPS, ids=lambda path: path.stem)
 def test_the_devhost_test_apps_load_on_the_worker_as_the_devhost_indexes_them(
     script: Path,

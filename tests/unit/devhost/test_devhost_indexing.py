@@ -1,5 +1,6 @@
 """Indexing an app the way the Python worker does, with errors that name function and cause."""
 
+import re
 import textwrap
 import uuid
 from pathlib import Path
@@ -152,3 +153,31 @@ def test_export_overrides_and_restores_the_environment() -> None:
     assert environ == {"KEEP": "x", "A": "1", "B": "new"}
     restore()
     assert environ == {"KEEP": "x", "B": "old"}
+
+
+@pytest.mark.parametrize("name", ["host", "1st", "has space", "x" * 129])
+def test_function_names_the_host_refuses_are_refused(tmp_path: Path, name: str) -> None:
+    spec = write_app(
+        tmp_path,
+        f"""
+        @app.function_name({name!r})
+        @app.activity_trigger(input_name="payload")
+        def step(payload: str) -> str:
+            return payload
+        """,
+    )
+    with pytest.raises(IndexingError, match=re.escape(f"'{name}' is not a valid function name.")):
+        index_app(load_app(spec, tmp_path), AppSettings({}))
+
+
+def test_binding_names_the_host_refuses_are_refused(tmp_path: Path) -> None:
+    """The host takes letters and digits only: a Python-style ``arg_name`` fails on Azure."""
+    spec = write_app(
+        tmp_path,
+        """
+        @app.timer_trigger(schedule="0 * * * * *", arg_name="my_timer")
+        def tick(my_timer: func.TimerRequest) -> None: ...
+        """,
+    )
+    with pytest.raises(IndexingError, match="The binding name my_timer is invalid"):
+        index_app(load_app(spec, tmp_path), AppSettings({}))
