@@ -1,24 +1,80 @@
-"""Settling a trigger's Service Bus message from function code (S1, S3).
+"""Settling a trigger's Service Bus message from function code (S1, S3; C8 redelivery).
 
 The Functions host dead-letters a message with a reason only through the SDK-type binding of
 ``azurefunctions-extensions-bindings-servicebus``: the function declares
 ``auto_complete_messages=False``, receives an ``azure.servicebus.ServiceBusReceivedMessage``
 and a ``ServiceBusMessageActions`` client, and settles the message itself over the host's
 gRPC settlement service. Those calls block, so they run off the event loop.
+
+Every settlement call has a deadline, ``SETTLEMENT_DEADLINE_SECONDS``, on the gRPC call
+itself, so no thread waits forever on a host that does not answer. A settlement that fails
+(the host refused it, the lock was lost, the message was already settled, or no answer came
+before the deadline) is not raised: it is logged, and the message is abandoned so the broker
+redelivers it at once. If the abandon fails too, that is logged and the lock expires, after
+which the broker redelivers the message (S1: PeekLock). Either way the message comes back,
+counts one delivery towards its queue's MaxDeliveryCount, and its work runs again, which is
+safe because every trigger's work is idempotent (S2, C6, C8).
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
+import enum
+import logging
+from collections.abc import Callable
+from typing import Any
 
+import grpc
 from azurefunctions.extensions.bindings.servicebus import (
     ServiceBusMessageActions,
     ServiceBusReceivedMessage,
 )
+from azurefunctions.extensions.bindings.servicebus.serviceBusMessageActions import (
+    SettlementError,
+)
+
+log = logging.getLogger("app.settlement")
+
+# A settlement normally takes milliseconds (loopback gRPC to the host, then one Service Bus
+# round trip). The deadline leaves ample room for a slow host, while a settlement and the
+# abandon that may follow it (two deadlines) still fit within one lock duration (PT1M for
+# every queue in servicebus.config.json) and within the devhost settlement service's own wait
+# (SETTLE_TIMEOUT_SECONDS = 60), so the caller, not the server, decides when to give up.
+SETTLEMENT_DEADLINE_SECONDS = 20.0
+
+# The stub calls this module makes through the extension's client.
+_STUB_CALLS = ("Complete", "Abandon", "Deadletter")
+_DETAIL_CHARS = 200
 
 
-async def complete(actions: ServiceBusMessageActions, message: ServiceBusReceivedMessage) -> None:
-    await asyncio.to_thread(actions.complete, message)
+class Outcome(enum.Enum):
+    """What became of a message whose settlement was asked for."""
+
+    SETTLED = "settled"
+    """The requested settlement (complete, dead-letter) was applied."""
+    ABANDONED = "abandoned"
+    """It failed; the message was abandoned and the broker redelivers it now."""
+    LOCK_EXPIRES = "lock-expires"
+    """It failed and so did the abandon; the broker redelivers once the lock expires."""
+
+
+class ExtensionShapeError(RuntimeError):
+    """The installed extension no longer looks the way ``with_deadline`` relies on."""
+
+
+async def complete(
+    actions: ServiceBusMessageActions,
+    message: ServiceBusReceivedMessage,
+    *,
+    deadline: float = SETTLEMENT_DEADLINE_SECONDS,
+) -> Outcome:
+    """Complete the message; on failure abandon it (see the module docstring)."""
+
+    def settle(bound: ServiceBusMessageActions, received: ServiceBusReceivedMessage) -> None:
+        bound.complete(received)
+
+    return await _settle("complete", actions, message, deadline, settle)
 
 
 async def dead_letter(
@@ -27,13 +83,119 @@ async def dead_letter(
     *,
     reason: str,
     description: str,
-) -> None:
-    await asyncio.to_thread(
-        actions.deadletter,
-        message,
-        deadletter_reason=reason,
-        deadletter_error_description=description,
+    deadline: float = SETTLEMENT_DEADLINE_SECONDS,
+) -> Outcome:
+    """Dead-letter the message with a reason; on failure abandon it, so the next delivery
+    dead-letters it again (or the broker does, past MaxDeliveryCount)."""
+
+    def settle(bound: ServiceBusMessageActions, received: ServiceBusReceivedMessage) -> None:
+        bound.deadletter(
+            received, deadletter_reason=reason, deadletter_error_description=description
+        )
+
+    return await _settle("dead_letter", actions, message, deadline, settle)
+
+
+async def _settle(
+    operation: str,
+    actions: ServiceBusMessageActions,
+    message: ServiceBusReceivedMessage,
+    deadline: float,
+    settle: Callable[[ServiceBusMessageActions, ServiceBusReceivedMessage], None],
+) -> Outcome:
+    bound = with_deadline(actions, deadline)
+    try:
+        await asyncio.to_thread(settle, bound, message)
+    except SettlementError as error:
+        log.warning(
+            "settlement failed operation=%s %s %s next=abandon",
+            operation,
+            _message_fields(message),
+            _error_fields(error),
+        )
+    else:
+        return Outcome.SETTLED
+    try:
+        await asyncio.to_thread(bound.abandon, message)
+    except SettlementError as error:
+        log.warning(
+            "abandon failed after operation=%s %s %s outcome=lock-expires: unless it was "
+            "settled already, the broker redelivers the message when its lock expires",
+            operation,
+            _message_fields(message),
+            _error_fields(error),
+        )
+        return Outcome.LOCK_EXPIRES
+    log.info(
+        "message abandoned for redelivery after operation=%s failed %s outcome=abandoned",
+        operation,
+        _message_fields(message),
     )
+    return Outcome.ABANDONED
+
+
+def with_deadline(actions: ServiceBusMessageActions, seconds: float) -> ServiceBusMessageActions:
+    """The extension's actions client with each settlement gRPC call bounded by ``seconds``.
+
+    ``ServiceBusMessageActions`` (1.0.0b2) calls its ``Settlement`` stub, kept in the private
+    attribute ``_client``, without a timeout and takes none, so a host that never answers would
+    block the calling thread forever (a timeout around ``asyncio.to_thread`` would only stop
+    waiting for that thread). The copy returned keeps the extension's own request building and
+    error wrapping (every failure is a ``SettlementError``) and only swaps the stub for one
+    that passes ``timeout=seconds`` to each call, which gRPC enforces as the call's deadline.
+
+    This is the one place that touches the extension's private state. If the extension changes
+    shape, it raises ``ExtensionShapeError`` rather than settle without a deadline.
+    """
+    stub = getattr(actions, "_client", None)
+    calls = {name: getattr(stub, name, None) for name in _STUB_CALLS}
+    unusable = [
+        name for name, call in calls.items() if not isinstance(call, grpc.UnaryUnaryMultiCallable)
+    ]
+    if not isinstance(actions, ServiceBusMessageActions) or unusable:
+        raise ExtensionShapeError(
+            "azurefunctions-extensions-bindings-servicebus changed shape: "
+            "ServiceBusMessageActions._client no longer holds a Settlement gRPC stub with "
+            f"unary calls {', '.join(unusable or _STUB_CALLS)}, so settlement calls cannot be "
+            "given a deadline; adapt adapters/message_settlement.with_deadline to the "
+            "installed version (or use its own timeout option if it has one now)"
+        )
+    bound = copy.copy(actions)
+    bound._client = _DeadlineStub(calls, seconds)
+    return bound
+
+
+class _DeadlineStub:
+    """The ``Settlement`` stub calls this module makes, each with a deadline."""
+
+    def __init__(self, calls: dict[str, Any], seconds: float) -> None:
+        self._calls = calls
+        self._seconds = seconds
+
+    def Complete(self, request: Any) -> Any:
+        return self._calls["Complete"](request, timeout=self._seconds)
+
+    def Abandon(self, request: Any) -> Any:
+        return self._calls["Abandon"](request, timeout=self._seconds)
+
+    def Deadletter(self, request: Any) -> Any:
+        return self._calls["Deadletter"](request, timeout=self._seconds)
+
+
+def _message_fields(message: ServiceBusReceivedMessage) -> str:
+    # Identifiers only: the body and application properties may hold personal data (C3).
+    return (
+        f"message_id={message.message_id} correlation_id={message.correlation_id} "
+        f"sequence={message.sequence_number} delivery_count={message.delivery_count}"
+    )
+
+
+def _error_fields(error: SettlementError) -> str:
+    original = error.original
+    if isinstance(original, grpc.RpcError) and isinstance(original, grpc.Call):
+        detail = str(original.details() or "")
+        return f"status={original.code().name} detail={detail[:_DETAIL_CHARS]!r}"
+    return f"status={type(original).__name__} detail={str(original)[:_DETAIL_CHARS]!r}"
 
 
 def body_bytes(message: ServiceBusReceivedMessage) -> bytes:
