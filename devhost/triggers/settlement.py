@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import inspect
 import sys
 import threading
 import types
@@ -37,9 +36,6 @@ from azurefunctions.extensions.bindings.protos import settlement_pb2_grpc
 from azurefunctions.extensions.bindings.servicebus import (
     ServiceBusConverter,
     ServiceBusMessageActions,
-)
-from azurefunctions.extensions.bindings.servicebus import (
-    ServiceBusReceivedMessage as SdkMessage,
 )
 from google.protobuf import empty_pb2
 
@@ -61,19 +57,17 @@ class SdkBinding:
 
     @classmethod
     def of(cls, function: IndexedFunction) -> SdkBinding:
-        trigger_name = str(function.trigger["name"])
-        message_parameter = None
-        action_parameters = []
-        signature = inspect.signature(function.user_function, eval_str=True)
-        for name, parameter in signature.parameters.items():
-            annotation = parameter.annotation
-            if not isinstance(annotation, type):
-                continue
-            if name == trigger_name and issubclass(annotation, SdkMessage):
-                message_parameter = name
-            elif issubclass(annotation, ServiceBusMessageActions):
-                action_parameters.append(name)
-        return cls(message_parameter, tuple(action_parameters))
+        """As the worker indexed the function: the host sends the trigger's message as model
+        binding data when the trigger supports deferred binding (an SDK-type parameter), and
+        the worker fills its settlement client argument."""
+        properties = function.trigger.get("properties") or {}
+        deferred = bool(properties.get("SupportsDeferredBinding"))
+        return cls(
+            message_parameter=str(function.trigger["name"]) if deferred else None,
+            actions_parameters=(function.settlement_parameter,)
+            if function.settlement_parameter
+            else (),
+        )
 
 
 @dataclass(frozen=True)
