@@ -3,6 +3,10 @@
 Service Bus is a service apart from the Functions host; the demo and the benchmark run the
 broker as a separate process so that its work does not compete with the devhost's for one
 interpreter lock. Tests keep the in-process ``ServiceBusBroker`` (it starts in milliseconds).
+
+With a ``data`` journal the child keeps accepted messages across a crash: ``kill`` ends it
+with SIGKILL, as an outage would, and ``start`` again brings it back on the same port with
+the same journal, so clients reconnect to the address they know and find the messages kept.
 """
 
 from __future__ import annotations
@@ -18,10 +22,16 @@ READY_BOUND_SECONDS = 30.0
 
 
 class BrokerProcess:
-    """One broker child process on a free port, with the queues of ``config``."""
+    """One broker child process with the queues of ``config``.
 
-    def __init__(self, config: Path) -> None:
+    ``port`` 0 picks a free port on the first start; later starts reuse it. ``data`` is the
+    SQLite journal (``--data``) that keeps accepted messages; without it they live in memory.
+    """
+
+    def __init__(self, config: Path, *, data: Path | None = None, port: int = 0) -> None:
         self._config = config
+        self._data = data
+        self._port = port
         self._process: subprocess.Popen[str] | None = None
         self._connection_string: str | None = None
 
@@ -35,12 +45,22 @@ class BrokerProcess:
     def pid(self) -> int | None:
         return None if self._process is None else self._process.pid
 
+    @property
+    def port(self) -> int:
+        """The port the broker listens on (0 until the first start picked one)."""
+        return self._port
+
     def start(self) -> None:
+        """Start the child and wait until it listens (again on the same port after a kill)."""
+        if self._process is not None:
+            raise RuntimeError("the broker process is already running")
         level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
+        data = () if self._data is None else ("--data", str(self._data))
         self._process = subprocess.Popen(
             [
                 *(sys.executable, "-m", "devhost", "--log-level", level, "servicebus"),
-                *("--port", "0", "--config", str(self._config), "--stop-with-stdin"),
+                *("--port", str(self._port), "--config", str(self._config), *data),
+                "--stop-with-stdin",
             ],
             # Held open until stop(); if this process dies first, the broker sees it close.
             stdin=subprocess.PIPE,
@@ -48,14 +68,31 @@ class BrokerProcess:
             text=True,
         )
         lines = child_process.first_lines(self._process, 2, READY_BOUND_SECONDS)
-        if len(lines) < 2 or not lines[1].startswith("Endpoint="):
+        if (
+            len(lines) < 2
+            or not lines[0].startswith("listening on ")
+            or not lines[1].startswith("Endpoint=")
+        ):
             code = self._process.poll()
             self.stop()
             raise RuntimeError(
                 f"the broker process did not report readiness within {READY_BOUND_SECONDS:.0f}s "
                 f"(exit code {code}; it said {lines!r})"
             )
+        self._port = int(lines[0].rsplit(":", 1)[1])
         self._connection_string = lines[1]
+
+    def kill(self) -> None:
+        """End the child with SIGKILL, as a crash would: no link or connection is closed, and
+        only what the journal holds survives. ``start`` brings it back on the same port."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        process.kill()
+        process.wait(child_process.STOP_BOUND_SECONDS)
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
 
     def stop(self) -> None:
         process, self._process = self._process, None

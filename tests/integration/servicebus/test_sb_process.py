@@ -1,5 +1,6 @@
 """The broker as a child process (what the demo runs): usable through the real SDK, stopped
-cleanly, and gone when its parent dies without stopping it (no orphaned broker)."""
+cleanly, gone when its parent dies without stopping it (no orphaned broker), and back on its
+port with its journal after a kill."""
 
 from __future__ import annotations
 
@@ -72,3 +73,31 @@ def test_the_broker_process_stops_when_its_parent_dies() -> None:
     pid = int(parent.stdout.strip())
 
     eventually_sync(lambda: not _alive(pid), f"the orphaned broker (pid {pid}) to stop")
+
+
+def test_a_killed_broker_process_comes_back_on_its_port_with_its_journal(tmp_path: Path) -> None:
+    """``kill`` ends it as a crash would; ``start`` brings it back where clients look for it,
+    holding what it had accepted."""
+    broker = BrokerProcess(CONFIG, data=tmp_path / "broker.sqlite")
+    broker.start()
+    port, first_pid = broker.port, broker.pid
+    try:
+        with (
+            ServiceBusClient.from_connection_string(broker.connection_string) as client,
+            client.get_queue_sender("orders") as sender,
+        ):
+            sender.send_messages(ServiceBusMessage(b"kept"), timeout=TIMEOUT_SECONDS)
+        broker.kill()
+        assert first_pid is not None
+        assert not _alive(first_pid)
+        broker.start()
+        assert broker.port == port
+        with (
+            ServiceBusClient.from_connection_string(broker.connection_string) as client,
+            client.get_queue_receiver("orders", max_wait_time=TIMEOUT_SECONDS) as receiver,
+        ):
+            [message] = receiver.receive_messages(max_message_count=1)
+            receiver.complete_message(message)
+        assert b"".join(message.body) == b"kept"
+    finally:
+        broker.stop()
