@@ -160,7 +160,8 @@ class DevHost:
     @staticmethod
     def _spawn(work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         async def supervised() -> None:
-            # A listener that dies (e.g. its queue does not exist) is reported, not hidden.
+            # A listener that cannot start (e.g. its queue does not exist) is reported, not
+            # hidden; Service Bus listeners restart by themselves after any other failure.
             try:
                 await work
             except asyncio.CancelledError:
@@ -188,8 +189,9 @@ class DevHost:
     async def _until_listening(self) -> None:
         """Wait until every Service Bus listener has its receiver open, as the Functions host
         reports started once its listeners started: a burst sent right after start would
-        otherwise wait for the links to attach. A listener that fails to open (its task ends,
-        with the error in ``listener_failures``) or outlasts the bound is not waited for."""
+        otherwise wait for the links to attach. A listener that cannot start (its task ends,
+        with the error in ``listener_failures``) or is still retrying when the bound passes
+        (the namespace is out of reach) is not waited for."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + LISTENING_BOUND_SECONDS
         for listener, task in zip(self._service_bus, self._listener_tasks, strict=True):
@@ -207,8 +209,20 @@ class DevHost:
         return all(listener.listening.is_set() for listener in self._service_bus)
 
     @property
+    def listener_restarts(self) -> dict[str, int]:
+        """How many times each Service Bus listener (by function name) replaced a receiver
+        that failed: a lost connection, a link the broker closed, a receiver the SDK shut
+        down. Each restart is also logged; a healthy run on a steady broker has none."""
+        return {listener.name: listener.restarts for listener in self._service_bus}
+
+    @property
     def listener_failures(self) -> list[BaseException]:
-        """Exceptions of trigger listeners that stopped (a healthy host has none)."""
+        """Exceptions of trigger listeners that stopped for good (a healthy host has none).
+
+        A Service Bus listener stops only when it cannot start for a reason retrying cannot
+        fix: its queue does not exist, its credentials are refused, its settings are wrong. A
+        listener that loses its connection, at start-up or later, keeps restarting instead
+        (``listener_restarts``), as the Functions host keeps its listeners running."""
         failures: list[BaseException] = []
         for task in [*self._timer_tasks, *self._listener_tasks]:
             if task.done() and not task.cancelled():
