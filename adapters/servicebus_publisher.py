@@ -6,6 +6,13 @@ consumer twice. Senders are created lazily per queue and reused, and sends that 
 same time go out together as one batch. The counts of messages sent per queue feed the
 demo's cost per order.
 
+A send that fails (after the SDK's own retries) fails its callers, so the function that sent
+fails and its trigger message is delivered again (at-least-once; the resend keeps its
+message id). The sender it went through is then closed and the queue's next send opens a new
+one, with a connection of its own: a sender whose connection died with the namespace (a
+broker restart, a network drop) is never reused, and sends work again once the namespace is
+back. Each replacement is logged and counted in ``sender_restarts``.
+
 The connection is the app's ``ServiceBusConnection`` setting, a connection string locally or
 the identity form ``ServiceBusConnection__fullyQualifiedNamespace`` in Azure.
 """
@@ -15,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 import os
 import uuid
 from collections.abc import Mapping
@@ -28,6 +36,11 @@ from domain.contracts import OperatorAlert, StatusMessage
 
 CONNECTION_SETTING = "ServiceBusConnection"
 SEND_TIMEOUT_SECONDS = 30.0
+# Bounds on opening a sender's link (the SDK retries inside it) and on closing a failed one.
+OPEN_TIMEOUT_SECONDS = 30.0
+CLOSE_TIMEOUT_SECONDS = 5.0
+
+log = logging.getLogger("app.servicebus_publisher")
 
 
 class PublisherConfigurationError(RuntimeError):
@@ -74,12 +87,14 @@ class ServiceBusPublisher:
         self._client = client
         self._writers: dict[str, _QueueWriter] = {}
         self.sent: collections.Counter[str] = collections.Counter()
+        self.sender_restarts: collections.Counter[str] = collections.Counter()
+        """Per queue, how many failed senders were closed to be replaced by a new one."""
 
     async def send(self, message: OutgoingMessage) -> None:
         writer = self._writers.get(message.queue)
         if writer is None:
             writer = self._writers[message.queue] = _QueueWriter(
-                self._client.get_queue_sender(message.queue)
+                self._client, message.queue, self.sender_restarts
             )
         await writer.send(_to_service_bus(message))
         self.sent[message.queue] += 1
@@ -91,8 +106,13 @@ class ServiceBusPublisher:
 
 
 class _QueueWriter:
-    def __init__(self, sender: ServiceBusSender) -> None:
-        self._sender = sender
+    def __init__(
+        self, client: ServiceBusClient, queue: str, restarts: collections.Counter[str]
+    ) -> None:
+        self._client = client
+        self._queue = queue
+        self._restarts = restarts
+        self._sender: ServiceBusSender | None = None
         self._waiting: list[tuple[ServiceBusMessage, asyncio.Future[None]]] = []
         self._wake = asyncio.Event()
         self._task = asyncio.create_task(self._write())
@@ -108,39 +128,60 @@ class _QueueWriter:
             await self._wake.wait()
             self._wake.clear()
             while self._waiting:
-                try:
-                    batch = await self._sender.create_message_batch()
-                except Exception as error:  # the link cannot open: whoever waits learns why
-                    waiting, self._waiting = self._waiting, []
-                    for _, done in waiting:
-                        if not done.done():
-                            done.set_exception(error)
-                    continue
                 taken: list[asyncio.Future[None]] = []
-                while self._waiting:
-                    message, done = self._waiting[0]
-                    try:
-                        batch.add_message(message)
-                    except MessageSizeExceededError:
-                        if taken:
-                            break  # the batch is full: the rest go in the next one
-                        self._waiting.pop(0)
-                        done.set_exception(MessageSizeExceededError(message="message too large"))
-                        continue
-                    self._waiting.pop(0)
-                    taken.append(done)
-                if not taken:
-                    continue
                 try:
-                    await self._sender.send_messages(batch, timeout=SEND_TIMEOUT_SECONDS)
-                except Exception as error:  # every caller of this batch learns the outcome
-                    for done in taken:
+                    await self._send_batch(taken)
+                except Exception as error:  # whoever waits on this batch learns why
+                    # Nothing in the batch was sent, or the outcome is unknown: its senders
+                    # retry (their trigger message comes back) with the same message ids.
+                    failed = taken or [done for _, done in self._waiting]
+                    if not taken:
+                        self._waiting = []  # the link could not open: every waiter is told
+                    for done in failed:
                         if not done.done():
                             done.set_exception(error)
-                else:
-                    for done in taken:
-                        if not done.done():
-                            done.set_result(None)
+                    await self._replace_sender(error)
+
+    async def _send_batch(self, taken: list[asyncio.Future[None]]) -> None:
+        """Send the waiting messages that fit in one batch, adding their futures to ``taken``
+        once they are in it; resolve them on success, raise on failure."""
+        if self._sender is None:
+            self._sender = self._client.get_queue_sender(self._queue)
+        async with asyncio.timeout(OPEN_TIMEOUT_SECONDS):
+            batch = await self._sender.create_message_batch()
+        while self._waiting:
+            message, done = self._waiting[0]
+            try:
+                batch.add_message(message)
+            except MessageSizeExceededError:
+                if taken:
+                    break  # the batch is full: the rest go in the next one
+                self._waiting.pop(0)
+                done.set_exception(MessageSizeExceededError(message="message too large"))
+                continue
+            self._waiting.pop(0)
+            taken.append(done)
+        if not taken:
+            return
+        await self._sender.send_messages(batch, timeout=SEND_TIMEOUT_SECONDS)
+        for done in taken:
+            if not done.done():
+                done.set_result(None)
+
+    async def _replace_sender(self, error: Exception) -> None:
+        """Close a sender a send or open failed on; the next batch opens a new one."""
+        sender, self._sender = self._sender, None
+        if sender is None:
+            return
+        self._restarts[self._queue] += 1
+        log.warning(
+            "service bus sender replaced queue=%s restarts=%d error=%s: %s",
+            self._queue,
+            self._restarts[self._queue],
+            type(error).__name__,
+            str(error).replace("\n", " "),
+        )
+        await _close_quietly(sender)
 
     async def close(self) -> None:
         self._task.cancel()
@@ -149,7 +190,18 @@ class _QueueWriter:
         for _, done in self._waiting:
             if not done.done():
                 done.set_exception(RuntimeError("the publisher closed before sending"))
-        await self._sender.close()
+        if self._sender is not None:
+            await _close_quietly(self._sender)
+
+
+async def _close_quietly(sender: ServiceBusSender) -> None:
+    """Close a sender, bounded: closing a link whose connection died may wait for frames that
+    never come, or raise; either way the sender is done with."""
+    try:
+        async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS):
+            await sender.close()
+    except Exception as error:
+        log.debug("closing a service bus sender: %s: %s", type(error).__name__, error)
 
 
 def _to_service_bus(message: OutgoingMessage) -> ServiceBusMessage:

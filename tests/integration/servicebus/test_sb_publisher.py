@@ -1,21 +1,26 @@
 """The app's publisher against the broker through the real SDK (R2, E4): sends that wait
-together arrive each with its own id, and a queue that cannot be reached fails its own sends,
-not the others."""
+together arrive each with its own id, a queue that cannot be reached fails its own sends,
+not the others, and sends fail while the broker is down and work again once it is back."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+from pathlib import Path
 
 import pytest
 from azure.servicebus.aio import ServiceBusClient
-from azure.servicebus.exceptions import MessagingEntityNotFoundError
+from azure.servicebus.exceptions import MessagingEntityNotFoundError, ServiceBusError
 
 from adapters.servicebus_publisher import OutgoingMessage, ServiceBusPublisher
+from devhost.servicebus.process import BrokerProcess
 from tests.support.broker import queue, running_broker
 
 pytestmark = pytest.mark.asyncio
 
 TIMEOUT_SECONDS = 10.0
+# A send to a broker that is down fails once the SDK's own retries (about 6 s) are spent.
+DOWN_SEND_BOUND_SECONDS = 30.0
 
 
 def message(queue_name: str, message_id: str) -> OutgoingMessage:
@@ -63,3 +68,51 @@ async def test_a_queue_that_cannot_be_reached_fails_its_sends_and_only_its_sends
             await publisher.close()
 
     assert publisher.sent == {"replies": 1}
+
+
+async def test_sends_fail_while_the_broker_is_down_and_work_once_it_is_back(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "servicebus.config.json"
+    namespace = {"Name": "publisher", "Queues": [queue("replies", RequiresDuplicateDetection=True)]}
+    config.write_text(json.dumps({"UserConfig": {"Namespaces": [namespace]}}), encoding="utf-8")
+    broker = BrokerProcess(config, data=tmp_path / "broker.sqlite")
+    broker.start()
+    try:
+        publisher = ServiceBusPublisher(
+            ServiceBusClient.from_connection_string(broker.connection_string)
+        )
+        try:
+            await asyncio.wait_for(publisher.send(message("replies", "before")), TIMEOUT_SECONDS)
+            await asyncio.to_thread(broker.kill)
+            # Sends that wait together while the broker is down each learn that they failed.
+            down = [message("replies", f"down-{index}") for index in range(3)]
+            outcomes = await asyncio.wait_for(
+                asyncio.gather(*(publisher.send(m) for m in down), return_exceptions=True),
+                DOWN_SEND_BOUND_SECONDS,
+            )
+            assert all(isinstance(outcome, ServiceBusError) for outcome in outcomes), outcomes
+            assert publisher.sender_restarts["replies"] >= 1
+
+            await asyncio.to_thread(broker.start)
+            after = [message("replies", f"after-{index}") for index in range(3)]
+            await asyncio.wait_for(
+                asyncio.gather(*(publisher.send(m) for m in after)), TIMEOUT_SECONDS
+            )
+        finally:
+            await publisher.close()
+        async with ServiceBusClient.from_connection_string(broker.connection_string) as client:
+            receiver = client.get_queue_receiver("replies")
+            async with receiver:
+                received = await receiver.peek_messages(max_message_count=50, timeout=5)
+    finally:
+        broker.stop()
+
+    # The journal kept what was accepted before the kill; what failed was never sent.
+    assert sorted(str(m.message_id) for m in received) == [
+        "after-0",
+        "after-1",
+        "after-2",
+        "before",
+    ]
+    assert publisher.sent == {"replies": 4}
