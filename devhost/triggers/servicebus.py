@@ -449,11 +449,11 @@ class ServiceBusTrigger:
         raise TimeoutError(f"opening the receiver of {self._queue!r} took over {bound:.0f}s")
 
     async def _consume(self, link: _Link) -> None:
-        # This task is the receiver's only user. pyamqp waits for each settlement's outcome by
-        # reading the connection, and a receive in flight holds those reads for its whole wait:
-        # a settlement beside it takes 100-200 ms instead of a fraction of a millisecond. So
-        # handlers queue their settlements here, and the loop applies them between receives,
-        # which stay short while invocations are running.
+        # This task is the receiver's only user besides the lock renewer. pyamqp waits for each
+        # settlement's outcome by reading the connection, and a receive in flight holds those
+        # reads for its whole wait: a settlement beside it takes 100-200 ms instead of a
+        # fraction of a millisecond. So handlers queue their settlements here, and the loop
+        # applies them between receives, which stay short while invocations are running.
         receiver = link.receiver
         while not self._stopping.is_set():
             await self._apply_settlements(link)
