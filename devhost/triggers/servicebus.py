@@ -40,7 +40,6 @@ import asyncio
 import contextlib
 import datetime as dt
 import functools
-import inspect
 import logging
 import random
 from collections.abc import Awaitable
@@ -184,20 +183,6 @@ def to_function_message(message: ServiceBusReceivedMessage) -> FunctionMessage:
     )
 
 
-def _check_parameters_are_bound(function: IndexedFunction, sdk: SdkBinding) -> None:
-    """Refuse at start-up a parameter nothing fills, instead of failing every message."""
-    bound = {str(binding["name"]) for binding in function.bindings}
-    bound.update(sdk.actions_parameters)
-    bound.add("context")
-    signature = inspect.signature(function.user_function)
-    for name, parameter in signature.parameters.items():
-        if parameter.default is inspect.Parameter.empty and name not in bound:
-            raise ValueError(
-                f"function {function.name!r}: parameter {name!r} is not filled by any binding "
-                "(annotate it as ServiceBusMessageActions, or declare a binding for it)"
-            )
-
-
 def _text(value: Any) -> Any:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
@@ -319,7 +304,6 @@ class ServiceBusTrigger:
         self._options = options
         self._queue = str(function.trigger["queueName"])
         self._sdk = SdkBinding.of(function)
-        _check_parameters_are_bound(function, self._sdk)
         self._tasks: set[asyncio.Task[None]] = set()
         self._link: _Link | None = None
         self._opened_once = False
