@@ -43,11 +43,8 @@ ORDER_APP_FUNCTIONS = {
     "fulfil_in_activity": "activityTrigger",
     "supervise_orders": "timerTrigger",
 }
-DEVHOST_TEST_APPS = [
-    ROOT / "tests" / "integration" / "devhost" / "apps" / "every_trigger_app.py",
-    ROOT / "tests" / "integration" / "durable" / "apps" / "semantics_app.py",
-    ROOT / "tests" / "integration" / "durable" / "apps" / "crash_app.py",
-]
+# Every app module the devhost's tests run (tests/**/apps/*_app.py).
+DEVHOST_TEST_APPS = sorted((ROOT / "tests").glob("**/apps/**/*_app.py"))
 
 
 def worker_index(script: Path) -> dict[str, Any]:
