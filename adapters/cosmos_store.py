@@ -88,7 +88,7 @@ from domain.ports import (
     StoreMetrics,
 )
 from domain.records import ProcessState, StateRecord, format_utc
-from domain.transitions import FencedChange
+from domain.transitions import KEEP, DocumentPath, FencedChange
 
 MAX_PAGE_SIZE = 1000
 MAX_FETCHES_PER_PAGE = 100
@@ -163,6 +163,11 @@ def _record(document: Mapping[str, Any]) -> StateRecord:
 def _literal(value: str) -> str:
     """A Cosmos SQL string literal (JSON string syntax is valid Cosmos SQL)."""
     return json.dumps(value)
+
+
+def _patch_path(path: DocumentPath) -> str:
+    """A document path as a Cosmos DB patch path: ``("Steps", 1)`` -> ``/Steps/1``."""
+    return "".join(f"/{part}" for part in path)
 
 
 def _fence_predicate(change: FencedChange) -> str:
@@ -328,24 +333,26 @@ class CosmosStateStore(StateStore):
         return _record(stored)
 
     def fenced_update(self, change: FencedChange) -> StateRecord | None:
-        sets = dict(change.sets)
-        if "ProcessState" in sets and "CompleteBy" not in sets:
+        sets_deadline = change.complete_by is not KEEP
+        if change.process_state is not KEEP and not sets_deadline:
             raise ValueError(
                 f"{change.action} of order {change.order_id!r} sets ProcessState without "
                 "CompleteBy; the deadline index needs both to stay in step"
             )
+        sets = dict(change.document_sets())
         operations: list[dict[str, Any]] = [
-            {"op": "set", "path": f"/{name}", "value": value} for name, value in change.sets
+            {"op": "set", "path": _patch_path(path), "value": value} for path, value in sets.items()
         ]
-        operations += [
-            {"op": "add", "path": f"/{name}/-", "value": value} for name, value in change.appends
-        ]
-        new_state = sets.get("ProcessState")
-        if new_state is not None and ProcessState(new_state) in FINISHED_STATES:
+        appended = change.document_append()
+        if appended is not None:
+            path, value = appended
+            operations.append({"op": "add", "path": f"{_patch_path(path)}/-", "value": value})
+        new_state = None if change.process_state is KEEP else change.process_state
+        if new_state in FINISHED_STATES:
             operations.append(
                 {"op": "set", "path": "/ttl", "value": self._options.finished_ttl_seconds}
             )
-        needed = len(operations) + (2 if "CompleteBy" in sets else 0)
+        needed = len(operations) + (2 if sets_deadline else 0)
         if needed > MAX_PATCH_OPERATIONS:
             raise ValueError(
                 f"{change.action} of order {change.order_id!r} needs {needed} patch "
@@ -354,20 +361,18 @@ class CosmosStateStore(StateStore):
         charge = RequestCharge()
         with translate_errors(f"{change.action} of order {change.order_id!r}", charge):
             ref = None
-            if "CompleteBy" in sets:
+            if sets_deadline:
                 # Without a ProcessState of its own, the change keeps one of the states its
                 # guard allows.
                 states_after = (
-                    [ProcessState(new_state)]
-                    if new_state is not None
-                    else sorted(change.allowed_states)
+                    [new_state] if new_state is not None else sorted(change.allowed_states)
                 )
                 indexed = [s for s in states_after if s in deadline_index.INDEXED_STATES]
                 if indexed:
                     ref = self._add_entry(
                         change.order_id,
                         indexed[0],
-                        sets["CompleteBy"],
+                        sets[("CompleteBy",)],
                         deadline_index.fence_basis(change.locked_by, change.allowed_states),
                         charge,
                     )
@@ -395,7 +400,7 @@ class CosmosStateStore(StateStore):
                     OperationKind.FENCED_UPDATE, writes=1, refused=1, request_charge=charge.total
                 )
                 return None
-            if "CompleteBy" in sets:
+            if sets_deadline:
                 previous = stored.get(PREVIOUS_ENTRY_FIELD)
                 if previous is not None and previous != stored.get(ENTRY_FIELD):
                     self._remove_entry(EntryRef.parse(str(previous)), charge)

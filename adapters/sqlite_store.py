@@ -36,7 +36,7 @@ from domain.ports import (
     StoreMetrics,
 )
 from domain.records import ProcessState, StateRecord, format_utc
-from domain.transitions import FencedChange
+from domain.transitions import DocumentPath, FencedChange
 
 MAX_PAGE_SIZE = 1000
 
@@ -62,6 +62,11 @@ CREATE TABLE IF NOT EXISTS orders (
 """
 
 _RUNNING_STATES = (ProcessState.PROCESSING.value, ProcessState.COMPENSATING.value)
+
+
+def _json_path(path: DocumentPath) -> str:
+    """A document path as SQLite's JSON path: ``("Steps", 1)`` -> ``$.Steps[1]``."""
+    return "$" + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in path)
 
 
 def _new_etag() -> str:
@@ -153,15 +158,16 @@ class SqliteStateStore(StateStore):
 
     def fenced_update(self, change: FencedChange) -> StateRecord | None:
         patch_args: list[object] = []
-        patched = "doc"
-        if change.sets:
-            placeholders = ", ".join("?, json(?)" for _ in change.sets)
-            patched = f"json_set({patched}, {placeholders})"
-            for name, value in change.sets:
-                patch_args += [f"$.{name}", json.dumps(value)]
-        for name, value in change.appends:
+        sets = change.document_sets()
+        placeholders = ", ".join("?, json(?)" for _ in sets)
+        patched = f"json_set(doc, {placeholders})"
+        for path, value in sets:
+            patch_args += [_json_path(path), json.dumps(value)]
+        appended = change.document_append()
+        if appended is not None:
+            path, value = appended
             patched = f"json_insert({patched}, ?, json(?))"
-            patch_args += [f"$.{name}[#]", json.dumps(value)]
+            patch_args += [f"{_json_path(path)}[#]", json.dumps(value)]
         states = sorted(state.value for state in change.allowed_states)
         _, rows = self._db.write(
             f"UPDATE state SET doc = {patched}, etag = ? "

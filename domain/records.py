@@ -1,11 +1,19 @@
-"""The state record of one order and the identifiers around it (S4, D2, C1, C3, C7).
+"""The state record of one order and the identifiers around it (S4, D2, C1, C3, C7, C10).
 
 A `StateRecord` is what the state store holds per order: the contract fields of
 contracts.md (`id`, `OrderID`, `LockedBy`, `CompleteBy`, `ProcessState`, `FailureCount`,
-`ReplyTo`, `SchemaVersion`) plus the attempt counter, timestamps, the name of the running
-step and the ordered compensation log of C1. Timestamps are serialised in one fixed-width
-ISO-8601 UTC form so that string order equals time order, which is what lets both SQLite
-and Cosmos DB compare `CompleteBy` values in a query.
+`ReplyTo`, `SchemaVersion`), the multi-step fields (`WorkflowVersion`, `Steps` in workflow
+order, the ordered `CompensationLog` of C1), plus the attempt counter, timestamps, the name
+of the running step and the last error. The record is the truth about which steps completed
+(C10): a new attempt resumes at the first step not completed. Timestamps are serialised in
+one fixed-width ISO-8601 UTC form so that string order equals time order, which is what lets
+both SQLite and Cosmos DB compare `CompleteBy` values in a query.
+
+Versions (C7): `SchemaVersion` is the shape of the stored document (1: before `Steps` and
+`WorkflowVersion` existed, read as a one-step workflow-1 record; 2: today's shape);
+`WorkflowVersion` is the workflow an order runs (1: the one-step fulfilment workflow, 2: the
+step list), fixed when the order is accepted so that an order in flight during an upgrade
+finishes on the workflow it started with.
 """
 
 from __future__ import annotations
@@ -17,10 +25,15 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-RECORD_SCHEMA_VERSION = 1
+RECORD_SCHEMA_VERSION = 2
 """Version of the state record's shape (C7). Readers accept every version listed here."""
 
-SUPPORTED_RECORD_VERSIONS = frozenset({1})
+SUPPORTED_RECORD_VERSIONS = frozenset({1, 2})
+
+WORKFLOW_ONE_STEP = 1
+"""The one-step fulfilment workflow (one agent, ``AGENT_REQUESTS_QUEUE``)."""
+WORKFLOW_STEPS = 2
+"""The workflow of ordered steps, each through its own agent, with compensation (C1)."""
 
 ORDER_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
 """contracts.md: 1-64 characters of `[A-Za-z0-9._-]`; never contains the `:` of instance ids."""
@@ -35,6 +48,18 @@ class ProcessState(StrEnum):
     PROCESSING = "Processing"
     PROCESSED = "Processed"
     ERROR = "Error"
+    COMPENSATING = "Compensating"
+    COMPENSATED = "Compensated"
+    COMPENSATION_FAILED = "CompensationFailed"
+
+
+class StepState(StrEnum):
+    """`State` of one entry of the record's `Steps` (contracts.md; C1, C2)."""
+
+    NOT_STARTED = "NotStarted"
+    RUNNING = "Running"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
     COMPENSATING = "Compensating"
     COMPENSATED = "Compensated"
     COMPENSATION_FAILED = "CompensationFailed"
@@ -96,31 +121,63 @@ class InstanceId:
 
 
 @dataclass(frozen=True)
-class CompletedStep:
-    """One entry of the compensation log (C1): a step that finished and may need undoing.
+class StepStatus:
+    """One entry of the record's `Steps`: a step of the workflow and how far it got."""
 
-    Only the step name and the idempotency key of its side effect are kept, never the
-    order's data or secrets (C3): compensation looks the rest up through the key.
+    name: str
+    state: StepState = StepState.NOT_STARTED
+    complete_by: datetime | None = None
+    reference: str | None = None
+    """The remote service's id of the step's side effect (a reservation, a payment...)."""
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "Name": self.name,
+            "State": self.state.value,
+            "CompleteBy": None if self.complete_by is None else format_utc(self.complete_by),
+            "Reference": self.reference,
+        }
+
+    @classmethod
+    def from_document(cls, document: Mapping[str, Any]) -> StepStatus:
+        try:
+            complete_by = document["CompleteBy"]
+            return cls(
+                name=str(document["Name"]),
+                state=StepState(document["State"]),
+                complete_by=None if complete_by is None else parse_utc(str(complete_by)),
+                reference=document["Reference"],
+            )
+        except KeyError as error:
+            raise RecordFormatError(f"step entry lacks {error}") from error
+
+
+@dataclass(frozen=True)
+class CompletedStep:
+    """One entry of the compensation log (C1): a step that completed and may need undoing.
+
+    Only the step name and the reference the remote service gave its side effect are kept,
+    never the order's data or secrets (C3): compensation undoes the side effect by reference.
     """
 
     step: str
-    idempotency_key: str
+    reference: str | None
     completed_at: datetime
 
     def to_document(self) -> dict[str, Any]:
         return {
-            "step": self.step,
-            "idempotencyKey": self.idempotency_key,
-            "completedAt": format_utc(self.completed_at),
+            "Step": self.step,
+            "Reference": self.reference,
+            "CompletedAt": format_utc(self.completed_at),
         }
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> CompletedStep:
         try:
             return cls(
-                step=str(document["step"]),
-                idempotency_key=str(document["idempotencyKey"]),
-                completed_at=parse_utc(str(document["completedAt"])),
+                step=str(document["Step"]),
+                reference=document["Reference"],
+                completed_at=parse_utc(str(document["CompletedAt"])),
             )
         except KeyError as error:
             raise RecordFormatError(f"compensation log entry lacks {error}") from error
@@ -146,6 +203,8 @@ class StateRecord:
     current_step: str | None = None
     last_error: str | None = None
     compensation_log: tuple[CompletedStep, ...] = ()
+    workflow_version: int = WORKFLOW_ONE_STEP
+    steps: tuple[StepStatus, ...] = ()
     schema_version: int = RECORD_SCHEMA_VERSION
     etag: str | None = field(default=None, compare=False)
 
@@ -153,6 +212,21 @@ class StateRecord:
     def instance_id(self) -> InstanceId | None:
         """The attempt that holds the record, parsed from `LockedBy`."""
         return None if self.locked_by is None else InstanceId.parse(self.locked_by)
+
+    @property
+    def resume_at(self) -> int | None:
+        """Index of the first step not completed: where an attempt starts (C10); None when
+        every step completed."""
+        return next(
+            (i for i, step in enumerate(self.steps) if step.state is not StepState.COMPLETED),
+            None,
+        )
+
+    def step_index(self, name: str) -> int:
+        for index, step in enumerate(self.steps):
+            if step.name == name:
+                return index
+        raise RecordFormatError(f"order {self.order_id!r} has no step {name!r}")
 
     def to_document(self) -> dict[str, Any]:
         """The stored JSON document, with the contract field names of contracts.md."""
@@ -169,6 +243,8 @@ class StateRecord:
             "CurrentStep": self.current_step,
             "LastError": self.last_error,
             "CompensationLog": [entry.to_document() for entry in self.compensation_log],
+            "WorkflowVersion": self.workflow_version,
+            "Steps": [step.to_document() for step in self.steps],
             "CreatedAt": format_utc(self.created_at),
             "UpdatedAt": format_utc(self.updated_at),
         }
@@ -200,6 +276,8 @@ class StateRecord:
                     CompletedStep.from_document(entry)
                     for entry in document.get("CompensationLog", [])
                 ),
+                workflow_version=int(document.get("WorkflowVersion", WORKFLOW_ONE_STEP)),
+                steps=tuple(StepStatus.from_document(step) for step in document.get("Steps", [])),
                 schema_version=int(version),
                 etag=etag,
             )

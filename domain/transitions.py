@@ -27,16 +27,21 @@ Illegal transitions raise `IllegalTransition`; a fenced change whose guard fails
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from enum import Enum
 from typing import Any
 
 from domain.records import (
+    WORKFLOW_ONE_STEP,
+    WORKFLOW_STEPS,
     CompletedStep,
     InstanceId,
     ProcessState,
     StateRecord,
+    StepState,
+    StepStatus,
     format_utc,
 )
 
@@ -69,8 +74,14 @@ class FenceLost(Exception):
         self.record = record
 
 
-def new_record(order_id: str, reply_to: str | None, now: datetime) -> StateRecord:
-    """First write of the state record (S4): Pending, unlocked, no deadline, no failures."""
+def new_record(
+    order_id: str, reply_to: str | None, now: datetime, steps: Sequence[str] = ()
+) -> StateRecord:
+    """First write of the state record (S4): Pending, unlocked, no deadline, no failures.
+
+    With `steps` the order runs the step workflow (`WORKFLOW_STEPS`), every step NotStarted;
+    without, the one-step workflow it ran before the step list existed (C7).
+    """
     return StateRecord(
         order_id=order_id,
         process_state=ProcessState.PENDING,
@@ -81,6 +92,8 @@ def new_record(order_id: str, reply_to: str | None, now: datetime) -> StateRecor
         attempt=0,
         created_at=now,
         updated_at=now,
+        workflow_version=WORKFLOW_STEPS if steps else WORKFLOW_ONE_STEP,
+        steps=tuple(StepStatus(name) for name in steps),
     )
 
 
@@ -179,6 +192,12 @@ def give_up(
         attempt=attempt,
         current_step=None,
         last_error=reason,
+        steps=tuple(
+            replace(step, state=StepState.FAILED, complete_by=None)
+            if step.state is StepState.RUNNING
+            else step
+            for step in record.steps
+        ),
         updated_at=now,
     )
 
@@ -212,20 +231,41 @@ def resubmit(record: StateRecord, *, now: datetime) -> StateRecord:
     )
 
 
+class Keep(Enum):
+    """The marker of a field a `FencedChange` leaves as it is."""
+
+    KEEP = "keep"
+
+
+KEEP = Keep.KEEP
+
+DocumentPath = tuple[str | int, ...]
+"""A path into the stored document, e.g. ``("Steps", 1)``; each adapter spells it its way."""
+
+
 @dataclass(frozen=True)
 class FencedChange:
-    """A blind conditional patch of one state record, guarded by the attempt's fence (D4).
+    """A blind conditional change of one state record, guarded by the attempt's fence (D4).
 
-    `sets` assigns document fields, `appends` adds entries to list fields. A store applies
-    both only when `LockedBy == locked_by` and `ProcessState` is in `allowed_states`.
+    It names record fields, typed; a field left at `KEEP` is not written. `steps` replaces
+    whole entries of `Steps` by index; `logged` appends one entry to the compensation log
+    (C1) in the same write, so the log can never miss a completed step or hold one that did
+    not complete. A store applies the change only when `LockedBy == locked_by` and
+    `ProcessState` is in `allowed_states`; `apply` is the same semantics in plain Python,
+    which the unit tests and the store contract suite compare against.
     """
 
     action: str
     order_id: str
     locked_by: str
     allowed_states: frozenset[ProcessState]
-    sets: tuple[tuple[str, JsonValue], ...]
-    appends: tuple[tuple[str, JsonValue], ...] = ()
+    updated_at: datetime
+    process_state: ProcessState | Keep = KEEP
+    complete_by: datetime | Keep | None = KEEP
+    current_step: str | Keep | None = KEEP
+    last_error: str | Keep | None = KEEP
+    steps: tuple[tuple[int, StepStatus], ...] = ()
+    logged: CompletedStep | None = None
 
     def holds_for(self, record: StateRecord) -> bool:
         return (
@@ -238,31 +278,72 @@ class FencedChange:
         """The record after this change, or `FenceLost` when the guard fails."""
         if not self.holds_for(record):
             raise FenceLost(self, record)
-        document = record.to_document()
-        for name, value in self.sets:
-            document[name] = value
-        for name, value in self.appends:
-            document[name] = [*document[name], value]
-        return StateRecord.from_document(document, etag=record.etag)
+        steps = list(record.steps)
+        for index, step in self.steps:
+            steps[index] = step
+        changed: dict[str, Any] = {
+            name: value
+            for name, value in (
+                ("process_state", self.process_state),
+                ("complete_by", self.complete_by),
+                ("current_step", self.current_step),
+                ("last_error", self.last_error),
+            )
+            if value is not KEEP
+        }
+        log = (
+            record.compensation_log
+            if self.logged is None
+            else (
+                *record.compensation_log,
+                self.logged,
+            )
+        )
+        return replace(
+            record,
+            **changed,
+            steps=tuple(steps),
+            compensation_log=log,
+            updated_at=self.updated_at,
+        )
+
+    def document_sets(self) -> tuple[tuple[DocumentPath, JsonValue], ...]:
+        """What the change writes, as contract document paths and JSON values."""
+        sets: list[tuple[DocumentPath, JsonValue]] = []
+        if self.process_state is not KEEP:
+            sets.append((("ProcessState",), self.process_state.value))
+        if self.complete_by is not KEEP:
+            sets.append((("CompleteBy",), _utc_or_none(self.complete_by)))
+        if self.current_step is not KEEP:
+            sets.append((("CurrentStep",), self.current_step))
+        if self.last_error is not KEEP:
+            sets.append((("LastError",), self.last_error))
+        sets += [(("Steps", index), step.to_document()) for index, step in self.steps]
+        sets.append((("UpdatedAt",), format_utc(self.updated_at)))
+        return tuple(sets)
+
+    def document_append(self) -> tuple[DocumentPath, JsonValue] | None:
+        """The entry the change appends to a list of the document, if any."""
+        if self.logged is None:
+            return None
+        return ("CompensationLog",), self.logged.to_document()
+
+
+def _utc_or_none(moment: datetime | None) -> str | None:
+    return None if moment is None else format_utc(moment)
 
 
 def _fenced(
-    action: str,
-    instance: InstanceId,
-    allowed: Iterable[ProcessState],
-    now: datetime,
-    sets: dict[str, JsonValue],
-    completed: CompletedStep | None = None,
+    action: str, instance: InstanceId, allowed: Iterable[ProcessState], now: datetime
 ) -> FencedChange:
-    sets["UpdatedAt"] = format_utc(now)
-    appends = () if completed is None else (("CompensationLog", completed.to_document()),)
+    """A change that only touches UpdatedAt, guarded by the attempt's fence; the transitions
+    below add their fields with `dataclasses.replace`."""
     return FencedChange(
         action=action,
         order_id=instance.order_id,
         locked_by=str(instance),
         allowed_states=frozenset(allowed),
-        sets=tuple(sets.items()),
-        appends=appends,
+        updated_at=now,
     )
 
 
@@ -279,13 +360,11 @@ def set_step_deadline(
     `completed` appends the previous step to the compensation log (C1) in the same write,
     so a step costs one write, not two.
     """
-    return _fenced(
-        "set step deadline",
-        instance,
-        [ProcessState.PROCESSING],
-        now,
-        {"CompleteBy": format_utc(complete_by), "CurrentStep": step},
-        completed,
+    return replace(
+        _fenced("set step deadline", instance, [ProcessState.PROCESSING], now),
+        complete_by=complete_by,
+        current_step=step,
+        logged=completed,
     )
 
 
@@ -293,24 +372,22 @@ def mark_processed(
     instance: InstanceId, *, now: datetime, completed: CompletedStep | None = None
 ) -> FencedChange:
     """The response came before the timer: Processed, only if the fence holds (E5)."""
-    return _fenced(
-        "mark processed",
-        instance,
-        [ProcessState.PROCESSING],
-        now,
-        {"ProcessState": ProcessState.PROCESSED.value, "CompleteBy": None, "CurrentStep": None},
-        completed,
+    return replace(
+        _fenced("mark processed", instance, [ProcessState.PROCESSING], now),
+        process_state=ProcessState.PROCESSED,
+        complete_by=None,
+        current_step=None,
+        logged=completed,
     )
 
 
 def mark_error(instance: InstanceId, *, now: datetime, reason: str) -> FencedChange:
     """A non-transient error with nothing to undo (E8): Error, for an operator."""
-    return _fenced(
-        "mark error",
-        instance,
-        [ProcessState.PROCESSING],
-        now,
-        {"ProcessState": ProcessState.ERROR.value, "CompleteBy": None, "LastError": reason},
+    return replace(
+        _fenced("mark error", instance, [ProcessState.PROCESSING], now),
+        process_state=ProcessState.ERROR,
+        complete_by=None,
+        last_error=reason,
     )
 
 
@@ -318,46 +395,181 @@ def begin_compensation(
     instance: InstanceId, *, now: datetime, reason: str, complete_by: datetime
 ) -> FencedChange:
     """The task cannot finish and steps completed: undo them in reverse order (C1, C2)."""
-    return _fenced(
-        "begin compensation",
-        instance,
-        [ProcessState.PROCESSING],
-        now,
-        {
-            "ProcessState": ProcessState.COMPENSATING.value,
-            "CompleteBy": format_utc(complete_by),
-            "CurrentStep": None,
-            "LastError": reason,
-        },
+    return replace(
+        _fenced("begin compensation", instance, [ProcessState.PROCESSING], now),
+        process_state=ProcessState.COMPENSATING,
+        complete_by=complete_by,
+        current_step=None,
+        last_error=reason,
     )
 
 
 def mark_compensated(instance: InstanceId, *, now: datetime) -> FencedChange:
     """Every logged step was undone (C2)."""
-    return _fenced(
-        "mark compensated",
-        instance,
-        [ProcessState.COMPENSATING],
-        now,
-        {"ProcessState": ProcessState.COMPENSATED.value, "CompleteBy": None},
+    return replace(
+        _fenced("mark compensated", instance, [ProcessState.COMPENSATING], now),
+        process_state=ProcessState.COMPENSATED,
+        complete_by=None,
     )
 
 
 def mark_compensation_failed(instance: InstanceId, *, now: datetime, reason: str) -> FencedChange:
     """A compensating step failed for good: an operator must finish the job (C2)."""
-    return _fenced(
-        "mark compensation failed",
-        instance,
-        [ProcessState.COMPENSATING],
-        now,
-        {
-            "ProcessState": ProcessState.COMPENSATION_FAILED.value,
-            "CompleteBy": None,
-            "LastError": reason,
-        },
+    return replace(
+        _fenced("mark compensation failed", instance, [ProcessState.COMPENSATING], now),
+        process_state=ProcessState.COMPENSATION_FAILED,
+        complete_by=None,
+        last_error=reason,
     )
 
 
 def steps_to_compensate(record: StateRecord) -> tuple[CompletedStep, ...]:
     """The compensation log in the order compensation must run: newest first (C1)."""
     return tuple(reversed(record.compensation_log))
+
+
+# --- the step workflow (WORKFLOW_STEPS): fenced writes of one attempt -----------------------
+#
+# Each write names the `Steps` entries it changes by index, whole, so one Cosmos DB patch
+# stays within its operation limit and SQLite writes one json_set. Completing step k and
+# starting step k+1 is ONE write (C1: the log entry goes in with the completion).
+
+
+def begin_step(
+    instance: InstanceId,
+    *,
+    index: int,
+    name: str,
+    complete_by: datetime,
+    now: datetime,
+    completed: tuple[int, CompletedStep] | None = None,
+) -> FencedChange:
+    """Start step `index` with its CompleteBy (D6, E2); `completed` marks the step before it
+    Completed with its reference and logs it for compensation in the same write (C1)."""
+    steps = [(index, StepStatus(name, StepState.RUNNING, complete_by))]
+    logged = None
+    if completed is not None:
+        done_index, logged = completed
+        steps.insert(0, (done_index, _completed(logged)))
+    return replace(
+        _fenced("begin step", instance, [ProcessState.PROCESSING], now),
+        complete_by=complete_by,
+        current_step=name,
+        steps=tuple(steps),
+        logged=logged,
+    )
+
+
+def finish_steps(
+    instance: InstanceId, *, index: int, completed: CompletedStep, now: datetime
+) -> FencedChange:
+    """The last step completed: Processed, only while the fence holds (E5, C1)."""
+    return replace(
+        _fenced("finish steps", instance, [ProcessState.PROCESSING], now),
+        process_state=ProcessState.PROCESSED,
+        complete_by=None,
+        current_step=None,
+        steps=((index, _completed(completed)),),
+        logged=completed,
+    )
+
+
+def fail_step(
+    instance: InstanceId,
+    *,
+    index: int,
+    name: str,
+    reason: str,
+    now: datetime,
+    compensate_by: datetime | None,
+) -> FencedChange:
+    """Step `index` failed for good (E8). With nothing to undo (`compensate_by` None) the
+    order goes to Error for an operator; otherwise it starts compensating under the same
+    attempt, with `compensate_by` as the deadline of the first compensation (C1, C2)."""
+    failed = StepStatus(name, StepState.FAILED)
+    if compensate_by is None:
+        return replace(mark_error(instance, now=now, reason=reason), steps=((index, failed),))
+    return replace(
+        begin_compensation(instance, now=now, reason=reason, complete_by=compensate_by),
+        steps=((index, failed),),
+    )
+
+
+@dataclass(frozen=True)
+class Undo:
+    """One step of a compensation plan: which step, and what the service knows it by.
+
+    `reference` is the id the service gave the side effect; a step whose outcome is in doubt
+    (it was running when the attempt failed, so its side effect may have happened with the
+    answer lost) has none and is undone by the idempotency key of its request.
+    """
+
+    index: int
+    name: str
+    reference: str | None
+
+
+def compensation_plan(record: StateRecord) -> tuple[Undo, ...]:
+    """What is left to undo, in the order to undo it (C1): the step in doubt first, then the
+    logged steps newest first; steps already compensated are skipped, so a compensation that
+    stalled resumes at the step it reached (C2)."""
+    by_name = {step.name: (index, step) for index, step in enumerate(record.steps)}
+    in_doubt = [
+        Undo(index, step.name, None)
+        for index, step in enumerate(record.steps)
+        if step.state in (StepState.FAILED, StepState.RUNNING)
+        or (step.state is StepState.COMPENSATING and step.reference is None)
+    ]
+    logged = [
+        Undo(by_name[entry.step][0], entry.step, entry.reference)
+        for entry in reversed(record.compensation_log)
+        if by_name[entry.step][1].state is not StepState.COMPENSATED
+    ]
+    return (*in_doubt, *logged)
+
+
+def begin_undo(
+    instance: InstanceId,
+    undo: Undo,
+    *,
+    complete_by: datetime,
+    now: datetime,
+    undone: Undo | None = None,
+) -> FencedChange:
+    """Start undoing `undo` with its CompleteBy; `undone` marks the previous compensation
+    Compensated in the same write (C1, C2)."""
+    steps = [
+        (undo.index, StepStatus(undo.name, StepState.COMPENSATING, complete_by, undo.reference))
+    ]
+    if undone is not None:
+        steps.insert(0, (undone.index, _compensated(undone)))
+    return replace(
+        _fenced("begin undo", instance, [ProcessState.COMPENSATING], now),
+        complete_by=complete_by,
+        current_step=undo.name,
+        steps=tuple(steps),
+    )
+
+
+def finish_undo(instance: InstanceId, *, undone: Undo | None, now: datetime) -> FencedChange:
+    """Every step was undone: Compensated (C2)."""
+    steps = () if undone is None else ((undone.index, _compensated(undone)),)
+    return replace(mark_compensated(instance, now=now), current_step=None, steps=steps)
+
+
+def undo_failed(instance: InstanceId, undo: Undo, *, reason: str, now: datetime) -> FencedChange:
+    """Undoing `undo` failed for good: CompensationFailed, for an operator (C2)."""
+    failed = StepStatus(undo.name, StepState.COMPENSATION_FAILED, None, undo.reference)
+    return replace(
+        mark_compensation_failed(instance, now=now, reason=reason),
+        current_step=undo.name,
+        steps=((undo.index, failed),),
+    )
+
+
+def _completed(entry: CompletedStep) -> StepStatus:
+    return StepStatus(entry.step, StepState.COMPLETED, None, entry.reference)
+
+
+def _compensated(undo: Undo) -> StepStatus:
+    return StepStatus(undo.name, StepState.COMPENSATED, None, undo.reference)

@@ -171,6 +171,48 @@ def test_fenced_appends_keep_the_compensation_log_in_order_c1(
     assert done.compensation_log == tuple(steps)
 
 
+def test_step_writes_change_whole_step_entries_and_the_log_as_the_domain_says_c1(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """The step workflow's fenced writes, one after another, on a record with a step list:
+    the store keeps exactly what `FencedChange.apply` computes, entry by entry (C1, C2)."""
+    states, _ = stores
+    steps = ("reserve-stock", "charge-payment", "ship-order")
+    record = transitions.new_record("o-1", "replies-a", NOW - timedelta(minutes=1), steps)
+    record = stored(states, transitions.claim(record, now=NOW, claim_deadline=FUTURE))
+    attempt = InstanceId("o-1", 1)
+    reserved = CompletedStep(steps[0], "res-1", NOW)
+    changes = [
+        transitions.begin_step(attempt, index=0, name=steps[0], complete_by=FUTURE, now=NOW),
+        transitions.begin_step(
+            attempt, index=1, name=steps[1], complete_by=FUTURE, now=NOW, completed=(0, reserved)
+        ),
+        transitions.fail_step(
+            attempt, index=1, name=steps[1], reason="declined", now=NOW, compensate_by=FUTURE
+        ),
+    ]
+    for change in changes:
+        expected = change.apply(record)
+        after = states.fenced_update(change)
+        assert after == expected
+        assert after is not None
+        record = after
+    plan = transitions.compensation_plan(record)
+    for change in (
+        transitions.begin_undo(attempt, plan[0], complete_by=FUTURE, now=NOW),
+        transitions.begin_undo(attempt, plan[1], complete_by=FUTURE, now=NOW, undone=plan[0]),
+        transitions.finish_undo(attempt, undone=plan[1], now=NOW),
+    ):
+        expected = change.apply(record)
+        after = states.fenced_update(change)
+        assert after == expected
+        assert after is not None
+        record = after
+    assert record.process_state is ProcessState.COMPENSATED
+    assert record.compensation_log == (reserved,)
+    assert states.get("o-1") == record
+
+
 @pytest.mark.parametrize(
     "existing",
     [

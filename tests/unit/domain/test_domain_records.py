@@ -1,4 +1,4 @@
-"""State record shape, timestamps and instance ids (S4, D2, C7)."""
+"""State record shape, steps, timestamps and instance ids (S4, D2, C1, C3, C7, C10)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from domain.records import (
     ProcessState,
     RecordFormatError,
     StateRecord,
+    StepState,
+    StepStatus,
     format_utc,
     parse_utc,
 )
@@ -32,7 +34,13 @@ def a_record(**changes: object) -> StateRecord:
         "updated_at": T0,
         "current_step": "fulfil",
         "last_error": None,
-        "compensation_log": (CompletedStep("reserve", "order-1:reserve", T0),),
+        "compensation_log": (CompletedStep("reserve-stock", "res-17", T0),),
+        "workflow_version": 2,
+        "steps": (
+            StepStatus("reserve-stock", StepState.COMPLETED, None, "res-17"),
+            StepStatus("charge-payment", StepState.RUNNING, T0 + timedelta(seconds=30)),
+            StepStatus("ship-order"),
+        ),
     }
     fields.update(changes)
     return StateRecord(**fields)  # type: ignore[arg-type]
@@ -91,12 +99,23 @@ def test_document_uses_the_contract_field_names() -> None:
     assert document["id"] == document["OrderID"] == "order-1"
     assert document["ProcessState"] == "Processing"
     assert document["CompleteBy"] == "2026-03-04T05:06:37.890000Z"
-    assert document["SchemaVersion"] == 1
+    assert document["SchemaVersion"] == 2
+    assert document["WorkflowVersion"] == 2
+    assert document["Steps"] == [
+        {"Name": "reserve-stock", "State": "Completed", "CompleteBy": None, "Reference": "res-17"},
+        {
+            "Name": "charge-payment",
+            "State": "Running",
+            "CompleteBy": "2026-03-04T05:06:37.890000Z",
+            "Reference": None,
+        },
+        {"Name": "ship-order", "State": "NotStarted", "CompleteBy": None, "Reference": None},
+    ]
     assert document["CompensationLog"] == [
         {
-            "step": "reserve",
-            "idempotencyKey": "order-1:reserve",
-            "completedAt": "2026-03-04T05:06:07.890000Z",
+            "Step": "reserve-stock",
+            "Reference": "res-17",
+            "CompletedAt": "2026-03-04T05:06:07.890000Z",
         }
     ]
 
@@ -111,9 +130,31 @@ def test_document_round_trips_and_keeps_the_etag_apart() -> None:
 
 def test_unknown_schema_version_is_refused_c7() -> None:
     document = a_record().to_document()
-    document["SchemaVersion"] = 2
-    with pytest.raises(RecordFormatError, match="SchemaVersion 2"):
+    document["SchemaVersion"] = 3
+    with pytest.raises(RecordFormatError, match="SchemaVersion 3"):
         StateRecord.from_document(document)
+
+
+def test_a_version_1_document_reads_as_a_one_step_workflow_record_c7() -> None:
+    """Records written before the step list existed stay readable: workflow 1, no steps."""
+    document = a_record().to_document()
+    document["SchemaVersion"] = 1
+    for added in ("WorkflowVersion", "Steps"):
+        del document[added]
+    document["CompensationLog"] = []
+    record = StateRecord.from_document(document)
+    assert (record.schema_version, record.workflow_version, record.steps) == (1, 1, ())
+    assert record.process_state is ProcessState.PROCESSING
+
+
+def test_an_attempt_resumes_at_the_first_step_not_completed_c10() -> None:
+    record = a_record()
+    assert record.resume_at == 1
+    done = tuple(StepStatus(step.name, StepState.COMPLETED) for step in record.steps)
+    assert a_record(steps=done).resume_at is None
+    assert record.step_index("ship-order") == 2
+    with pytest.raises(RecordFormatError, match="no step 'fly'"):
+        record.step_index("fly")
 
 
 def test_missing_or_malformed_fields_name_the_record() -> None:
