@@ -24,7 +24,7 @@ from adapters.cosmos_store import open_cosmos_stores
 from adapters.servicebus_publisher import ServiceBusPublisher, client_from_environment
 from adapters.sqlite_store import open_sqlite_stores
 from domain.policies import CircuitBreaker, Settings, SettingsError
-from domain.ports import OperationCost, OrderStore, StateStore, StoreMetrics
+from domain.ports import MessagePublisher, OperationCost, OrderStore, StateStore, StoreMetrics
 
 
 @dataclass
@@ -77,7 +77,7 @@ def setting(name: str) -> str:
     return value
 
 
-def publisher() -> ServiceBusPublisher:
+def publisher() -> MessagePublisher:
     """The publisher of the running event loop (async SDK clients belong to one loop)."""
     loop = asyncio.get_running_loop()
     with _lock:

@@ -21,13 +21,13 @@ from azurefunctions.extensions.bindings.servicebus import (
 
 import bootstrap
 from adapters.message_settlement import body_bytes, complete, dead_letter
-from adapters.servicebus_publisher import OutgoingMessage
 from domain.agent_messages import (
     AGENT_RESPONSE_EVENT,
     AgentMessageError,
     AgentRequest,
     AgentResponse,
 )
+from domain.outgoing_messages import OutgoingMessage
 
 bp = df.Blueprint()
 log = logging.getLogger("app.agent_bridge")

@@ -19,8 +19,8 @@ import azure.durable_functions as df
 
 import bootstrap
 from activities.agent_bridge import send_agent_request
-from adapters.servicebus_publisher import alert_outgoing, status_outgoing
 from domain.agent_messages import AgentRequest
+from domain.outgoing_messages import alert_outgoing, status_outgoing
 from domain.policies import AGENT_TRANSPORT_ACTIVITY
 from orchestrators.payloads import StepCall, StepStarted
 from services.operator import load_order

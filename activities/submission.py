@@ -20,7 +20,7 @@ from azurefunctions.extensions.bindings.servicebus import (
 
 import bootstrap
 from adapters.message_settlement import body_bytes, complete, dead_letter
-from adapters.servicebus_publisher import alert_outgoing, status_outgoing
+from domain.outgoing_messages import alert_outgoing, status_outgoing
 from services.submission import DeadLetter, submit_order
 
 bp = df.Blueprint()

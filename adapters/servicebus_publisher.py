@@ -1,4 +1,4 @@
-"""Outbound Service Bus messages: status replies (R1-R2), operator alerts, agent traffic (E1, E4).
+"""The `MessagePublisher` port on Service Bus: status replies (R1-R2), alerts, agent traffic (E4).
 
 Every message carries a stable ``message_id`` chosen by the caller, so a resend after a crash
 or a retried activity is removed by the queue's duplicate detection instead of reaching a
@@ -26,13 +26,13 @@ import logging
 import os
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
 from azure.servicebus.exceptions import MessageSizeExceededError
 
-from domain.contracts import OperatorAlert, StatusMessage
+from domain.outgoing_messages import OutgoingMessage
+from domain.ports import MessagePublisher
 
 CONNECTION_SETTING = "ServiceBusConnection"
 SEND_TIMEOUT_SECONDS = 30.0
@@ -45,16 +45,6 @@ log = logging.getLogger("app.servicebus_publisher")
 
 class PublisherConfigurationError(RuntimeError):
     """Neither form of the Service Bus connection setting is present."""
-
-
-@dataclass(frozen=True)
-class OutgoingMessage:
-    queue: str
-    body: str
-    message_id: str
-    correlation_id: str | None = None
-    subject: str | None = None
-    application_properties: Mapping[str, str | int] = field(default_factory=dict)
 
 
 def client_from_environment(environ: Mapping[str, str] | None = None) -> ServiceBusClient:
@@ -73,7 +63,7 @@ def client_from_environment(environ: Mapping[str, str] | None = None) -> Service
     )
 
 
-class ServiceBusPublisher:
+class ServiceBusPublisher(MessagePublisher):
     """Sends through one link per queue, batching the sends that wait at the same time.
 
     An AMQP link takes one send at a time (concurrent sends would read the connection's
@@ -215,27 +205,4 @@ def _to_service_bus(message: OutgoingMessage) -> ServiceBusMessage:
         subject=message.subject,
         content_type="application/json",
         application_properties=properties or None,
-    )
-
-
-def status_outgoing(status: StatusMessage) -> OutgoingMessage:
-    """A status message for the submitting app's own reply queue (R2)."""
-    return OutgoingMessage(
-        queue=status.queue,
-        body=status.body_json(),
-        message_id=status.message_id,
-        correlation_id=status.correlation_id,
-        subject=status.subject,
-    )
-
-
-def alert_outgoing(alert: OperatorAlert, queue: str) -> OutgoingMessage:
-    """An operator alert (S3, E8, U4); the order id correlates it when there is one."""
-    order_id = alert.body.get("orderId")
-    return OutgoingMessage(
-        queue=queue,
-        body=alert.body_json(),
-        message_id=alert.message_id,
-        correlation_id=None if order_id is None else str(order_id),
-        subject=str(alert.body.get("kind")),
     )

@@ -17,6 +17,9 @@ offers so that its adapter (issue 5) fits without changing any caller:
 
 `StoreMetrics` counts calls, reads, writes, items read, refused fenced writes and request
 charge per operation kind: the demo's cost per order and the supervisor's own accounting.
+
+`MessagePublisher` is the port for outgoing messages (status replies, operator alerts,
+agent traffic; R2, E4): function code sends through it and never sees the Service Bus SDK.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from enum import StrEnum
 from typing import Generic, TypeVar
 
 from domain.contracts import Order
+from domain.outgoing_messages import OutgoingMessage
 from domain.records import StateRecord
 from domain.transitions import FencedChange
 
@@ -214,3 +218,17 @@ class OrderStore(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release connections; the store is unusable afterwards."""
+
+
+class MessagePublisher(ABC):
+    """The messaging port: puts an `OutgoingMessage` on its queue (R2, E4, S3, E8, U4).
+
+    Delivery is at least once. `send` returns once the queue accepted the message; when it
+    raises, the message was not sent or its outcome is unknown, so the caller fails and its
+    trigger runs again, resending with the same stable message id, which the queue's
+    duplicate detection removes if the first send did arrive.
+    """
+
+    @abstractmethod
+    async def send(self, message: OutgoingMessage) -> None:
+        """Send one message; raise when the queue did not (or may not have) accepted it."""

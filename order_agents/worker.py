@@ -21,8 +21,8 @@ from azurefunctions.extensions.bindings.servicebus import (
 
 import bootstrap
 from adapters.message_settlement import body_bytes, complete, dead_letter
-from adapters.servicebus_publisher import OutgoingMessage
 from domain.agent_messages import AgentMessageError, AgentRequest, AgentResponse
+from domain.outgoing_messages import OutgoingMessage
 from order_agents.fulfilment_agent import run_fulfilment_agent
 from order_agents.fulfilment_client import FULFILMENT_URL_SETTING, FulfilmentClient
 

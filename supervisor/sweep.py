@@ -15,7 +15,7 @@ import azure.durable_functions as df
 import azure.functions as func
 
 import bootstrap
-from adapters.servicebus_publisher import alert_outgoing, status_outgoing
+from domain.outgoing_messages import alert_outgoing, status_outgoing
 from services.supervisor import RecoveryKind, sweep
 
 bp = df.Blueprint()
