@@ -3,7 +3,10 @@
 A request carries everything the agent needs to act on its own: the order, the attempt (the
 fencing token the remote service enforces, E7), the idempotency key that stays the same on
 every try and every attempt of the step (so no side effect happens twice, C8) and the
-deadline after which the agent starts no new side effect (E7).
+deadline after which the agent starts no new side effect (E7). Its operation is ``do`` (the
+step's action) or ``undo`` (its compensation, C1), which names the side effect by the
+reference the service gave it, or, for a step whose outcome is in doubt, by the idempotency
+key of the action it undoes.
 
 Message ids are stable, derived from the request id, so a resend is removed by Service Bus
 duplicate detection on both queues (E4). Both shapes carry a schema version (C7).
@@ -27,6 +30,11 @@ class AgentMessageError(ValueError):
     """A request or response that does not follow this contract."""
 
 
+class AgentOperation(StrEnum):
+    DO = "do"
+    UNDO = "undo"  # the step's compensation (C1)
+
+
 class AgentOutcome(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"  # non-transient, unrecoverable (E8)
@@ -40,9 +48,14 @@ class AgentRequest:
     step: str
     order: Order
     deadline: datetime
+    operation: AgentOperation = AgentOperation.DO
+    reference: str | None = None
+    """For ``undo``: the service's id of the side effect, or None when it is in doubt."""
 
     @property
     def request_id(self) -> str:
+        if self.operation is AgentOperation.UNDO:
+            return f"{self.instance_id}:{self.step}:undo"
         return f"{self.instance_id}:{self.step}"
 
     @property
@@ -55,8 +68,9 @@ class AgentRequest:
 
     @property
     def idempotency_key(self) -> str:
-        # The same for every attempt of the step: a side effect done by an expired attempt
-        # is recognised, not repeated, when the next attempt asks again.
+        """The key of the step's action: the same for every attempt of the step, so a side
+        effect done by an expired attempt is recognised, not repeated, when the next attempt
+        asks again; an ``undo`` of a step in doubt names the action by it."""
         return f"{self.order.order_id}:{self.step}"
 
     def to_document(self) -> dict[str, Any]:
@@ -65,6 +79,8 @@ class AgentRequest:
             "requestId": self.request_id,
             "instanceId": self.instance_id,
             "step": self.step,
+            "operation": self.operation.value,
+            "reference": self.reference,
             "deadline": format_utc(self.deadline),
             "order": self.order.to_document(),
         }
@@ -76,11 +92,14 @@ class AgentRequest:
     def from_document(cls, document: Any) -> AgentRequest:
         fields = _fields(document, "instanceId", "step", "deadline", "order")
         try:
+            reference = document.get("reference")
             return cls(
                 instance_id=str(fields["instanceId"]),
                 step=str(fields["step"]),
                 order=Order.from_document(fields["order"]),
                 deadline=parse_utc(str(fields["deadline"])),
+                operation=AgentOperation(document.get("operation", AgentOperation.DO.value)),
+                reference=None if reference is None else str(reference),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise AgentMessageError(f"agent request is malformed: {error}") from error

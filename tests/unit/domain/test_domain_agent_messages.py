@@ -1,0 +1,69 @@
+"""Scheduler <-> agent messages: stable ids, idempotency keys, undo requests (E4, E7, C1, C7)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from domain.agent_messages import (
+    AgentMessageError,
+    AgentOperation,
+    AgentOutcome,
+    AgentRequest,
+    AgentResponse,
+)
+from domain.contracts import Order, OrderItem
+
+DEADLINE = datetime(2026, 9, 1, 10, 0, 30, tzinfo=UTC)
+ORDER = Order("order-5", "customer-1", (OrderItem("sku-1", 2),), "EUR")
+
+
+def request(**changes: object) -> AgentRequest:
+    fields: dict[str, object] = {
+        "instance_id": "order-5:2",
+        "step": "charge-payment",
+        "order": ORDER,
+        "deadline": DEADLINE,
+    }
+    fields.update(changes)
+    return AgentRequest(**fields)  # type: ignore[arg-type]
+
+
+def test_a_request_round_trips_with_stable_ids_e4() -> None:
+    sent = request()
+    assert (sent.request_id, sent.message_id) == ("order-5:2:charge-payment",) * 2
+    assert sent.attempt == 2
+    assert AgentRequest.from_json(sent.to_json()) == sent
+
+
+def test_the_idempotency_key_is_the_same_for_every_attempt_of_a_step_c8() -> None:
+    assert request().idempotency_key == request(instance_id="order-5:7").idempotency_key
+    assert request().idempotency_key == "order-5:charge-payment"
+
+
+def test_an_undo_has_its_own_message_id_and_names_the_side_effect_c1() -> None:
+    undo = request(operation=AgentOperation.UNDO, reference="pay-9")
+    assert undo.message_id == "order-5:2:charge-payment:undo"
+    assert undo.message_id != request().message_id
+    restored = AgentRequest.from_json(undo.to_json())
+    assert (restored.operation, restored.reference) == (AgentOperation.UNDO, "pay-9")
+
+
+def test_a_request_without_an_operation_is_a_do_c7() -> None:
+    document = request().to_document()
+    del document["operation"], document["reference"]
+    restored = AgentRequest.from_document(document)
+    assert (restored.operation, restored.reference) == (AgentOperation.DO, None)
+
+
+def test_an_unknown_operation_is_refused() -> None:
+    document = {**request().to_document(), "operation": "explode"}
+    with pytest.raises(AgentMessageError, match="malformed"):
+        AgentRequest.from_document(document)
+
+
+def test_a_response_answers_its_request_by_id() -> None:
+    response = AgentResponse("order-5:2:charge-payment", "order-5:2", AgentOutcome.SUCCEEDED)
+    assert response.message_id == "order-5:2:charge-payment:response"
+    assert AgentResponse.from_json(response.to_json()) == response
