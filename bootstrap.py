@@ -1,10 +1,11 @@
 """Composition root: the one place that wires settings, stores, messaging and time.
 
 Function code asks this module for what it needs and never builds adapters itself. The app
-setting STATE_STORE picks the state store and orders database (``sqlite``, the embedded
-default; ``cosmos`` arrives with issue 5). Everything is created once per worker process
-on first use. Tests and the devhost may replace the clock (``use_clock``) so that
-timer-driven code follows virtual time.
+settings are read once, through ``config.Settings``; STATE_STORE picks the state store and
+orders database (``sqlite``, the embedded default, or ``cosmos``), and the adapters get
+their options from the settings here. Everything is created once per worker process on
+first use. Tests and the devhost may replace the clock (``use_clock``) so that timer-driven
+code follows virtual time.
 """
 
 from __future__ import annotations
@@ -15,15 +16,17 @@ import datetime as dt
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import aiohttp
 
+from adapters.cosmos_connection import CosmosOptions
 from adapters.cosmos_store import open_cosmos_stores
 from adapters.servicebus_publisher import ServiceBusPublisher, client_from_environment
 from adapters.sqlite_store import open_sqlite_stores
-from domain.policies import CircuitBreaker, Settings, SettingsError
+from config import Settings
+from domain.policies import CircuitBreaker
 from domain.ports import MessagePublisher, OperationCost, OrderStore, StateStore, StoreMetrics
 
 
@@ -62,19 +65,32 @@ def _build(settings: Settings) -> AppServices:
     return AppServices(settings, states, orders, metrics, breaker)
 
 
-def open_stores(settings: Settings, metrics: StoreMetrics) -> tuple[StateStore, OrderStore]:
-    """The state store and orders database that STATE_STORE names, counting into metrics."""
+def open_stores(
+    settings: Settings, metrics: StoreMetrics, environ: Mapping[str, str] = os.environ
+) -> tuple[StateStore, OrderStore]:
+    """The state store and orders database that STATE_STORE names, counting into metrics.
+
+    `environ` holds the Cosmos connection settings, which the adapter reads itself.
+    """
     if settings.state_store == "sqlite":
         return open_sqlite_stores(settings.sqlite_directory, metrics)
-    return open_cosmos_stores(settings, os.environ, metrics)
+    return open_cosmos_stores(cosmos_options(settings), environ, metrics)
 
 
-def setting(name: str) -> str:
-    """An app setting the function code needs that has no default."""
-    value = os.environ.get(name)
-    if not value:
-        raise SettingsError(f"the app setting {name} is not set")
-    return value
+def cosmos_options(settings: Settings) -> CosmosOptions:
+    """The Cosmos DB adapter's options, from the COSMOS_* settings."""
+    return CosmosOptions(
+        database=settings.cosmos_database,
+        state_container=settings.cosmos_state_container,
+        orders_container=settings.cosmos_orders_container,
+        deadline_index_container=settings.cosmos_deadline_index_container,
+        finished_ttl_seconds=settings.cosmos_finished_ttl_seconds,
+        retry_total=settings.cosmos_retry_total,
+        retry_backoff_max_seconds=settings.cosmos_retry_backoff_max_seconds,
+        connection_timeout_seconds=settings.cosmos_connection_timeout_seconds,
+        read_timeout_seconds=settings.cosmos_read_timeout_seconds,
+        operation_timeout_seconds=settings.cosmos_operation_timeout_seconds,
+    )
 
 
 def publisher() -> MessagePublisher:

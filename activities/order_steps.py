@@ -40,7 +40,12 @@ async def begin_attempt(call: Any) -> dict[str, Any]:
     step = StepCall.from_dict(call)
     order = await asyncio.to_thread(load_order, app.orders, step.instance)
     outcome = await asyncio.to_thread(
-        start_step, app.states, step.instance, step=STEP, now=step.now, settings=app.settings
+        start_step,
+        app.states,
+        step.instance,
+        step=STEP,
+        now=step.now,
+        timeouts=app.settings.timeouts,
     )
     if not outcome.applied or outcome.record is None or outcome.record.complete_by is None:
         return StepStarted(applied=False).to_dict()
@@ -60,7 +65,11 @@ async def complete_order_step(call: Any) -> dict[str, Any]:
     app = bootstrap.services()
     step = StepCall.from_dict(call)
     outcome = await asyncio.to_thread(
-        complete_order, app.states, step.instance, now=step.now, settings=app.settings
+        complete_order,
+        app.states,
+        step.instance,
+        now=step.now,
+        reply_queues=app.settings.reply_queues,
     )
     return await _report(outcome)
 
@@ -76,7 +85,8 @@ async def fail_order_step(call: Any) -> dict[str, Any]:
         reason=step.reason or "the remote service refused the order",
         compensate=False,
         now=step.now,
-        settings=app.settings,
+        timeouts=app.settings.timeouts,
+        reply_queues=app.settings.reply_queues,
     )
     return await _report(outcome)
 

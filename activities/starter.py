@@ -29,7 +29,13 @@ async def start_pending_orders(
     timer: func.TimerRequest, client: df.DurableOrchestrationClient
 ) -> None:
     app = bootstrap.services()
-    run = await asyncio.to_thread(claim_pending, app.states, app.settings, bootstrap.now())
+    run = await asyncio.to_thread(
+        claim_pending,
+        app.states,
+        bootstrap.now(),
+        bounds=app.settings.starter_scan,
+        timeouts=app.settings.timeouts,
+    )
     # Each claim is already won, so the starts may go out together (bounded): one after
     # another, a large page of claims would take longer than the starter's cadence.
     slots = asyncio.Semaphore(CONCURRENT_STARTS)

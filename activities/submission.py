@@ -44,7 +44,7 @@ async def receive_order(
         message_id=str(message.message_id),
         orders=app.orders,
         states=app.states,
-        settings=app.settings,
+        reply_queues=app.settings.reply_queues,
         now=bootstrap.now(),
     )
     publisher = bootstrap.publisher()

@@ -1,4 +1,4 @@
-"""Connecting to Cosmos DB: settings, retries, errors and request charge (C4, C9, U2).
+"""Connecting to Cosmos DB: connection, retries, errors and request charge (C4, C9, U2).
 
 - Connection (contracts.md): locally `CosmosConnection` is a connection string with an
   account key; in Azure `CosmosConnection__accountEndpoint` names the account and
@@ -33,7 +33,7 @@ from azure.core.paging import ItemPaged, PageIterator
 from azure.cosmos import CosmosClient
 from azure.cosmos.exceptions import CosmosClientTimeoutError, CosmosHttpResponseError
 
-from domain.policies import SettingsError
+from config import SettingsError
 from domain.ports import StoreError, StoreUnavailable
 
 CONNECTION_SETTING = "CosmosConnection"
@@ -44,73 +44,23 @@ TRANSIENT_STATUS_CODES = frozenset({408, 429, 449, 500, 503})
 """Timeout, throttled past the SDK's retries, retry-with, server error, unavailable."""
 
 
-def _number(environ: Mapping[str, str], name: str, default: float, *, integral: bool) -> float:
-    raw = environ.get(name)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        value = int(raw) if integral else float(raw)
-    except ValueError:
-        kind = "a whole number" if integral else "a number"
-        raise SettingsError(f"{name} must be {kind}, got {raw!r}") from None
-    if value <= 0:
-        raise SettingsError(f"{name} must be > 0, got {raw!r}")
-    return value
-
-
 @dataclass(frozen=True)
 class CosmosOptions:
-    """Adapter settings beyond contracts.md; each is an app setting with a default."""
+    """What the adapter needs besides the connection: names, TTL, retries and timeouts.
 
-    finished_ttl_seconds: int = 30 * 86400
-    retry_total: int = 5
-    retry_backoff_max_seconds: int = 5
-    connection_timeout_seconds: float = 5.0
-    read_timeout_seconds: float = 10.0
-    operation_timeout_seconds: float = 30.0
+    bootstrap.py fills it from the COSMOS_* settings (config.py declares them).
+    """
 
-    @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> CosmosOptions:
-        defaults = cls()
-        return cls(
-            finished_ttl_seconds=int(
-                _number(
-                    environ,
-                    "COSMOS_FINISHED_TTL_SECONDS",
-                    defaults.finished_ttl_seconds,
-                    integral=True,
-                )
-            ),
-            retry_total=int(
-                _number(environ, "COSMOS_RETRY_TOTAL", defaults.retry_total, integral=True)
-            ),
-            retry_backoff_max_seconds=int(
-                _number(
-                    environ,
-                    "COSMOS_RETRY_BACKOFF_MAX_SECONDS",
-                    defaults.retry_backoff_max_seconds,
-                    integral=True,
-                )
-            ),
-            connection_timeout_seconds=_number(
-                environ,
-                "COSMOS_CONNECTION_TIMEOUT_SECONDS",
-                defaults.connection_timeout_seconds,
-                integral=False,
-            ),
-            read_timeout_seconds=_number(
-                environ,
-                "COSMOS_READ_TIMEOUT_SECONDS",
-                defaults.read_timeout_seconds,
-                integral=False,
-            ),
-            operation_timeout_seconds=_number(
-                environ,
-                "COSMOS_OPERATION_TIMEOUT_SECONDS",
-                defaults.operation_timeout_seconds,
-                integral=False,
-            ),
-        )
+    database: str
+    state_container: str
+    orders_container: str
+    deadline_index_container: str
+    finished_ttl_seconds: int
+    retry_total: int
+    retry_backoff_max_seconds: int
+    connection_timeout_seconds: float
+    read_timeout_seconds: float
+    operation_timeout_seconds: float
 
 
 def connect(environ: Mapping[str, str], options: CosmosOptions) -> tuple[CosmosClient, bool]:

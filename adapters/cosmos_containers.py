@@ -28,10 +28,7 @@ from typing import Any
 
 from azure.cosmos import CosmosClient, DatabaseProxy, PartitionKey
 
-from domain.policies import Settings
-
-DEADLINE_INDEX_CONTAINER_SETTING = "COSMOS_DEADLINE_INDEX_CONTAINER"
-DEFAULT_DEADLINE_INDEX_CONTAINER = "deadlines"
+from adapters.cosmos_connection import CosmosOptions
 
 TTL_ENABLED_WITHOUT_DEFAULT = -1
 """Cosmos DB `defaultTtl`: items never expire unless they carry their own `ttl`."""
@@ -100,22 +97,19 @@ DEADLINE_INDEXING_POLICY: Mapping[str, Any] = {
 }
 
 
-def cosmos_layout(settings: Settings, environ: Mapping[str, str]) -> CosmosLayout:
+def cosmos_layout(options: CosmosOptions) -> CosmosLayout:
     """The layout named by COSMOS_DATABASE and the container settings."""
-    deadlines = environ.get(DEADLINE_INDEX_CONTAINER_SETTING, "").strip()
     return CosmosLayout(
-        database=settings.cosmos_database,
+        database=options.database,
         state=ContainerDefinition(
-            settings.cosmos_state_container,
+            options.state_container,
             "/OrderID",
             STATE_INDEXING_POLICY,
             TTL_ENABLED_WITHOUT_DEFAULT,
         ),
-        orders=ContainerDefinition(
-            settings.cosmos_orders_container, "/OrderID", ORDERS_INDEXING_POLICY
-        ),
+        orders=ContainerDefinition(options.orders_container, "/OrderID", ORDERS_INDEXING_POLICY),
         deadlines=ContainerDefinition(
-            deadlines or DEFAULT_DEADLINE_INDEX_CONTAINER, "/bucket", DEADLINE_INDEXING_POLICY
+            options.deadline_index_container, "/bucket", DEADLINE_INDEXING_POLICY
         ),
     )
 
@@ -135,7 +129,12 @@ def ensure_containers(client: CosmosClient, layout: CosmosLayout) -> DatabasePro
 
 def main() -> None:
     """Print the container definitions as JSON, for infra and for reading."""
-    layout = cosmos_layout(Settings.from_environ(os.environ), os.environ)
+    # The composition root maps the settings to the adapter's options; imported here, as
+    # it imports this module.
+    from bootstrap import cosmos_options
+    from config import Settings
+
+    layout = cosmos_layout(cosmos_options(Settings.from_environ(os.environ)))
     json.dump(
         {
             "database": layout.database,

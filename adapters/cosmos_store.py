@@ -75,7 +75,6 @@ from adapters.cosmos_connection import (
 from adapters.cosmos_containers import cosmos_layout, ensure_containers
 from adapters.deadline_index import DeadlineIndex, EntryRef
 from domain.contracts import Order
-from domain.policies import Settings
 from domain.ports import (
     Created,
     InvalidContinuation,
@@ -578,16 +577,15 @@ def _point_read(
 
 
 def open_cosmos_stores(
-    settings: Settings, environ: Mapping[str, str], metrics: StoreMetrics | None = None
+    options: CosmosOptions, environ: Mapping[str, str], metrics: StoreMetrics | None = None
 ) -> tuple[CosmosStateStore, CosmosOrderStore]:
-    """Both Cosmos stores from the app settings, creating missing containers with a key.
+    """Both Cosmos stores, creating missing containers with a key.
 
-    `environ` supplies CosmosConnection (or CosmosConnection__accountEndpoint) and the
-    adapter's own settings (`CosmosOptions`, COSMOS_DEADLINE_INDEX_CONTAINER).
+    `options` names the database and containers and sets TTL, retries and timeouts;
+    `environ` supplies the connection: CosmosConnection (or CosmosConnection__accountEndpoint).
     """
     shared_metrics = metrics if metrics is not None else StoreMetrics()
-    options = CosmosOptions.from_environ(environ)
-    layout = cosmos_layout(settings, environ)
+    layout = cosmos_layout(options)
     client, keyed = connect(environ, options)
     try:
         with translate_errors(f"opening Cosmos DB database {layout.database!r}"):

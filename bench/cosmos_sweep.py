@@ -46,10 +46,11 @@ from datetime import UTC, datetime, timedelta
 from azure.cosmos import ContainerProxy
 
 from adapters import deadline_index
-from adapters.cosmos_connection import CosmosOptions, RequestCharge, connect
+from adapters.cosmos_connection import RequestCharge, connect
 from adapters.cosmos_store import CosmosStateStore, open_cosmos_stores
+from bootstrap import cosmos_options
+from config import Settings
 from domain import transitions
-from domain.policies import Settings
 from domain.ports import OperationKind, StoreMetrics
 from domain.records import ProcessState, StateRecord, format_utc
 
@@ -183,8 +184,9 @@ def run(
             }
             settings = Settings.from_environ(environ)
             metrics = StoreMetrics()
-            states, orders = open_cosmos_stores(settings, environ, metrics)
-            client, _ = connect(environ, CosmosOptions.from_environ(environ))
+            options = cosmos_options(settings)
+            states, orders = open_cosmos_stores(options, environ, metrics)
+            client, _ = connect(environ, options)
             database = client.get_database_client(settings.cosmos_database)
             try:
                 populate(states, size, expired_count(size, expired))

@@ -110,8 +110,8 @@ def _quiet_cosmos_sdk() -> None:
 
 
 def _run(args: argparse.Namespace, settings: Mapping[str, str]) -> int:
+    from config import SettingsError
     from demo.run import DemoOptions, run_demo, write_report
-    from domain.policies import SettingsError
 
     options = DemoOptions(
         orders=args.orders,

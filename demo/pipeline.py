@@ -29,14 +29,14 @@ from azure.core.exceptions import AzureError
 from azure.cosmos.exceptions import CosmosResourceNotFoundError
 
 import bootstrap
-from adapters.cosmos_connection import CONNECTION_SETTING, CosmosOptions, connect
+from adapters.cosmos_connection import CONNECTION_SETTING, connect
+from config import Settings, SettingsError
 from devhost.clock import Clock, RealClock
 from devhost.host import DevHost, HostOptions
 from devhost.servicebus.config import load_config
 from devhost.servicebus.process import BrokerProcess
 from devhost.servicebus.server import ServiceBusBroker
 from devhost.settings import AppSettings
-from domain.policies import SettingsError
 from domain.ports import StoreError
 from simulators.fulfilment import FaultPlan, FulfilmentService
 
@@ -92,7 +92,7 @@ def _scratch_database(values: Mapping[str, str]) -> str | None:
 
 def _drop_database(values: Mapping[str, str], name: str) -> None:
     try:
-        client, _ = connect(values, CosmosOptions.from_environ(values))
+        client, _ = connect(values, bootstrap.cosmos_options(Settings.from_environ(values)))
         with client:
             client.delete_database(name, timeout=DROP_DATABASE_TIMEOUT_SECONDS)
     except CosmosResourceNotFoundError:

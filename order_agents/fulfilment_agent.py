@@ -2,7 +2,7 @@
 
 Tries the remote service until it answers definitively, retrying transient faults with
 full-jitter exponential backoff, within two bounds: its share of the end-to-end retry budget
-(``Settings.agent_max_tries``, C4) and the step's deadline. It starts no new call after the
+(``AgentPolicy.max_tries``, C4) and the step's deadline. It starts no new call after the
 deadline (E7); a call already in flight may finish. Every try sends the same idempotency key
 and the attempt as fencing token, so retries and overlapping attempts never repeat a side
 effect (C8). A circuit breaker shared by the process stops calls while the service keeps
@@ -20,7 +20,7 @@ import random
 from collections.abc import Awaitable, Callable
 
 from domain.agent_messages import AgentOutcome, AgentRequest, AgentResponse
-from domain.policies import CircuitBreaker, Settings, next_retry_delay
+from domain.policies import AgentPolicy, CircuitBreaker, next_retry_delay
 from order_agents.fulfilment_client import (
     Fulfilled,
     FulfilmentClient,
@@ -37,7 +37,7 @@ async def run_fulfilment_agent(
     request: AgentRequest,
     client: FulfilmentClient,
     breaker: CircuitBreaker,
-    settings: Settings,
+    policy: AgentPolicy,
     *,
     now: Callable[[], dt.datetime],
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -78,11 +78,11 @@ async def run_fulfilment_agent(
         )
         delay = next_retry_delay(
             tries_done=tries,
-            max_tries=settings.agent_max_tries,
+            max_tries=policy.max_tries,
             now=now(),
             deadline=request.deadline,
-            base_seconds=settings.agent_backoff_base_seconds,
-            max_seconds=settings.agent_backoff_max_seconds,
+            base_seconds=policy.backoff_base_seconds,
+            max_seconds=policy.backoff_max_seconds,
             random=jitter,
         )
         if delay is None:

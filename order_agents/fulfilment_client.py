@@ -17,8 +17,6 @@ import aiohttp
 
 from domain.contracts import Order
 
-FULFILMENT_URL_SETTING = "FULFILMENT_SERVICE_URL"
-
 
 @dataclass(frozen=True)
 class Fulfilled:

@@ -24,7 +24,7 @@ from adapters.message_settlement import body_bytes, complete, dead_letter
 from domain.agent_messages import AgentMessageError, AgentRequest, AgentResponse
 from domain.outgoing_messages import OutgoingMessage
 from order_agents.fulfilment_agent import run_fulfilment_agent
-from order_agents.fulfilment_client import FULFILMENT_URL_SETTING, FulfilmentClient
+from order_agents.fulfilment_client import FulfilmentClient
 
 bp = df.Blueprint()
 log = logging.getLogger("app.agent_worker")
@@ -32,9 +32,10 @@ log = logging.getLogger("app.agent_worker")
 
 async def _fulfil(request: AgentRequest) -> AgentResponse:
     app = bootstrap.services()
-    base_url = bootstrap.setting(FULFILMENT_URL_SETTING)
-    client = FulfilmentClient(base_url, bootstrap.http_session())
-    return await run_fulfilment_agent(request, client, app.breaker, app.settings, now=bootstrap.now)
+    client = FulfilmentClient(app.settings.fulfilment_base_url, bootstrap.http_session())
+    return await run_fulfilment_agent(
+        request, client, app.breaker, app.settings.agent_policy, now=bootstrap.now
+    )
 
 
 @bp.service_bus_queue_trigger(

@@ -1,2 +1,3 @@
-"""The service layer: one function per use case, taking ports and settings, returning plain
-results. It never sends messages; the Functions layer sends what the results say."""
+"""The service layer: one function per use case, taking ports and domain values (timeouts,
+bounds, policies, the reply-queue allow-list), returning plain results. It never reads app
+settings and never sends messages; the Functions layer does both."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from domain.policies import Settings, claim_deadline
+from domain.policies import ScanBounds, Timeouts, claim_deadline
 from domain.ports import PreconditionFailed, StateStore
 from domain.records import InstanceId, StateRecord
 from domain.transitions import claim, is_claimable
@@ -37,21 +37,23 @@ class StarterRun:
 
 
 def claim_pending(
-    states: StateStore, settings: Settings, now: datetime, *, max_claims: int | None = None
+    states: StateStore, now: datetime, *, bounds: ScanBounds, timeouts: Timeouts
 ) -> StarterRun:
-    """Claim up to `max_claims` (default STARTER_MAX_CLAIMS) due Pending records."""
-    cap = settings.starter_max_claims if max_claims is None else max_claims
+    """Claim the due Pending records that one scan within `bounds` reads (D1-D3).
+
+    Each claim gets the provisional CompleteBy of `timeouts` (D3).
+    """
     scan: BoundedScan[StateRecord] = BoundedScan(
         fetch=lambda size, token: states.query_claimable(
             now=now, page_size=size, continuation=token
         ),
-        page_size=settings.store_page_size,
-        max_items=cap,
-        max_pages=settings.starter_max_pages,
+        page_size=bounds.page_size,
+        max_items=bounds.max_items,
+        max_pages=bounds.max_pages,
     )
     claims: list[Claim] = []
     lost_races = 0
-    deadline = claim_deadline(now, settings)
+    deadline = claim_deadline(now, timeouts)
     for record in scan:
         if not is_claimable(record, now):
             continue

@@ -17,20 +17,19 @@ from domain.contracts import (
     operator_alert,
     status_message,
 )
-from domain.policies import Settings
 from domain.records import StateRecord
 
 
-def reply_queue_allowed(queue: str | None, settings: Settings) -> bool:
-    """R1: a reply queue is usable only when it is on the allow-list."""
-    return queue is not None and queue in settings.reply_queues
+def reply_queue_allowed(queue: str | None, reply_queues: frozenset[str]) -> bool:
+    """R1: a reply queue is usable only when it is on the allow-list `reply_queues`."""
+    return queue is not None and queue in reply_queues
 
 
 def status_for(
     record: StateRecord,
     status: OrderStatus,
     *,
-    settings: Settings,
+    reply_queues: frozenset[str],
     now: datetime,
     reason: str | None = None,
 ) -> StatusMessage | None:
@@ -39,7 +38,7 @@ def status_for(
     `received` carries no attempt (none has started); later statuses carry the attempt
     that reached them, which keeps their message ids distinct across attempts.
     """
-    if record.reply_to is None or not reply_queue_allowed(record.reply_to, settings):
+    if record.reply_to is None or not reply_queue_allowed(record.reply_to, reply_queues):
         return None
     return status_message(
         queue=record.reply_to,

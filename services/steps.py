@@ -17,7 +17,7 @@ from datetime import datetime
 
 from domain import transitions
 from domain.contracts import AlertKind, OperatorAlert, OrderStatus, StatusMessage
-from domain.policies import Settings, compensation_deadline, step_deadline
+from domain.policies import Timeouts, compensation_deadline, step_deadline
 from domain.ports import StateStore
 from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord
 from services.status import alert_for, status_for
@@ -60,10 +60,10 @@ def start_step(
     *,
     step: str,
     now: datetime,
-    settings: Settings,
+    timeouts: Timeouts,
     completed: CompletedStep | None = None,
 ) -> StepOutcome:
-    """Set CompleteBy = now + STEP_TIMEOUT_SECONDS for `step` (D6, E2).
+    """Set CompleteBy = now + the step timeout of `timeouts` for `step` (D6, E2).
 
     The new deadline is `outcome.record.complete_by`: the orchestration's durable timer
     races the agent against it. `completed` logs the previous step for compensation (C1).
@@ -71,7 +71,7 @@ def start_step(
     change = transitions.set_step_deadline(
         instance,
         step=step,
-        complete_by=step_deadline(now, settings),
+        complete_by=step_deadline(now, timeouts),
         now=now,
         completed=completed,
     )
@@ -83,7 +83,7 @@ def complete_order(
     instance: InstanceId,
     *,
     now: datetime,
-    settings: Settings,
+    reply_queues: frozenset[str],
     completed: CompletedStep | None = None,
 ) -> StepOutcome:
     """The agent answered before the timer: Processed and a `completed` status (E5, R2)."""
@@ -92,7 +92,7 @@ def complete_order(
     ) or _already_reached(states, instance, ProcessState.PROCESSED)
     if record is None:
         return _outcome(instance, None)
-    status = status_for(record, OrderStatus.COMPLETED, settings=settings, now=now)
+    status = status_for(record, OrderStatus.COMPLETED, reply_queues=reply_queues, now=now)
     return StepOutcome(instance, True, record, status=status)
 
 
@@ -103,7 +103,8 @@ def fail_order(
     reason: str,
     compensate: bool,
     now: datetime,
-    settings: Settings,
+    timeouts: Timeouts,
+    reply_queues: frozenset[str],
 ) -> StepOutcome:
     """A non-transient error from the remote service (E8).
 
@@ -114,7 +115,7 @@ def fail_order(
     """
     if compensate:
         change = transitions.begin_compensation(
-            instance, now=now, reason=reason, complete_by=compensation_deadline(now, settings)
+            instance, now=now, reason=reason, complete_by=compensation_deadline(now, timeouts)
         )
         return _outcome(instance, states.fenced_update(change))
     record = states.fenced_update(
@@ -126,7 +127,9 @@ def fail_order(
         instance,
         True,
         record,
-        status=status_for(record, OrderStatus.FAILED, settings=settings, now=now, reason=reason),
+        status=status_for(
+            record, OrderStatus.FAILED, reply_queues=reply_queues, now=now, reason=reason
+        ),
         alert=alert_for(record, AlertKind.ORDER_ERROR, reason=reason, now=now),
     )
 
@@ -137,7 +140,7 @@ def finish_compensation(
     *,
     failure: str | None,
     now: datetime,
-    settings: Settings,
+    reply_queues: frozenset[str],
 ) -> StepOutcome:
     """Compensation ran: Compensated, or CompensationFailed with an alert (C2, R2).
 
@@ -147,7 +150,7 @@ def finish_compensation(
         record = states.fenced_update(transitions.mark_compensated(instance, now=now))
         if record is None:
             return _outcome(instance, None)
-        status = status_for(record, OrderStatus.COMPENSATED, settings=settings, now=now)
+        status = status_for(record, OrderStatus.COMPENSATED, reply_queues=reply_queues, now=now)
         return StepOutcome(instance, True, record, status=status)
     change = transitions.mark_compensation_failed(instance, now=now, reason=failure)
     record = states.fenced_update(change)
@@ -158,7 +161,11 @@ def finish_compensation(
         True,
         record,
         status=status_for(
-            record, OrderStatus.COMPENSATION_FAILED, settings=settings, now=now, reason=failure
+            record,
+            OrderStatus.COMPENSATION_FAILED,
+            reply_queues=reply_queues,
+            now=now,
+            reason=failure,
         ),
         alert=alert_for(record, AlertKind.COMPENSATION_FAILED, reason=failure, now=now),
     )

@@ -26,7 +26,6 @@ from domain.contracts import (
     operator_alert,
     parse_submission,
 )
-from domain.policies import Settings
 from domain.ports import OrderStore, StateStore
 from domain.records import StateRecord
 from domain.transitions import new_record
@@ -64,11 +63,14 @@ def submit_order(
     message_id: str,
     orders: OrderStore,
     states: StateStore,
-    settings: Settings,
+    reply_queues: frozenset[str],
     now: datetime,
 ) -> Accepted | DeadLetter:
-    """Handle one submission message; `message_id` is the broker's id of that message."""
-    parsed = parse_submission(body, reply_to, settings.reply_queues)
+    """Handle one submission message; `message_id` is the broker's id of that message.
+
+    `reply_queues` is the allow-list of reply queues an app may name (R1).
+    """
+    parsed = parse_submission(body, reply_to, reply_queues)
     if isinstance(parsed, InvalidSubmission):
         return _invalid(parsed, message_id, now)
     order = parsed.order
@@ -81,7 +83,9 @@ def submit_order(
         record=stored_state.record,
         order_created=stored_order.created,
         state_created=stored_state.created,
-        status=status_for(stored_state.record, OrderStatus.RECEIVED, settings=settings, now=now),
+        status=status_for(
+            stored_state.record, OrderStatus.RECEIVED, reply_queues=reply_queues, now=now
+        ),
     )
 
 

@@ -22,7 +22,8 @@ from domain import transitions
 from domain.contracts import AlertKind, OperatorAlert, OrderStatus, StatusMessage
 from domain.policies import (
     GiveUp,
-    Settings,
+    SupervisorPolicy,
+    Timeouts,
     compensation_deadline,
     supervisor_decision,
     sweep_window_start,
@@ -72,30 +73,41 @@ class SweepReport:
         return sum(1 for recovery in self.recoveries if recovery.kind is kind)
 
 
-def sweep(states: StateStore, settings: Settings, now: datetime) -> SweepReport:
-    """Run one bounded sweep at `now` (U1, U2, U4, U5, U6, C2)."""
-    window_start = sweep_window_start(now, settings)
+def sweep(
+    states: StateStore,
+    now: datetime,
+    *,
+    policy: SupervisorPolicy,
+    timeouts: Timeouts,
+    reply_queues: frozenset[str],
+) -> SweepReport:
+    """Run one bounded sweep at `now` (U1, U2, U4, U5, U6, C2).
+
+    A give-up that starts compensation gets the compensation deadline of `timeouts`; status
+    messages go only to reply queues on the allow-list `reply_queues` (R1).
+    """
+    window_start = sweep_window_start(now, policy)
     scan: BoundedScan[StateRecord] = BoundedScan(
         fetch=lambda size, token: states.query_expired(
             window_start=window_start, now=now, page_size=size, continuation=token
         ),
-        page_size=settings.store_page_size,
-        max_items=settings.supervisor_max_items,
-        max_pages=settings.supervisor_max_pages,
+        page_size=policy.scan.page_size,
+        max_items=policy.scan.max_items,
+        max_pages=policy.scan.max_pages,
     )
     recoveries: list[Recovery] = []
     writes = lost_races = 0
     for expired in scan:
         if not transitions.is_expired(expired, now):
             continue
-        planned, kind = _plan(expired, settings, now)
+        planned, kind = _plan(expired, policy, timeouts, now)
         writes += 1
         try:
             stored = states.replace(planned)
         except PreconditionFailed:
             lost_races += 1
             continue
-        recoveries.append(_recovery(kind, expired, stored, settings, now))
+        recoveries.append(_recovery(kind, expired, stored, reply_queues, now))
     return SweepReport(
         window_start=window_start,
         now=now,
@@ -110,7 +122,7 @@ def sweep(states: StateStore, settings: Settings, now: datetime) -> SweepReport:
 
 
 def _plan(
-    expired: StateRecord, settings: Settings, now: datetime
+    expired: StateRecord, policy: SupervisorPolicy, timeouts: Timeouts, now: datetime
 ) -> tuple[StateRecord, RecoveryKind]:
     if expired.process_state is ProcessState.COMPENSATING:
         stalled = transitions.stall_compensation(
@@ -119,13 +131,13 @@ def _plan(
             reason=f"compensation by {expired.locked_by} passed its CompleteBy unfinished",
         )
         return stalled, RecoveryKind.COMPENSATION_STALLED
-    decision = supervisor_decision(expired.failure_count, now, settings)
+    decision = supervisor_decision(expired.failure_count, now, policy)
     if isinstance(decision, GiveUp):
         given_up = transitions.give_up(
             expired,
             now=now,
             reason=decision.reason,
-            compensation_deadline=compensation_deadline(now, settings),
+            compensation_deadline=compensation_deadline(now, timeouts),
         )
         if given_up.process_state is ProcessState.COMPENSATING:
             return given_up, RecoveryKind.COMPENSATION_REQUESTED
@@ -136,7 +148,11 @@ def _plan(
 
 
 def _recovery(
-    kind: RecoveryKind, expired: StateRecord, stored: StateRecord, settings: Settings, now: datetime
+    kind: RecoveryKind,
+    expired: StateRecord,
+    stored: StateRecord,
+    reply_queues: frozenset[str],
+    now: datetime,
 ) -> Recovery:
     expired_instance = expired.locked_by or ""
     reason = stored.last_error or ""
@@ -146,7 +162,7 @@ def _recovery(
             expired_instance,
             stored,
             status=status_for(
-                stored, OrderStatus.FAILED, settings=settings, now=now, reason=reason
+                stored, OrderStatus.FAILED, reply_queues=reply_queues, now=now, reason=reason
             ),
             alert=alert_for(stored, AlertKind.ORDER_ERROR, reason=reason, now=now),
         )
@@ -163,7 +179,11 @@ def _recovery(
             expired_instance,
             stored,
             status=status_for(
-                stored, OrderStatus.COMPENSATION_FAILED, settings=settings, now=now, reason=reason
+                stored,
+                OrderStatus.COMPENSATION_FAILED,
+                reply_queues=reply_queues,
+                now=now,
+                reason=reason,
             ),
             alert=alert_for(stored, AlertKind.COMPENSATION_FAILED, reason=reason, now=now),
         )

@@ -25,7 +25,14 @@ log = logging.getLogger("app.supervisor")
 @bp.timer_trigger(schedule="%SUPERVISOR_SCHEDULE%", arg_name="timer")
 async def supervise_orders(timer: func.TimerRequest) -> None:
     app = bootstrap.services()
-    report = await asyncio.to_thread(sweep, app.states, app.settings, bootstrap.now())
+    report = await asyncio.to_thread(
+        sweep,
+        app.states,
+        bootstrap.now(),
+        policy=app.settings.supervisor_policy,
+        timeouts=app.settings.timeouts,
+        reply_queues=app.settings.reply_queues,
+    )
     publisher = bootstrap.publisher()
     for recovery in report.recoveries:
         if recovery.alert is not None:

@@ -26,6 +26,7 @@ from azure.servicebus import ServiceBusMessage, ServiceBusReceiveMode
 from azure.servicebus.aio import ServiceBusClient
 
 import bootstrap
+from config import Settings
 from demo.pipeline import (
     BROKER_CONFIG,
     DEMO_REPLY_QUEUE,
@@ -38,7 +39,6 @@ from demo.report import FINAL_STATES
 from devhost.host import DevHost, HostOptions
 from devhost.servicebus.process import BrokerProcess
 from devhost.settings import AppSettings
-from domain.policies import Settings
 from domain.ports import StateStore, StoreMetrics
 from simulators.fulfilment import FaultPlan, FulfilmentService
 from tests.e2e.e2e_helpers import order_body

@@ -36,7 +36,7 @@ def submit(order_ids: list[str]) -> None:
             message_id=order_id,
             orders=app.orders,
             states=app.states,
-            settings=app.settings,
+            reply_queues=app.settings.reply_queues,
             now=bootstrap.now(),
         )
         assert isinstance(result, Accepted)

@@ -10,15 +10,16 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
+from config import Settings
 from domain.agent_messages import AgentOutcome, AgentRequest
 from domain.contracts import Order, OrderItem
-from domain.policies import CircuitBreaker, Settings
+from domain.policies import CircuitBreaker
 from order_agents.fulfilment_agent import run_fulfilment_agent
 from order_agents.fulfilment_client import FulfilmentClient
 from simulators.fulfilment import FaultKind, FaultPlan, FaultRule, FulfilmentService
 
 T0 = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
-SETTINGS = Settings(retry_budget=12, max_failures=3)  # 4 tries per attempt (C4)
+POLICY = Settings(retry_budget=12, max_failures=3).agent_policy  # 4 tries per attempt (C4)
 ORDER = Order("o-1", "c-1", (OrderItem("sku-1", 2),), "EUR")
 
 
@@ -73,7 +74,7 @@ async def run(
         req,
         client,
         guard or breaker(time),
-        SETTINGS,
+        POLICY,
         now=time,
         sleep=time.sleep,
         jitter=lambda: 0.5,
@@ -150,7 +151,7 @@ async def test_tries_stop_at_the_agents_share_of_the_retry_budget_c4(
     service.replace_fault_plan(FaultPlan(rules=(FaultRule(FaultKind.TRANSIENT),)))
     response = await run(client, FakeTime(), request(deadline_seconds=3600))
     assert response.outcome is AgentOutcome.GAVE_UP
-    assert service.stats()["requests"] == SETTINGS.agent_max_tries == 4
+    assert service.stats()["requests"] == POLICY.max_tries == 4
 
 
 async def test_no_new_call_starts_after_the_deadline_e7(

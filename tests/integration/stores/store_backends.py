@@ -18,7 +18,8 @@ from pathlib import Path
 
 from adapters.cosmos_store import open_cosmos_stores
 from adapters.sqlite_store import open_sqlite_stores
-from domain.policies import Settings
+from bootstrap import cosmos_options
+from config import Settings
 from domain.ports import OrderStore, StateStore, StoreMetrics
 
 Opener = Callable[[StoreMetrics], tuple[StateStore, OrderStore]]
@@ -70,9 +71,9 @@ def cosmos_environ(connection_string: str, database: str) -> dict[str, str]:
 def cosmos_opener(connection_string: str) -> Opener:
     """Stores over a database of their own on the server behind `connection_string`."""
     environ = cosmos_environ(connection_string, f"test-{uuid.uuid4().hex[:12]}")
-    settings = Settings.from_environ(environ)
+    options = cosmos_options(Settings.from_environ(environ))
 
     def opener(metrics: StoreMetrics) -> tuple[StateStore, OrderStore]:
-        return open_cosmos_stores(settings, environ, metrics)
+        return open_cosmos_stores(options, environ, metrics)
 
     return opener

@@ -26,20 +26,21 @@ from azure.cosmos.exceptions import (
 
 import bootstrap
 from adapters import deadline_index
-from adapters.cosmos_containers import DEFAULT_DEADLINE_INDEX_CONTAINER
+from adapters.cosmos_connection import CosmosOptions
 from adapters.cosmos_store import CosmosOrderStore, CosmosStateStore, open_cosmos_stores
+from config import Settings, SettingsError
 from devhost import cosmos_server as cosmos_server_module
 from domain import transitions
-from domain.policies import Settings, SettingsError
 from domain.ports import OperationKind, PreconditionFailed, StoreMetrics, StoreUnavailable
 from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord
 from services.supervisor import sweep
 from tests.integration.stores.store_backends import cosmos_environ
-from tests.support.cosmos_server import EMULATOR_KEY, CosmosServer, CosmosServerMissing
+from tests.support.cosmos_server import CosmosServer, CosmosServerMissing
 
 NOW = datetime(2026, 8, 1, 12, 0, tzinfo=UTC)
 FUTURE = NOW + timedelta(minutes=5)
 SDK_TIMEOUT = 30
+DEADLINE_INDEX_CONTAINER = Settings().cosmos_deadline_index_container
 
 
 @dataclass
@@ -48,6 +49,7 @@ class Cosmos:
 
     environ: dict[str, str]
     settings: Settings
+    options: CosmosOptions
     database: DatabaseProxy
     metrics: StoreMetrics
     states: CosmosStateStore
@@ -58,7 +60,7 @@ class Cosmos:
 
     def index_entries(self) -> list[dict[str, Any]]:
         return list(
-            self.container(DEFAULT_DEADLINE_INDEX_CONTAINER).query_items(
+            self.container(DEADLINE_INDEX_CONTAINER).query_items(
                 "SELECT * FROM e", enable_cross_partition_query=True, timeout=SDK_TIMEOUT
             )
         )
@@ -74,12 +76,14 @@ class Cosmos:
 def cosmos(cosmos_server: CosmosServer) -> Iterator[Cosmos]:
     environ = cosmos_environ(cosmos_server.connection_string, f"test-{uuid.uuid4().hex[:12]}")
     settings = Settings.from_environ(environ)
+    options = bootstrap.cosmos_options(settings)
     metrics = StoreMetrics()
-    states, orders = open_cosmos_stores(settings, environ, metrics)
+    states, orders = open_cosmos_stores(options, environ, metrics)
     client = CosmosClient.from_connection_string(cosmos_server.connection_string)
     yield Cosmos(
         environ,
         settings,
+        options,
         client.get_database_client(settings.cosmos_database),
         metrics,
         states,
@@ -120,9 +124,9 @@ def test_the_app_creates_its_containers_with_their_keys_indexes_and_ttl(cosmos: 
     ]
     orders = cosmos.container("orders").read(timeout=SDK_TIMEOUT)
     assert orders["partitionKey"]["paths"] == ["/OrderID"]
-    deadlines = cosmos.container(DEFAULT_DEADLINE_INDEX_CONTAINER).read(timeout=SDK_TIMEOUT)
+    deadlines = cosmos.container(DEADLINE_INDEX_CONTAINER).read(timeout=SDK_TIMEOUT)
     assert deadlines["partitionKey"]["paths"] == ["/bucket"]
-    again_states, again_orders = open_cosmos_stores(cosmos.settings, cosmos.environ)
+    again_states, again_orders = open_cosmos_stores(cosmos.options, cosmos.environ)
     again_states.close()
     again_orders.close()
 
@@ -157,10 +161,16 @@ def test_a_sweep_reads_index_entries_of_expired_records_only_u3(cosmos: Cosmos) 
     hidden = create(cosmos.states, running("unindexed", NOW - timedelta(minutes=1)))
     assert hidden.etag is not None
     entry = deadline_index.EntryRef.parse(hidden.etag.partition("#")[2])
-    cosmos.container(DEFAULT_DEADLINE_INDEX_CONTAINER).delete_item(
+    cosmos.container(DEADLINE_INDEX_CONTAINER).delete_item(
         entry.entry_id, partition_key=entry.bucket, timeout=SDK_TIMEOUT
     )
-    report = sweep(cosmos.states, cosmos.settings, NOW)
+    report = sweep(
+        cosmos.states,
+        NOW,
+        policy=cosmos.settings.supervisor_policy,
+        timeouts=cosmos.settings.timeouts,
+        reply_queues=cosmos.settings.reply_queues,
+    )
     assert sorted(r.record.order_id for r in report.recoveries) == ["late-0", "late-1", "late-2"]
     query = cosmos.metrics.snapshot()[OperationKind.QUERY]
     assert query.items_read == 3
@@ -215,7 +225,7 @@ def test_a_sweep_removes_dead_entries_and_keeps_those_of_writes_in_flight_u3(
     deadline = NOW - timedelta(minutes=1)
     record = create(cosmos.states, running("o-1", deadline))
     document = cosmos.state_document("o-1")
-    index = cosmos.container(DEFAULT_DEADLINE_INDEX_CONTAINER)
+    index = cosmos.container(DEADLINE_INDEX_CONTAINER)
 
     def orphan(basis: dict[str, Any], order_id: str = "o-1") -> None:
         # What a writer that crashed after writing its entry leaves behind.
@@ -329,7 +339,9 @@ def test_a_store_that_is_down_raises_store_unavailable_and_loses_nothing() -> No
             "COSMOS_RETRY_TOTAL": "1",
             "COSMOS_RETRY_BACKOFF_MAX_SECONDS": "1",
         }
-        states, orders = open_cosmos_stores(Settings.from_environ(environ), environ)
+        states, orders = open_cosmos_stores(
+            bootstrap.cosmos_options(Settings.from_environ(environ)), environ
+        )
         create(states, transitions.new_record("o-1", None, NOW))
         server.stop()
         with pytest.raises(StoreUnavailable, match="cannot be reached"):
@@ -345,19 +357,13 @@ def test_a_store_that_is_down_raises_store_unavailable_and_loses_nothing() -> No
 # --- settings and the composition root -----------------------------------------------------
 
 
-def test_cosmos_settings_are_checked_before_connecting() -> None:
+def test_cosmos_connection_settings_are_checked_before_connecting() -> None:
+    """The COSMOS_* values themselves are checked when the settings are read (test_config)."""
+    options = bootstrap.cosmos_options(Settings(state_store="cosmos"))
     with pytest.raises(SettingsError, match="CosmosConnection"):
-        open_cosmos_stores(Settings(state_store="cosmos"), {})
+        open_cosmos_stores(options, {})
     with pytest.raises(SettingsError, match="AccountEndpoint"):
-        open_cosmos_stores(Settings(state_store="cosmos"), {"CosmosConnection": "nonsense"})
-    with pytest.raises(SettingsError, match="COSMOS_FINISHED_TTL_SECONDS"):
-        open_cosmos_stores(
-            Settings(state_store="cosmos"),
-            {
-                "CosmosConnection": f"AccountEndpoint=https://127.0.0.1:1/;AccountKey={EMULATOR_KEY};",
-                "COSMOS_FINISHED_TTL_SECONDS": "soon",
-            },
-        )
+        open_cosmos_stores(options, {"CosmosConnection": "nonsense"})
 
 
 def test_state_store_cosmos_switches_the_app_to_cosmos(
@@ -391,7 +397,9 @@ def test_the_finished_record_ttl_is_a_setting(cosmos_server: CosmosServer) -> No
         **cosmos_environ(cosmos_server.connection_string, f"ttl-{uuid.uuid4().hex[:8]}"),
         "COSMOS_FINISHED_TTL_SECONDS": "3600",
     }
-    states, orders = open_cosmos_stores(Settings.from_environ(environ), environ)
+    states, orders = open_cosmos_stores(
+        bootstrap.cosmos_options(Settings.from_environ(environ)), environ
+    )
     try:
         record = create(states, running("o-1", NOW - timedelta(seconds=1)))
         states.replace(

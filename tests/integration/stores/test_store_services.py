@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from config import Settings
 from domain.contracts import AlertKind, Order
-from domain.policies import Settings
 from domain.ports import (
     OperationKind,
     OrderStore,
@@ -31,7 +31,7 @@ from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord
 from domain.transitions import IllegalTransition
 from services.operator import load_order, resubmit_order
 from services.paging import StopReason
-from services.starter import claim_pending
+from services.starter import StarterRun, claim_pending
 from services.steps import StepOutcome, complete_order, fail_order, finish_compensation, start_step
 from services.submission import (
     INVALID_MESSAGE_REASON,
@@ -40,7 +40,7 @@ from services.submission import (
     DeadLetter,
     submit_order,
 )
-from services.supervisor import RecoveryKind, sweep
+from services.supervisor import RecoveryKind, SweepReport, sweep
 from tests.integration.stores.store_backends import StoreFactory
 
 T0 = datetime(2026, 9, 1, 10, 0, tzinfo=UTC)
@@ -53,6 +53,8 @@ SETTINGS = Settings(
     retry_delay_seconds=0,
     long_wait_after_failures=3,
 )
+TIMEOUTS = SETTINGS.timeouts
+REPLIES = SETTINGS.reply_queues
 
 
 def order_body(order_id: str, currency: str = "EUR", **extra: Any) -> str:
@@ -84,7 +86,7 @@ def submit(
         message_id=order_id,
         orders=orders,
         states=states,
-        settings=settings,
+        reply_queues=settings.reply_queues,
         now=now,
     )
 
@@ -95,8 +97,24 @@ def accepted(stores: tuple[StateStore, OrderStore], order_id: str) -> Accepted:
     return result
 
 
+def claims_at(states: StateStore, now: datetime, settings: Settings = SETTINGS) -> StarterRun:
+    """One starter run at `now` with the starter's settings (D1-D3)."""
+    return claim_pending(states, now, bounds=settings.starter_scan, timeouts=settings.timeouts)
+
+
+def sweep_at(states: StateStore, now: datetime, settings: Settings = SETTINGS) -> SweepReport:
+    """One supervisor sweep at `now` with the supervisor's settings (U1-U6)."""
+    return sweep(
+        states,
+        now,
+        policy=settings.supervisor_policy,
+        timeouts=settings.timeouts,
+        reply_queues=settings.reply_queues,
+    )
+
+
 def claim_one(states: StateStore, now: datetime = T0) -> InstanceId:
-    run = claim_pending(states, SETTINGS, now)
+    run = claims_at(states, now)
     assert len(run.claims) == 1, run
     return run.claims[0].instance_id
 
@@ -185,7 +203,7 @@ def test_an_invalid_message_is_dead_lettered_before_touching_the_stores_s3_r1(
         message_id="msg-17",
         orders=orders,
         states=states,
-        settings=SETTINGS,
+        reply_queues=REPLIES,
         now=T0,
     )
     assert isinstance(result, DeadLetter)
@@ -224,7 +242,7 @@ def test_the_starter_claims_each_pending_order_once_with_attempt_ids_d1_d2_d3(
     states, _ = stores
     for index in range(5):
         accepted(stores, f"o-{index}")
-    run = claim_pending(states, SETTINGS, T0)
+    run = claims_at(states, T0)
     assert sorted(str(claim.instance_id) for claim in run.claims) == [
         f"o-{index}:1" for index in range(5)
     ]
@@ -233,17 +251,17 @@ def test_the_starter_claims_each_pending_order_once_with_attempt_ids_d1_d2_d3(
         assert record.process_state is ProcessState.PROCESSING
         assert record.locked_by == str(claim.instance_id)
         assert record.complete_by == T0 + timedelta(seconds=60)
-    assert claim_pending(states, SETTINGS, T0).claims == ()
+    assert claims_at(states, T0).claims == ()
 
 
 def test_the_starter_respects_its_claim_cap_d1(stores: tuple[StateStore, OrderStore]) -> None:
     states, _ = stores
     for index in range(7):
         accepted(stores, f"o-{index}")
-    run = claim_pending(states, SETTINGS, T0, max_claims=3)
+    run = claims_at(states, T0, replace(SETTINGS, starter_max_claims=3))
     assert len(run.claims) == 3
     assert run.stopped is StopReason.ITEM_CAP
-    assert len(claim_pending(states, SETTINGS, T0).claims) == 4
+    assert len(claims_at(states, T0).claims) == 4
 
 
 def test_racing_starters_never_claim_the_same_attempt_d3(store_factory: StoreFactory) -> None:
@@ -259,7 +277,7 @@ def test_racing_starters_never_claim_the_same_attempt_d3(store_factory: StoreFac
         won: list[str] = []
         lost = 0
         for _ in range(50):
-            run = claim_pending(states, settings, T0)
+            run = claims_at(states, T0, settings)
             won += [str(claim.instance_id) for claim in run.claims]
             lost += run.lost_races
             if run.items_read == 0:
@@ -282,11 +300,11 @@ def test_a_fault_free_order_completes_and_reports_completed_e5_r2(
     states, _ = stores
     accepted(stores, "o-1")
     instance = claim_one(states)
-    step = start_step(states, instance, step="fulfil", now=T0, settings=SETTINGS)
+    step = start_step(states, instance, step="fulfil", now=T0, timeouts=TIMEOUTS)
     assert step.applied
     assert step.record is not None
     assert step.record.complete_by == T0 + timedelta(seconds=30)
-    done = complete_order(states, instance, now=T0 + timedelta(seconds=1), settings=SETTINGS)
+    done = complete_order(states, instance, now=T0 + timedelta(seconds=1), reply_queues=REPLIES)
     assert done.applied
     assert state_of(states, "o-1").process_state is ProcessState.PROCESSED
     assert done.status is not None
@@ -299,17 +317,23 @@ def test_a_stale_attempt_cannot_touch_the_record_of_its_successor_d4_e5(
     states, _ = stores
     accepted(stores, "o-1")
     first = claim_one(states)
-    start_step(states, first, step="fulfil", now=T0, settings=SETTINGS)
+    start_step(states, first, step="fulfil", now=T0, timeouts=TIMEOUTS)
     later = T0 + timedelta(seconds=31)
-    report = sweep(states, SETTINGS, later)
+    report = sweep_at(states, later)
     assert report.count(RecoveryKind.RETRY) == 1
     second = claim_one(states, later)
     assert second == InstanceId("o-1", 2)
     stale_writes: list[Callable[[], StepOutcome]] = [
-        lambda: start_step(states, first, step="fulfil", now=later, settings=SETTINGS),
-        lambda: complete_order(states, first, now=later, settings=SETTINGS),
+        lambda: start_step(states, first, step="fulfil", now=later, timeouts=TIMEOUTS),
+        lambda: complete_order(states, first, now=later, reply_queues=REPLIES),
         lambda: fail_order(
-            states, first, reason="late", compensate=False, now=later, settings=SETTINGS
+            states,
+            first,
+            reason="late",
+            compensate=False,
+            now=later,
+            timeouts=TIMEOUTS,
+            reply_queues=REPLIES,
         ),
     ]
     for stale_write in stale_writes:
@@ -319,7 +343,7 @@ def test_a_stale_attempt_cannot_touch_the_record_of_its_successor_d4_e5(
         assert outcome.alert is None
     record = state_of(states, "o-1")
     assert (record.process_state, record.locked_by) == (ProcessState.PROCESSING, "o-1:2")
-    assert complete_order(states, second, now=later, settings=SETTINGS).applied
+    assert complete_order(states, second, now=later, reply_queues=REPLIES).applied
 
 
 def test_a_repeated_completion_of_the_same_attempt_resends_its_status_c8_r2(
@@ -329,16 +353,22 @@ def test_a_repeated_completion_of_the_same_attempt_resends_its_status_c8_r2(
     states, _ = stores
     accepted(stores, "o-1")
     instance = claim_one(states)
-    start_step(states, instance, step="fulfil", now=T0, settings=SETTINGS)
-    first = complete_order(states, instance, now=T0, settings=SETTINGS)
-    again = complete_order(states, instance, now=T0 + timedelta(seconds=1), settings=SETTINGS)
+    start_step(states, instance, step="fulfil", now=T0, timeouts=TIMEOUTS)
+    first = complete_order(states, instance, now=T0, reply_queues=REPLIES)
+    again = complete_order(states, instance, now=T0 + timedelta(seconds=1), reply_queues=REPLIES)
     assert first.applied
     assert again.applied
     assert first.status is not None
     assert again.status is not None
     assert again.status.message_id == first.status.message_id == "o-1:completed:1"
     failed = fail_order(
-        states, instance, reason="late", compensate=False, now=T0, settings=SETTINGS
+        states,
+        instance,
+        reason="late",
+        compensate=False,
+        now=T0,
+        timeouts=TIMEOUTS,
+        reply_queues=REPLIES,
     )
     assert not failed.applied
     assert state_of(states, "o-1").process_state is ProcessState.PROCESSED
@@ -351,10 +381,10 @@ def test_a_stale_attempt_gets_nothing_after_its_successor_completed_d4_c8(
     accepted(stores, "o-1")
     first = claim_one(states)
     later = T0 + timedelta(seconds=61)
-    sweep(states, SETTINGS, later)
+    sweep_at(states, later)
     second = claim_one(states, later)
-    assert complete_order(states, second, now=later, settings=SETTINGS).applied
-    stale = complete_order(states, first, now=later, settings=SETTINGS)
+    assert complete_order(states, second, now=later, reply_queues=REPLIES).applied
+    stale = complete_order(states, first, now=later, reply_queues=REPLIES)
     assert (stale.applied, stale.status) == (False, None)
 
 
@@ -364,8 +394,8 @@ def test_a_late_completion_after_the_supervisor_took_over_is_refused_e5_e6(
     states, _ = stores
     accepted(stores, "o-1")
     instance = claim_one(states)
-    sweep(states, SETTINGS, T0 + timedelta(seconds=61))
-    outcome = complete_order(states, instance, now=T0 + timedelta(seconds=62), settings=SETTINGS)
+    sweep_at(states, T0 + timedelta(seconds=61))
+    outcome = complete_order(states, instance, now=T0 + timedelta(seconds=62), reply_queues=REPLIES)
     assert not outcome.applied
     record = state_of(states, "o-1")
     assert (record.process_state, record.failure_count) == (ProcessState.PENDING, 1)
@@ -378,7 +408,13 @@ def test_a_permanent_error_ends_in_error_with_an_alert_and_a_failed_status_e8(
     accepted(stores, "o-1")
     instance = claim_one(states)
     outcome = fail_order(
-        states, instance, reason="card declined", compensate=False, now=T0, settings=SETTINGS
+        states,
+        instance,
+        reason="card declined",
+        compensate=False,
+        now=T0,
+        timeouts=TIMEOUTS,
+        reply_queues=REPLIES,
     )
     assert outcome.applied
     assert state_of(states, "o-1").process_state is ProcessState.ERROR
@@ -396,13 +432,19 @@ def test_a_failure_after_completed_steps_compensates_and_reports_it_c1_c2(
     states, _ = stores
     for order_id in ("o-ok", "o-bad"):
         accepted(stores, order_id)
-    for instance in claim_pending(states, SETTINGS, T0).claims:
+    for instance in claims_at(states, T0).claims:
         iid = instance.instance_id
         reserved = CompletedStep("reserve", f"{iid.order_id}:reserve", T0)
-        start_step(states, iid, step="reserve", now=T0, settings=SETTINGS)
-        start_step(states, iid, step="charge", now=T0, settings=SETTINGS, completed=reserved)
+        start_step(states, iid, step="reserve", now=T0, timeouts=TIMEOUTS)
+        start_step(states, iid, step="charge", now=T0, timeouts=TIMEOUTS, completed=reserved)
         failing = fail_order(
-            states, iid, reason="charge refused", compensate=True, now=T0, settings=SETTINGS
+            states,
+            iid,
+            reason="charge refused",
+            compensate=True,
+            now=T0,
+            timeouts=TIMEOUTS,
+            reply_queues=REPLIES,
         )
         assert failing.applied
         assert failing.status is None
@@ -410,7 +452,7 @@ def test_a_failure_after_completed_steps_compensates_and_reports_it_c1_c2(
         assert compensating.process_state is ProcessState.COMPENSATING
         assert compensating.compensation_log == (reserved,)
         failure = None if iid.order_id == "o-ok" else "release refused"
-        finished = finish_compensation(states, iid, failure=failure, now=T0, settings=SETTINGS)
+        finished = finish_compensation(states, iid, failure=failure, now=T0, reply_queues=REPLIES)
         assert finished.applied
         assert finished.status is not None
         if failure is None:
@@ -430,8 +472,7 @@ def test_a_reply_queue_removed_from_the_allow_list_gets_no_status_r1(
     states, _ = stores
     accepted(stores, "o-1")
     instance = claim_one(states)
-    locked_down = replace(SETTINGS, reply_queues=frozenset())
-    outcome = complete_order(states, instance, now=T0, settings=locked_down)
+    outcome = complete_order(states, instance, now=T0, reply_queues=frozenset())
     assert outcome.applied
     assert outcome.status is None
 
@@ -446,7 +487,7 @@ def expired_orders(stores: tuple[StateStore, OrderStore], count: int) -> datetim
         accepted(stores, f"o-{index:03}")
     claimed = 0
     while claimed < count:
-        claimed += len(claim_pending(states, SETTINGS, T0).claims)
+        claimed += len(claims_at(states, T0).claims)
     return T0 + timedelta(seconds=SETTINGS.claim_timeout_seconds + 1)
 
 
@@ -456,12 +497,12 @@ def test_a_sweep_is_bounded_by_its_item_cap_and_the_next_one_continues_u2_u6(
     states, _ = stores
     later = expired_orders(stores, 30)
     settings = replace(SETTINGS, store_page_size=4, supervisor_max_items=10)
-    first = sweep(states, settings, later)
+    first = sweep_at(states, later, settings)
     assert (first.items_read, first.pages, first.stopped) == (10, 3, StopReason.ITEM_CAP)
     assert len(first.recoveries) == first.writes == 10
     totals = [len(first.recoveries)]
     for _ in range(5):
-        report = sweep(states, settings, later)
+        report = sweep_at(states, later, settings)
         totals.append(len(report.recoveries))
         if report.stopped is StopReason.EXHAUSTED:
             break
@@ -477,7 +518,7 @@ def test_a_sweep_is_bounded_by_its_page_cap_u2(stores: tuple[StateStore, OrderSt
     states, _ = stores
     later = expired_orders(stores, 10)
     settings = replace(SETTINGS, store_page_size=3, supervisor_max_pages=2)
-    report = sweep(states, settings, later)
+    report = sweep_at(states, later, settings)
     assert (report.items_read, report.pages, report.stopped) == (6, 2, StopReason.PAGE_CAP)
 
 
@@ -493,7 +534,7 @@ def test_a_sweep_stops_when_the_store_repeats_a_continuation_token_u2(
         return Page(page.items, "same-token-every-time")
 
     monkeypatch.setattr(states, "query_expired", looping_query)
-    report = sweep(states, SETTINGS, later)
+    report = sweep_at(states, later)
     assert report.stopped is StopReason.REPEATED_TOKEN
     assert report.pages == 2
 
@@ -504,7 +545,7 @@ def test_a_sweep_ignores_records_outside_its_window_u2(
     states, _ = stores
     expired_orders(stores, 2)
     far_later = T0 + timedelta(seconds=SETTINGS.supervisor_window_seconds + 120)
-    report = sweep(states, SETTINGS, far_later)
+    report = sweep_at(states, far_later)
     assert report.items_read == 0
     assert report.recoveries == ()
 
@@ -519,7 +560,7 @@ def test_below_the_threshold_an_order_is_retried_and_at_it_given_up_with_an_aler
     for attempt in (1, 2, 3):
         assert claim_one(states, now) == InstanceId("o-1", attempt)
         now += timedelta(seconds=61)
-        report = sweep(states, SETTINGS, now)
+        report = sweep_at(states, now)
         assert len(report.recoveries) == 1
         kinds.append(report.recoveries[0].kind)
         assert report.recoveries[0].expired_instance == f"o-1:{attempt}"
@@ -532,7 +573,7 @@ def test_below_the_threshold_an_order_is_retried_and_at_it_given_up_with_an_aler
     assert gave_up.alert.body["kind"] == "order-error"
     assert "MAX_FAILURES=3" in gave_up.alert.body["reason"]
     assert gave_up.status.message_id == "o-1:failed:3"
-    assert claim_pending(states, SETTINGS, now + timedelta(hours=1)).claims == ()
+    assert claims_at(states, now + timedelta(hours=1)).claims == ()
 
 
 def test_past_the_long_wait_threshold_the_retry_waits_longer_u5(
@@ -549,15 +590,15 @@ def test_past_the_long_wait_threshold_the_retry_waits_longer_u5(
     accepted(stores, "o-1")
     claim_one(states)
     now = T0 + timedelta(seconds=61)
-    assert sweep(states, settings, now).recoveries[0].kind is RecoveryKind.RETRY
+    assert sweep_at(states, now, settings).recoveries[0].kind is RecoveryKind.RETRY
     now += timedelta(seconds=1)
     claim_one(states, now)
     now += timedelta(seconds=61)
-    report = sweep(states, settings, now)
+    report = sweep_at(states, now, settings)
     assert report.recoveries[0].kind is RecoveryKind.RETRY_AFTER_LONG_WAIT
     assert state_of(states, "o-1").complete_by == now + timedelta(seconds=300)
-    assert claim_pending(states, settings, now + timedelta(seconds=299)).claims == ()
-    assert len(claim_pending(states, settings, now + timedelta(seconds=300)).claims) == 1
+    assert claims_at(states, now + timedelta(seconds=299), settings).claims == ()
+    assert len(claims_at(states, now + timedelta(seconds=300), settings).claims) == 1
 
 
 def test_two_supervisors_at_once_never_double_count_a_failure_u6(
@@ -571,7 +612,7 @@ def test_two_supervisors_at_once_never_double_count_a_failure_u6(
 
     def run_sweep(states: StateStore) -> tuple[int, int]:
         barrier.wait()
-        report = sweep(states, settings, later)
+        report = sweep_at(states, later, settings)
         return len(report.recoveries), report.lost_races
 
     with ThreadPoolExecutor(len(supervisors)) as pool:
@@ -590,16 +631,18 @@ def test_giving_up_after_completed_steps_requests_compensation_and_a_stall_is_re
     accepted(stores, "o-1")
     instance = claim_one(states)
     reserved = CompletedStep("reserve", "o-1:reserve", T0)
-    start_step(states, instance, step="charge", now=T0, settings=settings, completed=reserved)
+    start_step(
+        states, instance, step="charge", now=T0, timeouts=settings.timeouts, completed=reserved
+    )
     now = T0 + timedelta(seconds=31)
-    requested = sweep(states, settings, now).recoveries[0]
+    requested = sweep_at(states, now, settings).recoveries[0]
     assert requested.kind is RecoveryKind.COMPENSATION_REQUESTED
     assert requested.compensation_instance == InstanceId("o-1", 2)
     assert requested.status is None
     assert requested.alert is None
     record = state_of(states, "o-1")
     assert (record.process_state, record.locked_by) == (ProcessState.COMPENSATING, "o-1:2")
-    stalled = sweep(states, settings, now + timedelta(seconds=91)).recoveries[0]
+    stalled = sweep_at(states, now + timedelta(seconds=91), settings).recoveries[0]
     assert stalled.kind is RecoveryKind.COMPENSATION_STALLED
     assert stalled.alert is not None
     assert stalled.status is not None
@@ -620,8 +663,8 @@ def test_a_fault_free_order_costs_at_most_five_writes_and_two_reads(
     accepted(stores, "o-1")
     instance = claim_one(states)
     assert orders.get("o-1") is not None
-    start_step(states, instance, step="fulfil", now=T0, settings=SETTINGS)
-    assert complete_order(states, instance, now=T0, settings=SETTINGS).applied
+    start_step(states, instance, step="fulfil", now=T0, timeouts=TIMEOUTS)
+    assert complete_order(states, instance, now=T0, reply_queues=REPLIES).applied
     total = metrics.total()
     assert (total.writes, total.reads) == (5, 2)
     snapshot = metrics.snapshot()
@@ -648,7 +691,15 @@ def test_an_operator_resubmits_an_order_in_error_for_a_new_attempt_e8(
     states, _ = stores
     accepted(stores, "o-1")
     instance = claim_one(states)
-    fail_order(states, instance, reason="permanent", compensate=False, now=T0, settings=SETTINGS)
+    fail_order(
+        states,
+        instance,
+        reason="permanent",
+        compensate=False,
+        now=T0,
+        timeouts=TIMEOUTS,
+        reply_queues=REPLIES,
+    )
     resubmitted = resubmit_order(states, "o-1", T0 + timedelta(minutes=5))
     assert resubmitted.process_state is ProcessState.PENDING
     assert claim_one(states, T0 + timedelta(minutes=5)) == InstanceId("o-1", 2)

@@ -1,22 +1,22 @@
-"""Settings, retry budget, backoff, breaker and supervisor decisions (E7, E9, U4, U5, C4)."""
+"""Budget, backoff, breaker, deadlines and supervisor decisions (D3, E2, E7, E9, U2, U4, U5, C4)."""
 
 from __future__ import annotations
 
 import random
-from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from domain.policies import (
-    ENVIRONMENT_NAMES,
     BreakerState,
     CircuitBreaker,
     GiveUp,
     Retry,
     RetryBudget,
-    Settings,
-    SettingsError,
+    RetryBudgetTooSmall,
+    ScanBounds,
+    SupervisorPolicy,
+    Timeouts,
     claim_deadline,
     compensation_deadline,
     full_jitter_delay,
@@ -27,79 +27,25 @@ from domain.policies import (
 )
 
 NOW = datetime(2026, 7, 1, tzinfo=UTC)
+SCAN = ScanBounds(page_size=100, max_items=500, max_pages=20)
 
 
-def test_defaults_use_the_contract_names_and_values() -> None:
-    settings = Settings.from_environ({})
-    assert settings == Settings()
-    assert settings.orders_queue == "orders"
-    assert settings.agent_requests_queue == "agent-requests"
-    assert settings.agent_responses_queue == "agent-responses"
-    assert settings.operator_alerts_queue == "operator-alerts"
-    assert settings.state_store == "sqlite"
-    assert settings.cosmos_database == "orderprocessing"
-    assert (settings.cosmos_state_container, settings.cosmos_orders_container) == (
-        "state",
-        "orders",
+def supervisor_policy(
+    *,
+    max_failures: int,
+    long_wait_after_failures: int,
+    retry_delay_seconds: float = 1.0,
+    long_retry_delay_seconds: float = 30.0,
+    window_seconds: float = 86400.0,
+) -> SupervisorPolicy:
+    return SupervisorPolicy(
+        max_failures=max_failures,
+        retry_delay_seconds=retry_delay_seconds,
+        long_wait_after_failures=long_wait_after_failures,
+        long_retry_delay_seconds=long_retry_delay_seconds,
+        window_seconds=window_seconds,
+        scan=SCAN,
     )
-    assert settings.reply_queues == frozenset()
-    contract = {
-        "ORDERS_QUEUE",
-        "AGENT_REQUESTS_QUEUE",
-        "AGENT_RESPONSES_QUEUE",
-        "OPERATOR_ALERTS_QUEUE",
-        "REPLY_QUEUES",
-        "STATE_STORE",
-        "COSMOS_DATABASE",
-        "COSMOS_STATE_CONTAINER",
-        "COSMOS_ORDERS_CONTAINER",
-        "STARTER_SCHEDULE",
-        "SUPERVISOR_SCHEDULE",
-        "STEP_TIMEOUT_SECONDS",
-        "MAX_FAILURES",
-    }
-    assert contract <= set(ENVIRONMENT_NAMES.values())
-
-
-def test_settings_are_read_from_the_environment() -> None:
-    settings = Settings.from_environ(
-        {
-            "REPLY_QUEUES": " replies-a, replies-b ,,",
-            "STEP_TIMEOUT_SECONDS": "2.5",
-            "MAX_FAILURES": "5",
-            "RETRY_BUDGET": "20",
-            "STATE_STORE": "cosmos",
-            "SUPERVISOR_SCHEDULE": "0 */1 * * * *",
-            "ORDERS_QUEUE": "orders-eu",
-            "UNRELATED": "ignored",
-        }
-    )
-    assert settings.reply_queues == frozenset({"replies-a", "replies-b"})
-    assert settings.step_timeout_seconds == 2.5
-    assert settings.max_failures == 5
-    assert settings.agent_max_tries == 4
-    assert settings.state_store == "cosmos"
-    assert settings.supervisor_schedule == "0 */1 * * * *"
-    assert settings.orders_queue == "orders-eu"
-
-
-@pytest.mark.parametrize(
-    ("name", "value", "message"),
-    [
-        ("MAX_FAILURES", "0", "MAX_FAILURES must be a positive integer, got '0'"),
-        ("MAX_FAILURES", "three", "MAX_FAILURES must be a positive integer"),
-        ("STEP_TIMEOUT_SECONDS", "-1", "STEP_TIMEOUT_SECONDS must be a number of seconds >= 0"),
-        ("STEP_TIMEOUT_SECONDS", "nan", "STEP_TIMEOUT_SECONDS must be a number of seconds >= 0"),
-        ("STEP_TIMEOUT_SECONDS", "soon", "STEP_TIMEOUT_SECONDS must be a number of seconds"),
-        ("STATE_STORE", "postgres", "STATE_STORE must be 'sqlite' or 'cosmos'"),
-        ("STARTER_SCHEDULE", "*/5 * * * *", "STARTER_SCHEDULE must be a six-field NCRONTAB"),
-        ("ORDERS_QUEUE", "  ", "ORDERS_QUEUE must not be empty"),
-        ("RETRY_BUDGET", "2", "RETRY_BUDGET=2 is smaller than MAX_FAILURES=3"),
-    ],
-)
-def test_bad_settings_fail_fast_naming_the_setting(name: str, value: str, message: str) -> None:
-    with pytest.raises(SettingsError, match=message.replace("*", r"\*").replace("(", r"\(")):
-        Settings.from_environ({name: value})
 
 
 @pytest.mark.parametrize(
@@ -115,9 +61,9 @@ def test_agent_tries_are_derived_so_the_combined_maximum_fits_the_budget_c4(
 
 
 def test_budget_factors_must_be_positive_c4() -> None:
-    with pytest.raises(SettingsError, match=">= 1"):
+    with pytest.raises(ValueError, match=">= 1"):
         RetryBudget(10, 0)
-    with pytest.raises(SettingsError, match="raise RETRY_BUDGET"):
+    with pytest.raises(RetryBudgetTooSmall, match="5 tries is smaller than 3 supervisor attempts"):
         RetryBudget(5, 3, 2)
 
 
@@ -230,26 +176,25 @@ def test_breaker_reopens_when_the_trial_fails_e9() -> None:
 
 
 def test_supervisor_retries_below_the_threshold_and_gives_up_at_it_u4() -> None:
-    settings = Settings(max_failures=3, long_wait_after_failures=5, retry_delay_seconds=2.0)
-    first = supervisor_decision(0, NOW, settings)
+    policy = supervisor_policy(max_failures=3, long_wait_after_failures=5, retry_delay_seconds=2.0)
+    first = supervisor_decision(0, NOW, policy)
     assert first == Retry(1, NOW + timedelta(seconds=2), long_wait=False)
-    assert supervisor_decision(1, NOW, settings) == Retry(2, NOW + timedelta(seconds=2), False)
-    given_up = supervisor_decision(2, NOW, settings)
+    assert supervisor_decision(1, NOW, policy) == Retry(2, NOW + timedelta(seconds=2), False)
+    given_up = supervisor_decision(2, NOW, policy)
     assert isinstance(given_up, GiveUp)
     assert given_up.failures == 3
     assert "MAX_FAILURES=3" in given_up.reason
-    assert isinstance(supervisor_decision(7, NOW, settings), GiveUp)
+    assert isinstance(supervisor_decision(7, NOW, policy), GiveUp)
 
 
 def test_supervisor_waits_longer_past_the_long_wait_threshold_u5() -> None:
-    settings = Settings(
+    policy = supervisor_policy(
         max_failures=5,
-        retry_budget=10,
         long_wait_after_failures=2,
         retry_delay_seconds=1.0,
         long_retry_delay_seconds=60.0,
     )
-    decisions = [supervisor_decision(count, NOW, settings) for count in range(5)]
+    decisions = [supervisor_decision(count, NOW, policy) for count in range(5)]
     assert decisions[:4] == [
         Retry(1, NOW + timedelta(seconds=1), long_wait=False),
         Retry(2, NOW + timedelta(seconds=60), long_wait=True),
@@ -259,20 +204,10 @@ def test_supervisor_waits_longer_past_the_long_wait_threshold_u5() -> None:
     assert isinstance(decisions[4], GiveUp)
 
 
-def test_deadlines_follow_their_settings_d3_e2_u2() -> None:
-    settings = Settings(
-        step_timeout_seconds=30,
-        claim_timeout_seconds=45,
-        compensation_timeout_seconds=90,
-        supervisor_window_seconds=3600,
-    )
-    assert step_deadline(NOW, settings) == NOW + timedelta(seconds=30)
-    assert claim_deadline(NOW, settings) == NOW + timedelta(seconds=45)
-    assert compensation_deadline(NOW, settings) == NOW + timedelta(seconds=90)
-    assert sweep_window_start(NOW, settings) == NOW - timedelta(hours=1)
-
-
-def test_every_settings_field_has_its_own_environment_name() -> None:
-    names = [field.name for field in fields(Settings)]
-    assert sorted(names) == sorted(ENVIRONMENT_NAMES)
-    assert len(set(ENVIRONMENT_NAMES.values())) == len(names)
+def test_deadlines_follow_their_timeouts_and_the_sweep_window_d3_e2_u2() -> None:
+    timeouts = Timeouts(claim_seconds=45, step_seconds=30, compensation_seconds=90)
+    assert step_deadline(NOW, timeouts) == NOW + timedelta(seconds=30)
+    assert claim_deadline(NOW, timeouts) == NOW + timedelta(seconds=45)
+    assert compensation_deadline(NOW, timeouts) == NOW + timedelta(seconds=90)
+    policy = supervisor_policy(max_failures=3, long_wait_after_failures=2, window_seconds=3600)
+    assert sweep_window_start(NOW, policy) == NOW - timedelta(hours=1)

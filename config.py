@@ -1,0 +1,405 @@
+"""The app's settings, each declared once: its name, default, parser and meaning.
+
+`Settings.from_environ` reads them from the app settings (the process environment on
+Azure; local.settings.json `Values` under the devhost), and a bad value fails fast with a
+`SettingsError` that names the setting and what it accepts. Names follow contracts.md
+exactly. Host and connection settings (FUNCTIONS_WORKER_RUNTIME, AzureWebJobsStorage,
+ServiceBusConnection, CosmosConnection, ...) are the Functions host's and the adapters'
+to read, not declared here.
+
+The domain never sees this module: `Settings` hands the service layer domain values
+(`timeouts`, `starter_scan`, `supervisor_policy`, `agent_policy`, `budget`, `reply_queues`),
+and bootstrap.py hands the adapters their options. The values set the rules D3, E1, E2,
+E7, E9, R1, U2, U4, U5, U7, C2 and C4; C4's budget is checked here against MAX_FAILURES and
+AGENT_DELIVERY_ATTEMPTS when the settings are read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
+
+from domain.policies import (
+    AGENT_TRANSPORT_ACTIVITY,
+    AGENT_TRANSPORT_SERVICEBUS,
+    AgentPolicy,
+    RetryBudget,
+    RetryBudgetTooSmall,
+    ScanBounds,
+    SupervisorPolicy,
+    Timeouts,
+)
+
+T = TypeVar("T")
+Parser = Callable[[str, str], T]
+"""Turns the text of the setting named by its second argument into a value, or raises."""
+
+
+class SettingsError(ValueError):
+    """An app setting has a value this app cannot run with."""
+
+
+def _text(value: str, name: str) -> str:
+    if not value.strip():
+        raise SettingsError(f"{name} must not be empty")
+    return value.strip()
+
+
+def _positive_int(value: str, name: str) -> int:
+    try:
+        parsed = int(value)
+    except ValueError:
+        raise SettingsError(f"{name} must be a positive integer, got {value!r}") from None
+    if parsed < 1:
+        raise SettingsError(f"{name} must be a positive integer, got {value!r}")
+    return parsed
+
+
+def _seconds(value: str, name: str) -> float:
+    try:
+        parsed = float(value)
+    except ValueError:
+        raise SettingsError(f"{name} must be a number of seconds, got {value!r}") from None
+    if not parsed >= 0:
+        raise SettingsError(f"{name} must be a number of seconds >= 0, got {value!r}")
+    return parsed
+
+
+def _whole_above_zero(value: str, name: str) -> int:
+    try:
+        parsed = int(value)
+    except ValueError:
+        raise SettingsError(f"{name} must be a whole number, got {value!r}") from None
+    if parsed <= 0:
+        raise SettingsError(f"{name} must be > 0, got {value!r}")
+    return parsed
+
+
+def _number_above_zero(value: str, name: str) -> float:
+    try:
+        parsed = float(value)
+    except ValueError:
+        raise SettingsError(f"{name} must be a number, got {value!r}") from None
+    if not parsed > 0:
+        raise SettingsError(f"{name} must be > 0, got {value!r}")
+    return parsed
+
+
+def _ncrontab(value: str, name: str) -> str:
+    if len(value.split()) != 6:
+        raise SettingsError(
+            f"{name} must be a six-field NCRONTAB expression "
+            f"('{{second}} {{minute}} {{hour}} {{day}} {{month}} {{day-of-week}}'), got {value!r}"
+        )
+    return value.strip()
+
+
+def _queue_list(value: str, name: str) -> frozenset[str]:
+    return frozenset(part.strip() for part in value.split(",") if part.strip())
+
+
+def _one_of(*choices: str) -> Parser[str]:
+    def parse(value: str, name: str) -> str:
+        if value not in choices:
+            accepted = " or ".join(repr(choice) for choice in choices)
+            raise SettingsError(f"{name} must be {accepted}, got {value!r}")
+        return value
+
+    return parse
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """One app setting: its name, its value when unset, how its text is read, what it means.
+
+    With `blank_is_default`, an empty value counts as unset (the setting keeps its default);
+    otherwise an empty value goes to the parser like any other.
+    """
+
+    name: str
+    default: object
+    parse: Parser[object]
+    meaning: str
+    blank_is_default: bool = False
+
+
+_DECLARATION = "declaration"
+
+
+def _setting(
+    name: str, default: T, parse: Parser[T], meaning: str, *, blank_is_default: bool = False
+) -> T:
+    """A `Settings` field declared with everything about its app setting."""
+    declared = Declaration(name, default, parse, meaning, blank_is_default)
+    return field(default=default, metadata={_DECLARATION: declared})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The app settings this app reads, with their defaults."""
+
+    orders_queue: str = _setting("ORDERS_QUEUE", "orders", _text, "submissions (S1)")
+    agent_requests_queue: str = _setting(
+        "AGENT_REQUESTS_QUEUE", "agent-requests", _text, "scheduler -> agent (E1)"
+    )
+    agent_responses_queue: str = _setting(
+        "AGENT_RESPONSES_QUEUE", "agent-responses", _text, "agent -> scheduler (E3)"
+    )
+    operator_alerts_queue: str = _setting(
+        "OPERATOR_ALERTS_QUEUE", "operator-alerts", _text, "operator alerts (S3, E8, U4, C2)"
+    )
+    reply_queues: frozenset[str] = _setting(
+        "REPLY_QUEUES",
+        frozenset(),
+        _queue_list,
+        "comma-separated allow-list of reply queues apps may name (R1)",
+    )
+    agent_transport: str = _setting(
+        "AGENT_TRANSPORT",
+        AGENT_TRANSPORT_SERVICEBUS,
+        _one_of(AGENT_TRANSPORT_SERVICEBUS, AGENT_TRANSPORT_ACTIVITY),
+        "the agent behind the Service Bus queue pair, or run as an activity (E1)",
+    )
+    fulfilment_service_url: str | None = _setting(
+        "FULFILMENT_SERVICE_URL",
+        None,
+        _text,
+        "base URL of the remote fulfilment service; the agent cannot run without it",
+        blank_is_default=True,
+    )
+    state_store: str = _setting(
+        "STATE_STORE", "sqlite", _one_of("sqlite", "cosmos"), "the state store and orders database"
+    )
+    sqlite_directory: str = _setting(
+        "SQLITE_DIRECTORY", ".data", _text, "where the SQLite state store and orders database live"
+    )
+    cosmos_database: str = _setting(
+        "COSMOS_DATABASE", "orderprocessing", _text, "the Cosmos database of the containers"
+    )
+    cosmos_state_container: str = _setting(
+        "COSMOS_STATE_CONTAINER", "state", _text, "the Cosmos container of the state store"
+    )
+    cosmos_orders_container: str = _setting(
+        "COSMOS_ORDERS_CONTAINER", "orders", _text, "the Cosmos container of the orders database"
+    )
+    cosmos_deadline_index_container: str = _setting(
+        "COSMOS_DEADLINE_INDEX_CONTAINER",
+        "deadlines",
+        _text,
+        "the Cosmos container of the supervisor's recovery index (U3)",
+        blank_is_default=True,
+    )
+    cosmos_finished_ttl_seconds: int = _setting(
+        "COSMOS_FINISHED_TTL_SECONDS",
+        30 * 86400,
+        _whole_above_zero,
+        "time to live of finished state records",
+        blank_is_default=True,
+    )
+    cosmos_retry_total: int = _setting(
+        "COSMOS_RETRY_TOTAL",
+        5,
+        _whole_above_zero,
+        "the SDK's retries of 429 and transient errors (C4)",
+        blank_is_default=True,
+    )
+    cosmos_retry_backoff_max_seconds: int = _setting(
+        "COSMOS_RETRY_BACKOFF_MAX_SECONDS",
+        5,
+        _whole_above_zero,
+        "the longest wait between two of the SDK's retries",
+        blank_is_default=True,
+    )
+    cosmos_connection_timeout_seconds: float = _setting(
+        "COSMOS_CONNECTION_TIMEOUT_SECONDS",
+        5.0,
+        _number_above_zero,
+        "how long one Cosmos request may take to connect",
+        blank_is_default=True,
+    )
+    cosmos_read_timeout_seconds: float = _setting(
+        "COSMOS_READ_TIMEOUT_SECONDS",
+        10.0,
+        _number_above_zero,
+        "how long one Cosmos request may wait for its answer",
+        blank_is_default=True,
+    )
+    cosmos_operation_timeout_seconds: float = _setting(
+        "COSMOS_OPERATION_TIMEOUT_SECONDS",
+        30.0,
+        _number_above_zero,
+        "how long one store call may take, its SDK retries included",
+        blank_is_default=True,
+    )
+    starter_schedule: str = _setting(
+        "STARTER_SCHEDULE", "*/2 * * * * *", _ncrontab, "NCRONTAB cadence of the starter (U7)"
+    )
+    supervisor_schedule: str = _setting(
+        "SUPERVISOR_SCHEDULE",
+        "*/15 * * * * *",
+        _ncrontab,
+        "NCRONTAB cadence of the supervisor (U7)",
+    )
+    step_timeout_seconds: float = _setting(
+        "STEP_TIMEOUT_SECONDS", 30.0, _seconds, "CompleteBy budget of one step (E2)"
+    )
+    claim_timeout_seconds: float = _setting(
+        "CLAIM_TIMEOUT_SECONDS",
+        60.0,
+        _seconds,
+        "provisional CompleteBy of a claim, before the orchestration sets its own (D3)",
+    )
+    compensation_timeout_seconds: float = _setting(
+        "COMPENSATION_TIMEOUT_SECONDS", 60.0, _seconds, "deadline of a compensation run (C2)"
+    )
+    max_failures: int = _setting(
+        "MAX_FAILURES", 3, _positive_int, "expired attempts before the supervisor gives up (U4)"
+    )
+    retry_delay_seconds: float = _setting(
+        "RETRY_DELAY_SECONDS",
+        1.0,
+        _seconds,
+        "wait before the starter may retry an expired attempt (U4)",
+    )
+    long_wait_after_failures: int = _setting(
+        "LONG_WAIT_AFTER_FAILURES",
+        2,
+        _positive_int,
+        "failures from which a retry waits LONG_RETRY_DELAY_SECONDS instead (U5)",
+    )
+    long_retry_delay_seconds: float = _setting(
+        "LONG_RETRY_DELAY_SECONDS", 30.0, _seconds, "the longer wait before a retry (U5)"
+    )
+    retry_budget: int = _setting(
+        "RETRY_BUDGET",
+        12,
+        _positive_int,
+        "the end-to-end budget of tries; the agent's share is derived from it (C4)",
+    )
+    agent_delivery_attempts: int = _setting(
+        "AGENT_DELIVERY_ATTEMPTS",
+        1,
+        _positive_int,
+        "how often messaging may deliver one agent request (C4)",
+    )
+    agent_backoff_base_seconds: float = _setting(
+        "AGENT_BACKOFF_BASE_SECONDS", 0.1, _seconds, "the agent's first backoff ceiling (E9)"
+    )
+    agent_backoff_max_seconds: float = _setting(
+        "AGENT_BACKOFF_MAX_SECONDS", 5.0, _seconds, "the agent's largest backoff ceiling (E9)"
+    )
+    breaker_failure_threshold: int = _setting(
+        "BREAKER_FAILURE_THRESHOLD",
+        5,
+        _positive_int,
+        "failures in a row that open the agent's circuit breaker (E9)",
+    )
+    breaker_reset_seconds: float = _setting(
+        "BREAKER_RESET_SECONDS",
+        30.0,
+        _seconds,
+        "how long the open breaker refuses calls before a trial call (E9)",
+    )
+    store_page_size: int = _setting(
+        "STORE_PAGE_SIZE", 100, _positive_int, "records per page of a store scan (U2)"
+    )
+    starter_max_claims: int = _setting(
+        "STARTER_MAX_CLAIMS", 200, _positive_int, "records one starter run may claim (D1)"
+    )
+    starter_max_pages: int = _setting(
+        "STARTER_MAX_PAGES", 20, _positive_int, "pages one starter run may read (D1)"
+    )
+    supervisor_window_seconds: float = _setting(
+        "SUPERVISOR_WINDOW_SECONDS",
+        86400.0,
+        _seconds,
+        "how far back a sweep looks for expired deadlines (U2)",
+    )
+    supervisor_max_items: int = _setting(
+        "SUPERVISOR_MAX_ITEMS", 500, _positive_int, "records one sweep may read (U2)"
+    )
+    supervisor_max_pages: int = _setting(
+        "SUPERVISOR_MAX_PAGES", 20, _positive_int, "pages one sweep may read (U2)"
+    )
+
+    def __post_init__(self) -> None:
+        _ = self.budget  # C4: refuse a budget that leaves the agent no try, at startup
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> Settings:
+        """Read every declared setting from `environ`; unset ones keep their default."""
+        values: dict[str, Any] = {}
+        for field_name, declared in _declared_fields():
+            raw = environ.get(declared.name)
+            if raw is None or (declared.blank_is_default and not raw.strip()):
+                continue
+            values[field_name] = declared.parse(raw, declared.name)
+        return cls(**values)
+
+    @property
+    def budget(self) -> RetryBudget:
+        """C4's one budget: RETRY_BUDGET over MAX_FAILURES x AGENT_DELIVERY_ATTEMPTS."""
+        try:
+            return RetryBudget(self.retry_budget, self.max_failures, self.agent_delivery_attempts)
+        except RetryBudgetTooSmall:
+            raise SettingsError(
+                f"RETRY_BUDGET={self.retry_budget} is smaller than MAX_FAILURES="
+                f"{self.max_failures} x AGENT_DELIVERY_ATTEMPTS="
+                f"{self.agent_delivery_attempts}: raise RETRY_BUDGET or lower the others"
+            ) from None
+
+    @property
+    def timeouts(self) -> Timeouts:
+        return Timeouts(
+            claim_seconds=self.claim_timeout_seconds,
+            step_seconds=self.step_timeout_seconds,
+            compensation_seconds=self.compensation_timeout_seconds,
+        )
+
+    @property
+    def starter_scan(self) -> ScanBounds:
+        return ScanBounds(self.store_page_size, self.starter_max_claims, self.starter_max_pages)
+
+    @property
+    def supervisor_policy(self) -> SupervisorPolicy:
+        return SupervisorPolicy(
+            max_failures=self.max_failures,
+            retry_delay_seconds=self.retry_delay_seconds,
+            long_wait_after_failures=self.long_wait_after_failures,
+            long_retry_delay_seconds=self.long_retry_delay_seconds,
+            window_seconds=self.supervisor_window_seconds,
+            scan=ScanBounds(
+                self.store_page_size, self.supervisor_max_items, self.supervisor_max_pages
+            ),
+        )
+
+    @property
+    def agent_policy(self) -> AgentPolicy:
+        return AgentPolicy(
+            max_tries=self.budget.agent_max_tries,
+            backoff_base_seconds=self.agent_backoff_base_seconds,
+            backoff_max_seconds=self.agent_backoff_max_seconds,
+        )
+
+    @property
+    def fulfilment_base_url(self) -> str:
+        """FULFILMENT_SERVICE_URL, checked where it is needed: only the agent calls it."""
+        if self.fulfilment_service_url is None:
+            name = declaration("fulfilment_service_url").name
+            raise SettingsError(f"the app setting {name} is not set")
+        return self.fulfilment_service_url
+
+
+def _declared_fields() -> list[tuple[str, Declaration]]:
+    return [(each.name, each.metadata[_DECLARATION]) for each in fields(Settings)]
+
+
+def declarations() -> tuple[Declaration, ...]:
+    """Every app setting this app reads, in the order `Settings` declares them."""
+    return tuple(declared for _, declared in _declared_fields())
+
+
+def declaration(field_name: str) -> Declaration:
+    """The declaration of the `Settings` field `field_name`."""
+    return dict(_declared_fields())[field_name]

@@ -1,0 +1,283 @@
+"""App settings: one declaration each, read from the environment, failing fast when bad.
+
+Also that the declarations, local.settings.sample.json and the README's settings table
+agree: every declared setting is in the sample with its default and in the README with
+its default, and every setting of the sample is declared or is one of the host's and the
+connections' own settings, which the app does not parse.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from config import Settings, SettingsError, declarations
+from domain.policies import AgentPolicy, ScanBounds, SupervisorPolicy, Timeouts
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "local.settings.sample.json"
+README = ROOT / "README.md"
+SETTINGS_HEADING = "## Settings"
+
+HOST_AND_CONNECTION_SETTINGS = frozenset(
+    {
+        "FUNCTIONS_WORKER_RUNTIME",
+        "AzureWebJobsStorage",
+        "PYTHON_ISOLATE_WORKER_DEPENDENCIES",
+        "ServiceBusConnection",
+        "CosmosConnection",
+    }
+)
+"""Read by the Functions host, the worker or the adapters' SDK clients, not parsed here."""
+
+SET_FOR_THE_LOCAL_RUN = frozenset({"REPLY_QUEUES", "FULFILMENT_SERVICE_URL"})
+"""Sample values that point the local pipeline at its own pieces instead of the default."""
+
+CONTRACT_SETTINGS = frozenset(
+    {
+        "ORDERS_QUEUE",
+        "AGENT_REQUESTS_QUEUE",
+        "AGENT_RESPONSES_QUEUE",
+        "OPERATOR_ALERTS_QUEUE",
+        "REPLY_QUEUES",
+        "STATE_STORE",
+        "COSMOS_DATABASE",
+        "COSMOS_STATE_CONTAINER",
+        "COSMOS_ORDERS_CONTAINER",
+        "STARTER_SCHEDULE",
+        "SUPERVISOR_SCHEDULE",
+        "STEP_TIMEOUT_SECONDS",
+        "MAX_FAILURES",
+    }
+)
+"""The app settings of contracts.md that this app reads."""
+
+BACKTICKED = re.compile(r"`([^`]+)`")
+
+
+def declared_names() -> list[str]:
+    return [declared.name for declared in declarations()]
+
+
+def sample_values() -> dict[str, str]:
+    document = json.loads(SAMPLE.read_text(encoding="utf-8"))
+    return {name: str(value) for name, value in document["Values"].items()}
+
+
+def readme_settings_rows() -> list[tuple[list[str], list[str]]]:
+    """Each row of the README's settings table: the names it lists, and their defaults."""
+    text = README.read_text(encoding="utf-8")
+    start = text.index(SETTINGS_HEADING)
+    end = text.find("\n## ", start + len(SETTINGS_HEADING))
+    section = text[start:] if end == -1 else text[start:end]
+    rows = [
+        [cell.strip() for cell in line.strip().strip("|").split("|")]
+        for line in section.splitlines()
+        if line.startswith("|")
+    ][2:]
+    return [(BACKTICKED.findall(row[0]), BACKTICKED.findall(row[1])) for row in rows]
+
+
+# --- reading the environment ---------------------------------------------------------------
+
+
+def test_defaults_use_the_contract_names_and_values() -> None:
+    settings = Settings.from_environ({})
+    assert settings == Settings()
+    assert settings.orders_queue == "orders"
+    assert settings.agent_requests_queue == "agent-requests"
+    assert settings.agent_responses_queue == "agent-responses"
+    assert settings.operator_alerts_queue == "operator-alerts"
+    assert settings.state_store == "sqlite"
+    assert settings.cosmos_database == "orderprocessing"
+    assert (settings.cosmos_state_container, settings.cosmos_orders_container) == (
+        "state",
+        "orders",
+    )
+    assert settings.reply_queues == frozenset()
+    assert set(declared_names()) >= CONTRACT_SETTINGS
+
+
+def test_settings_are_read_from_the_environment() -> None:
+    settings = Settings.from_environ(
+        {
+            "REPLY_QUEUES": " replies-a, replies-b ,,",
+            "STEP_TIMEOUT_SECONDS": "2.5",
+            "MAX_FAILURES": "5",
+            "RETRY_BUDGET": "20",
+            "STATE_STORE": "cosmos",
+            "SUPERVISOR_SCHEDULE": "0 */1 * * * *",
+            "ORDERS_QUEUE": "orders-eu",
+            "AGENT_TRANSPORT": "activity",
+            "COSMOS_FINISHED_TTL_SECONDS": "3600",
+            "COSMOS_READ_TIMEOUT_SECONDS": "2.5",
+            "COSMOS_DEADLINE_INDEX_CONTAINER": "recovery",
+            "FULFILMENT_SERVICE_URL": " http://127.0.0.1:7072 ",
+            "UNRELATED": "ignored",
+        }
+    )
+    assert settings.reply_queues == frozenset({"replies-a", "replies-b"})
+    assert settings.step_timeout_seconds == 2.5
+    assert settings.max_failures == 5
+    assert settings.budget.agent_max_tries == 4
+    assert settings.state_store == "cosmos"
+    assert settings.supervisor_schedule == "0 */1 * * * *"
+    assert settings.orders_queue == "orders-eu"
+    assert settings.agent_transport == "activity"
+    assert settings.cosmos_finished_ttl_seconds == 3600
+    assert settings.cosmos_read_timeout_seconds == 2.5
+    assert settings.cosmos_deadline_index_container == "recovery"
+    assert settings.fulfilment_base_url == "http://127.0.0.1:7072"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("MAX_FAILURES", "0", "MAX_FAILURES must be a positive integer, got '0'"),
+        ("MAX_FAILURES", "three", "MAX_FAILURES must be a positive integer"),
+        ("STEP_TIMEOUT_SECONDS", "-1", "STEP_TIMEOUT_SECONDS must be a number of seconds >= 0"),
+        ("STEP_TIMEOUT_SECONDS", "nan", "STEP_TIMEOUT_SECONDS must be a number of seconds >= 0"),
+        ("STEP_TIMEOUT_SECONDS", "soon", "STEP_TIMEOUT_SECONDS must be a number of seconds"),
+        ("STATE_STORE", "postgres", "STATE_STORE must be 'sqlite' or 'cosmos'"),
+        ("AGENT_TRANSPORT", "http", "AGENT_TRANSPORT must be 'servicebus' or 'activity'"),
+        ("STARTER_SCHEDULE", "*/5 * * * *", "STARTER_SCHEDULE must be a six-field NCRONTAB"),
+        ("ORDERS_QUEUE", "  ", "ORDERS_QUEUE must not be empty"),
+        ("RETRY_BUDGET", "2", "RETRY_BUDGET=2 is smaller than MAX_FAILURES=3"),
+        (
+            "COSMOS_FINISHED_TTL_SECONDS",
+            "soon",
+            "COSMOS_FINISHED_TTL_SECONDS must be a whole number, got 'soon'",
+        ),
+        ("COSMOS_RETRY_TOTAL", "0", "COSMOS_RETRY_TOTAL must be > 0, got '0'"),
+        ("COSMOS_READ_TIMEOUT_SECONDS", "-1", "COSMOS_READ_TIMEOUT_SECONDS must be > 0"),
+        ("COSMOS_OPERATION_TIMEOUT_SECONDS", "x", "COSMOS_OPERATION_TIMEOUT_SECONDS must be a"),
+    ],
+)
+def test_bad_settings_fail_fast_naming_the_setting(name: str, value: str, message: str) -> None:
+    with pytest.raises(SettingsError, match=message.replace("*", r"\*").replace("(", r"\(")):
+        Settings.from_environ({name: value})
+
+
+def test_a_budget_that_leaves_the_agent_no_try_names_all_three_settings_c4() -> None:
+    with pytest.raises(SettingsError) as refused:
+        Settings.from_environ({"RETRY_BUDGET": "5", "AGENT_DELIVERY_ATTEMPTS": "2"})
+    assert str(refused.value) == (
+        "RETRY_BUDGET=5 is smaller than MAX_FAILURES=3 x AGENT_DELIVERY_ATTEMPTS=2: "
+        "raise RETRY_BUDGET or lower the others"
+    )
+    with pytest.raises(SettingsError, match="raise RETRY_BUDGET"):
+        Settings(retry_budget=2)
+
+
+def test_blank_cosmos_adapter_settings_keep_their_defaults() -> None:
+    blank = {
+        declared.name: " " for declared in declarations() if declared.name.startswith("COSMOS_")
+    }
+    blank.pop("COSMOS_DATABASE")
+    blank.pop("COSMOS_STATE_CONTAINER")
+    blank.pop("COSMOS_ORDERS_CONTAINER")
+    assert Settings.from_environ({**blank, "FULFILMENT_SERVICE_URL": ""}) == Settings()
+
+
+def test_the_agent_needs_the_fulfilment_service_url() -> None:
+    settings = Settings.from_environ({"FULFILMENT_SERVICE_URL": ""})
+    with pytest.raises(SettingsError, match="the app setting FULFILMENT_SERVICE_URL is not set"):
+        _ = settings.fulfilment_base_url
+
+
+def test_the_service_layer_gets_the_settings_as_domain_values() -> None:
+    settings = Settings.from_environ(
+        {
+            "CLAIM_TIMEOUT_SECONDS": "45",
+            "STEP_TIMEOUT_SECONDS": "30",
+            "COMPENSATION_TIMEOUT_SECONDS": "90",
+            "STORE_PAGE_SIZE": "10",
+            "STARTER_MAX_CLAIMS": "25",
+            "STARTER_MAX_PAGES": "3",
+            "SUPERVISOR_MAX_ITEMS": "50",
+            "SUPERVISOR_MAX_PAGES": "4",
+            "SUPERVISOR_WINDOW_SECONDS": "3600",
+            "MAX_FAILURES": "4",
+            "RETRY_DELAY_SECONDS": "2",
+            "LONG_WAIT_AFTER_FAILURES": "3",
+            "LONG_RETRY_DELAY_SECONDS": "60",
+            "RETRY_BUDGET": "16",
+            "AGENT_DELIVERY_ATTEMPTS": "2",
+            "AGENT_BACKOFF_BASE_SECONDS": "0.5",
+            "AGENT_BACKOFF_MAX_SECONDS": "4",
+        }
+    )
+    assert settings.timeouts == Timeouts(claim_seconds=45, step_seconds=30, compensation_seconds=90)
+    assert settings.starter_scan == ScanBounds(page_size=10, max_items=25, max_pages=3)
+    assert settings.supervisor_policy == SupervisorPolicy(
+        max_failures=4,
+        retry_delay_seconds=2,
+        long_wait_after_failures=3,
+        long_retry_delay_seconds=60,
+        window_seconds=3600,
+        scan=ScanBounds(page_size=10, max_items=50, max_pages=4),
+    )
+    assert settings.agent_policy == AgentPolicy(
+        max_tries=2, backoff_base_seconds=0.5, backoff_max_seconds=4
+    )
+
+
+# --- one declaration per setting -----------------------------------------------------------
+
+
+def test_every_setting_is_declared_once_with_a_meaning() -> None:
+    names = declared_names()
+    assert len(set(names)) == len(names)
+    assert all(declared.meaning.strip() for declared in declarations())
+
+
+def test_every_default_is_a_value_its_setting_accepts() -> None:
+    for declared in declarations():
+        if declared.default is None:
+            continue
+        if isinstance(declared.default, frozenset):
+            text = ",".join(sorted(declared.default))
+        else:
+            text = str(declared.default)
+        assert declared.parse(text, declared.name) == declared.default, declared.name
+
+
+# --- the sample settings and the README ----------------------------------------------------
+
+
+def test_every_declared_setting_is_in_the_sample_with_its_default() -> None:
+    sample = sample_values()
+    assert set(declared_names()) <= set(sample)
+    for declared in declarations():
+        if declared.name in SET_FOR_THE_LOCAL_RUN:
+            continue
+        assert declared.parse(sample[declared.name], declared.name) == declared.default, (
+            declared.name
+        )
+    Settings.from_environ(sample)
+
+
+def test_every_sample_setting_is_declared_or_the_hosts() -> None:
+    undeclared = set(sample_values()) - set(declared_names())
+    assert undeclared == HOST_AND_CONNECTION_SETTINGS
+
+
+def test_every_declared_setting_is_in_the_readme_table_with_its_default() -> None:
+    rows = readme_settings_rows()
+    listed = {name for names, _ in rows for name in names}
+    assert set(declared_names()) <= listed
+    by_name = {declared.name: declared for declared in declarations()}
+    for names, defaults in rows:
+        for position, name in enumerate(names):
+            declared = by_name.get(name)
+            if declared is None:
+                continue
+            if not defaults:
+                assert not declared.default, f"{name}: the README gives no default"
+                continue
+            assert len(defaults) == len(names), f"{name}: one default per setting in its row"
+            readme_default = declared.parse(defaults[position], name)
+            assert readme_default == declared.default, name
