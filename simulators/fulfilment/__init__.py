@@ -1,22 +1,17 @@
-"""Simulated fulfilment service: the remote service the order agents call (E7, E8, E9, C1, C8).
+"""The simulated fulfilment service, the version-1 workflow's remote service (E7-E9, C1, C8).
 
 An HTTP service on loopback that fulfils orders once per idempotency key, refuses stale
 attempts with a fencing token, cancels fulfilments as compensation, records every side effect,
-and injects faults on demand. Modules: `api` (the HTTP API, its reference), `ledger`
-(idempotency, fencing, evidence), `journal` (the optional ledger file), `faults` (fault plans
-and presets), `server` (in-process, background-thread and command-line runners).
+and injects faults on demand. It is one of the simulated services of `simulators.services`
+(declared there as ``FULFILMENT``), served at the root of their port: this package is its
+entry point under the names the version-1 agent's tests and the demo use, and
+``python -m simulators.fulfilment`` runs the same command as ``python -m simulators.services``.
 """
 
-from simulators.fulfilment.faults import (
-    PRESETS,
-    FaultKind,
-    FaultPlan,
-    FaultRule,
-    InvalidFaultPlan,
-    Operation,
-)
-from simulators.fulfilment.ledger import SideEffect, SideEffectKind
-from simulators.fulfilment.server import FulfilmentService, FulfilmentServiceThread
+from simulators.fulfilment.service import FulfilmentService, FulfilmentServiceThread, Operation
+from simulators.services.declarations import SideEffectKind
+from simulators.services.faults import PRESETS, FaultKind, FaultPlan, FaultRule, InvalidFaultPlan
+from simulators.services.ledger import SideEffect
 
 __all__ = [
     "PRESETS",

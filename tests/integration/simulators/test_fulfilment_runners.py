@@ -1,9 +1,7 @@
 """Fulfilment simulator runners: the command, a background thread, and the ledger file that
 keeps idempotency and fences across restarts, even after ``kill -9`` (E7, C8)."""
 
-import asyncio
 import signal
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -13,43 +11,11 @@ import pytest
 import requests
 
 from simulators.fulfilment import FulfilmentService, FulfilmentServiceThread
-from simulators.fulfilment.journal import CorruptJournal
+from simulators.services.journal import CorruptJournal
 from tests.integration.simulators.fulfilment_calls import post_fulfilment
+from tests.integration.simulators.simulator_process import SimulatorProcess
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-PROCESS_BOUND_SECONDS = 30
 ITEMS: list[dict[str, Any]] = [{"sku": "sku-1", "quantity": 1}]
-
-
-class SimulatorProcess:
-    """``python -m simulators.fulfilment`` as a child process, with its announced address."""
-
-    def __init__(self, process: asyncio.subprocess.Process, base_url: str) -> None:
-        self.process = process
-        self.base_url = base_url
-
-    @classmethod
-    async def start(cls, *arguments: str) -> "SimulatorProcess":
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "simulators.fulfilment",
-            "--port",
-            "0",
-            *arguments,
-            cwd=REPO_ROOT,
-            stdout=asyncio.subprocess.PIPE,
-        )
-        assert process.stdout is not None
-        line = await asyncio.wait_for(process.stdout.readline(), PROCESS_BOUND_SECONDS)
-        announced = line.decode().strip()
-        assert announced.startswith("listening on 127.0.0.1:"), announced
-        return cls(process, f"http://{announced.removeprefix('listening on ')}")
-
-    async def end(self, signum: signal.Signals) -> int:
-        if self.process.returncode is None:
-            self.process.send_signal(signum)
-        return await asyncio.wait_for(self.process.wait(), PROCESS_BOUND_SECONDS)
 
 
 async def fulfil(

@@ -1,14 +1,16 @@
-"""The ledger's optional JSON-lines file, so a restarted simulator keeps idempotency and fences.
+"""The ledgers' optional JSON-lines file, so restarted services keep idempotency and fences.
 
-Each line is one fact the ledger learnt (a fulfilment, a compensation, a raised fence), written
-and flushed before the client hears about it: a process killed at any point (even ``kill -9``)
-leaves either the whole fact or nothing, so a retry after a restart replays instead of
-performing the side effect twice (E7, C8). A line cut short by the kill is dropped on load.
+Each line is one fact a service's ledger learnt (a side effect, a raised fence, a dispatch),
+tagged with the service's name and written and flushed before the client hears about it: a
+process killed at any point (even ``kill -9``) leaves either the whole fact or nothing, so a
+retry after a restart replays instead of performing the side effect twice (E7, C8). A line cut
+short by the kill is dropped on load. The services of one process share one file.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -25,8 +27,10 @@ class LedgerJournal:
         self.path = path
         self._drop_torn_tail()
         self._file: IO[str] | None = None
+        self._lock = threading.Lock()
 
-    def events(self) -> Iterator[dict[str, Any]]:
+    def events(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Every fact in the file with its line number."""
         if not self.path.exists():
             return
         with self.path.open(encoding="utf-8") as lines:
@@ -40,19 +44,23 @@ class LedgerJournal:
                     ) from None
                 if not isinstance(event, dict):
                     raise CorruptJournal(f"{self.path}:{number} is not a JSON object")
-                yield event
+                yield number, event
 
     def append(self, event: dict[str, Any]) -> None:
-        if self._file is None:
-            self._file = self.path.open("a", encoding="utf-8")
-        self._file.write(json.dumps(event, separators=(",", ":")) + "\n")
-        # The OS keeps flushed bytes when the process dies, which is the crash this file is for.
-        self._file.flush()
+        line = json.dumps(event, separators=(",", ":")) + "\n"
+        with self._lock:
+            if self._file is None:
+                self._file = self.path.open("a", encoding="utf-8")
+            self._file.write(line)
+            # The OS keeps flushed bytes when the process dies, which is the crash this file
+            # is for.
+            self._file.flush()
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
 
     def _drop_torn_tail(self) -> None:
         if not self.path.exists():
