@@ -1,4 +1,5 @@
-"""The simulated fulfilment service and an HTTP session with a timeout, for every test here."""
+"""The simulated services, started in-process, and an HTTP session with a timeout, for every
+test here."""
 
 from collections.abc import AsyncIterator
 
@@ -6,12 +7,21 @@ import aiohttp
 import pytest
 
 from simulators.fulfilment import FulfilmentService
+from simulators.services import SimulatedServices
 from tests.integration.simulators.fulfilment_calls import TIMEOUT
 
 
 @pytest.fixture
 async def service() -> AsyncIterator[FulfilmentService]:
     running = FulfilmentService()
+    await running.start()
+    yield running
+    await running.stop()
+
+
+@pytest.fixture
+async def services() -> AsyncIterator[SimulatedServices]:
+    running = SimulatedServices()
     await running.start()
     yield running
     await running.stop()

@@ -1,0 +1,252 @@
+"""Stock, payment and shipping simulators, fault plans per service and per operation (E6-E9,
+C2): independent plans, plans refused when they name what a service lacks, the presets that
+make orders compensate, and the stats each service keeps."""
+
+from typing import Any
+
+import aiohttp
+import pytest
+
+from simulators.services import (
+    FULFILMENT,
+    PAYMENT,
+    PRESET_NAMES,
+    SERVICES,
+    SHIPPING,
+    STOCK,
+    FaultKind,
+    FaultPlan,
+    FaultRule,
+    InvalidFaultPlan,
+    ServiceDeclaration,
+    SimulatedServices,
+    preset_plans,
+)
+from tests.integration.simulators.fulfilment_calls import (
+    get_json,
+    post_action,
+    post_compensation,
+    put_faults,
+)
+
+
+async def test_each_service_has_a_fault_plan_of_its_own(
+    services: SimulatedServices, session: aiohttp.ClientSession
+) -> None:
+    status, plan = await put_faults(
+        session, services.url(PAYMENT.name), {"probabilities": {"transient": 1.0}}
+    )
+    assert (status, plan["probabilities"]) == (200, {"transient": 1.0})
+
+    statuses = {
+        step.name: (await post_action(session, services.base_url, step, "o-1"))[0]
+        for step in SERVICES.values()
+    }
+
+    assert statuses == {"fulfilment": 201, "stock": 201, "payment": 503, "shipping": 201}
+    assert (await get_json(session, f"{services.url(STOCK.name)}/faults"))["probabilities"] == {}
+    assert {name: services.stats(name)["faults_injected"]["transient"] for name in SERVICES} == {
+        "fulfilment": 0,
+        "stock": 0,
+        "payment": 1,
+        "shipping": 0,
+    }
+
+
+async def test_a_rule_selects_the_action_or_the_compensation_by_operation_name(
+    services: SimulatedServices, session: aiohttp.ClientSession
+) -> None:
+    await put_faults(
+        session,
+        services.url(STOCK.name),
+        {"rules": [{"kind": "permanent", "operation": "release"}]},
+    )
+
+    reserved = await post_action(session, services.base_url, STOCK, "o-1")
+    released = await post_compensation(
+        session, services.base_url, STOCK, reserved[1]["reservationId"], 1
+    )
+
+    assert (reserved[0], released[0], released[1]["error"]) == (201, 422, "permanent")
+    assert "cannot be released" in released[1]["message"]
+
+
+async def test_an_operation_mix_replaces_the_plan_mix_for_that_operation(
+    services: SimulatedServices, session: aiohttp.ClientSession
+) -> None:
+    plan = {"probabilities": {}, "operationProbabilities": {"refund": {"transient": 1.0}}}
+    status, served = await put_faults(session, services.url(PAYMENT.name), plan)
+    assert (status, served["operationProbabilities"]) == (200, {"refund": {"transient": 1.0}})
+
+    status, charged = await post_action(session, services.base_url, PAYMENT, "o-1")
+    refunds = [
+        (await post_compensation(session, services.base_url, PAYMENT, charged["paymentId"], 1))[0]
+        for _ in range(3)
+    ]
+
+    assert (status, refunds) == (201, [503, 503, 503])
+
+
+@pytest.mark.parametrize(
+    ("service", "plan", "complaint"),
+    [
+        (STOCK, {"rules": [{"kind": "transient", "operation": "charge"}]}, "charge"),
+        (PAYMENT, {"operationProbabilities": {"ship": {"transient": 0.1}}}, "ship"),
+        (STOCK, {"probabilities": {"dispatched": 0.1}}, "dispatched"),
+        (FULFILMENT, {"rules": [{"kind": "dispatched"}]}, "dispatched"),
+        (PAYMENT, {"dispatchAfterSeconds": 5}, "dispatchAfterSeconds"),
+        (SHIPPING, {"dispatchAfterSeconds": -1}, "dispatchAfterSeconds"),
+        (SHIPPING, {"operationProbabilities": {"cancel": {"hang": 0.6, "dispatched": 0.6}}}, "1"),
+        (STOCK, {"preset": "gentle"}, "gentle"),
+    ],
+    ids=[
+        "other-service-operation",
+        "other-service-operation-mix",
+        "dispatch-without-dispatch-rule",
+        "dispatch-at-fulfilment",
+        "dispatch-time-without-dispatch-rule",
+        "negative-dispatch-time",
+        "operation-mix-above-one",
+        "unknown-preset",
+    ],
+)
+async def test_a_plan_naming_what_the_service_lacks_is_refused_and_the_old_one_kept(
+    services: SimulatedServices,
+    session: aiohttp.ClientSession,
+    service: ServiceDeclaration,
+    plan: dict[str, Any],
+    complaint: str,
+) -> None:
+    status, body = await put_faults(session, services.url(service.name), plan)
+
+    assert (status, body["error"]) == (400, "invalid-fault-plan")
+    assert complaint in body["message"]
+    assert (await post_action(session, services.base_url, service, "o-1"))[0] == 201
+
+
+def test_a_plan_that_does_not_fit_its_service_is_refused_in_process() -> None:
+    with pytest.raises(InvalidFaultPlan, match="dispatched"):
+        SimulatedServices({STOCK.name: FaultPlan(rules=(FaultRule(FaultKind.DISPATCHED),))})
+    with pytest.raises(ValueError, match="teleport"):
+        SimulatedServices({"teleport": FaultPlan()})
+
+
+@pytest.mark.parametrize("preset", PRESET_NAMES)
+async def test_every_preset_loads_for_every_service(
+    session: aiohttp.ClientSession, preset: str
+) -> None:
+    plans = preset_plans(preset)
+    services = SimulatedServices(plans, seed=1)
+    await services.start()
+    try:
+        served = {
+            name: FaultPlan.from_json(await get_json(session, f"{services.url(name)}/faults"))
+            for name in SERVICES
+        }
+        status, _ = await put_faults(session, services.url(PAYMENT.name), {"preset": preset})
+    finally:
+        await services.stop()
+
+    assert served == plans
+    assert status == 200
+
+
+def test_the_compensation_presets_decline_payments_and_dispatch_shipments() -> None:
+    for preset in ("declines", "compensation-faults"):
+        plans = preset_plans(preset)
+        assert plans[PAYMENT.name].mix_for("charge")[FaultKind.PERMANENT] > 0
+        assert plans[SHIPPING.name].mix_for("cancel")[FaultKind.DISPATCHED] > 0
+        assert plans[FULFILMENT.name] == FaultPlan.preset("default")
+    failing = preset_plans("compensation-faults")
+    for service in (STOCK, PAYMENT, SHIPPING):
+        mix = failing[service.name].mix_for(service.compensation)
+        assert mix[FaultKind.PERMANENT] > 0
+        assert mix[FaultKind.HANG] > 0
+
+
+async def test_the_declines_preset_makes_orders_compensate(
+    session: aiohttp.ClientSession,
+) -> None:
+    services = SimulatedServices(preset_plans("declines"), seed=4)
+    await services.start()
+    orders = [f"o-{n}" for n in range(60)]
+    try:
+        charges = [
+            (await post_action(session, services.base_url, PAYMENT, order))[1] for order in orders
+        ]
+        shipment_ids = []
+        for order in orders:
+            status, body = await post_action(session, services.base_url, SHIPPING, order)
+            if status == 201:
+                shipment_ids.append(body["shipmentId"])
+        cancels = [
+            (await post_compensation(session, services.base_url, SHIPPING, shipment_id, 1))[1]
+            for shipment_id in shipment_ids
+        ]
+    finally:
+        await services.stop()
+
+    declined = [c for c in charges if c.get("error") == "permanent"]
+    dispatched = [c for c in cancels if c.get("error") == "already-dispatched"]
+    assert 0 < len(declined) < len(orders) // 2
+    assert 0 < len(dispatched) < len(cancels)
+    assert any(c.get("status") == "cancelled" for c in cancels)
+
+
+async def test_stats_of_a_step_service_count_its_side_effects_refusals_and_faults(
+    services: SimulatedServices, session: aiohttp.ClientSession
+) -> None:
+    await put_faults(
+        session,
+        services.url(SHIPPING.name),
+        {
+            "rules": [
+                {"kind": "transient", "orderId": "o-1", "operation": "ship", "times": 1},
+                {"kind": "dispatched", "orderId": "o-2", "operation": "cancel"},
+            ]
+        },
+    )
+    shipped = {}
+    for order in ("o-1", "o-1", "o-2", "o-3"):
+        status, body = await post_action(session, services.base_url, SHIPPING, order)
+        if status == 201:
+            shipped[order] = body["shipmentId"]
+    cancels = [
+        (await post_compensation(session, services.base_url, SHIPPING, shipped[order], attempt))[0]
+        for order, attempt in (("o-2", 1), ("o-3", 2), ("o-3", 2))
+    ]
+    stale = await post_action(session, services.base_url, SHIPPING, "o-3", key="late")
+
+    assert cancels == [422, 201, 200]
+    assert stale[0] == 409
+    assert await get_json(session, f"{services.url(SHIPPING.name)}/stats") == {
+        "requests": 8,
+        "shipments": 3,
+        "cancellations": 1,
+        "side_effects_per_order": {
+            "o-1": {"shipment": 1, "cancellation": 0},
+            "o-2": {"shipment": 1, "cancellation": 0},
+            "o-3": {"shipment": 1, "cancellation": 1},
+        },
+        "double_side_effects": 0,
+        "stale_writes_refused": 1,
+        "idempotency_key_reuse_refused": 0,
+        "replays": 1,
+        "dispatched": 1,
+        "cancellations_refused": 1,
+        "faults_injected": {
+            "transient": 1,
+            "latency": 0,
+            "hang": 0,
+            "permanent": 0,
+            "lost-response": 0,
+            "dispatched": 1,
+        },
+    }
+    assert services.stats(STOCK.name)["faults_injected"].keys() == {
+        "transient",
+        "latency",
+        "hang",
+        "permanent",
+        "lost-response",
+    }

@@ -1,0 +1,157 @@
+"""Runners of every simulated service on one port: the command, a background thread, and the
+ledger file that keeps each service's idempotency, fences and dispatches across restarts
+(E7, C8, C2)."""
+
+import json
+import signal
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import aiohttp
+import pytest
+import requests
+
+from simulators.services import (
+    FULFILMENT,
+    PAYMENT,
+    SERVICES,
+    SHIPPING,
+    STOCK,
+    CorruptJournal,
+    FaultKind,
+    FaultPlan,
+    FaultRule,
+    SimulatedServices,
+    SimulatedServicesThread,
+    preset_plans,
+)
+from tests.integration.simulators.fulfilment_calls import (
+    PAYLOADS,
+    get_json,
+    post_action,
+    post_compensation,
+    put_faults,
+)
+from tests.integration.simulators.simulator_process import SimulatorProcess
+
+
+@pytest.mark.parametrize("module", ["simulators.services", "simulators.fulfilment"])
+async def test_command_serves_every_service_under_its_prefix_with_the_preset(
+    session: aiohttp.ClientSession, module: str
+) -> None:
+    simulator = await SimulatorProcess.start(
+        "--faults", "compensation-faults", "--seed", "3", module=module
+    )
+    try:
+        served = {
+            name: FaultPlan.from_json(
+                await get_json(session, f"{simulator.base_url}{service.path_prefix}/faults")
+            )
+            for name, service in SERVICES.items()
+        }
+        await put_faults(session, f"{simulator.base_url}/stock", {"preset": "none"})
+        reserved = await post_action(session, simulator.base_url, STOCK, "o-1")
+    finally:
+        exit_code = await simulator.end(signal.SIGTERM)
+
+    assert served == preset_plans("compensation-faults")
+    assert reserved[0] == 201
+    assert exit_code == 0
+
+
+async def test_ledger_file_keeps_every_service_across_a_restart(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    dispatching = FaultPlan(rules=(FaultRule(FaultKind.DISPATCHED, operation="ship"),))
+    before = SimulatedServices({SHIPPING.name: dispatching}, ledger_path=ledger)
+    await before.start()
+    try:
+        performed = {
+            step.name: (await post_action(session, before.base_url, step, "o-1", attempt=2))[1]
+            for step in SERVICES.values()
+        }
+    finally:
+        await before.stop()
+
+    after = SimulatedServices(ledger_path=ledger)
+    await after.start()
+    try:
+        replayed = {
+            step.name: await post_action(session, after.base_url, step, "o-1", attempt=2)
+            for step in SERVICES.values()
+        }
+        stale = await post_action(session, after.base_url, PAYMENT, "o-1", attempt=1, key="late")
+        shipment_id = performed[SHIPPING.name]["shipmentId"]
+        cancel = await post_compensation(session, after.base_url, SHIPPING, shipment_id, 2)
+        refund = await post_compensation(
+            session, after.base_url, PAYMENT, performed[PAYMENT.name]["paymentId"], 2
+        )
+        stats = {name: after.stats(name) for name in SERVICES}
+    finally:
+        await after.stop()
+
+    assert replayed == {name: (200, {**body, "replayed": True}) for name, body in performed.items()}
+    assert stale[0] == 409
+    assert (cancel[0], cancel[1]["error"]) == (422, "already-dispatched")
+    assert refund[0] == 201
+    assert [stats[name]["double_side_effects"] for name in SERVICES] == [0, 0, 0, 0]
+    services_in_file = {json.loads(line)["service"] for line in ledger.read_text().splitlines()}
+    assert services_in_file == set(SERVICES)
+
+
+async def test_a_fact_without_a_service_name_is_the_fulfilment_services(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    fact = {
+        "event": "fulfilment",
+        "fulfilmentId": "ful-000001",
+        "orderId": "o-1",
+        "attempt": 1,
+        "idempotencyKey": "o-1:fulfil",
+        "items": PAYLOADS[FULFILMENT.name]["items"],
+        "at": "2025-01-01T00:00:00.000Z",
+    }
+    ledger.write_text(json.dumps(fact) + "\n")
+    services = SimulatedServices(ledger_path=ledger)
+    await services.start()
+    try:
+        replayed = await post_action(session, services.base_url, FULFILMENT, "o-1")
+    finally:
+        await services.stop()
+
+    assert (replayed[0], replayed[1]["fulfilmentId"]) == (200, "ful-000001")
+
+
+async def test_a_fact_of_an_unknown_service_is_refused_naming_the_line(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    ledger.write_text('{"service": "teleport", "event": "fence", "orderId": "o", "attempt": 1}\n')
+
+    with pytest.raises(CorruptJournal, match=r"ledger\.jsonl:1 .*teleport"):
+        await SimulatedServices(ledger_path=ledger).start()
+
+
+def test_background_thread_serves_every_service_to_blocking_clients() -> None:
+    def charge(key: str) -> int:
+        response = requests.post(
+            f"{running.url(PAYMENT.name)}/payments",
+            json={"orderId": "o-7", "attempt": 1, **PAYLOADS[PAYMENT.name]},
+            headers={"Idempotency-Key": key},
+            timeout=10,
+        )
+        return response.status_code
+
+    with (
+        SimulatedServicesThread(SimulatedServices(seed=1)) as running,
+        ThreadPoolExecutor(8) as pool,
+    ):
+        statuses = list(pool.map(charge, ["o-7:charge"] * 16))
+        stats = running.stats(PAYMENT.name)
+        others = [running.stats(name)["requests"] for name in (FULFILMENT.name, STOCK.name)]
+
+    assert sorted(statuses) == [200] * 15 + [201]
+    assert (stats["payments"], stats["replays"], stats["double_side_effects"]) == (1, 15, 0)
+    assert others == [0, 0]
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"{running.base_url}/stats", timeout=5)
