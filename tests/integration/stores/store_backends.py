@@ -6,7 +6,7 @@ one pair per thread.
 
 - `sqlite`: the embedded stores in a fresh directory per test.
 - `cosmos`: the Cosmos DB adapter against `@vercel/cosmosdb-server` (npm), one server per
-  test session and a fresh database per test (issue 5).
+  test session and a fresh database per test.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What only the Cosmos DB adapter can show, on the wire against a Cosmos-API server (issue 5).
+"""What only the Cosmos DB adapter can show, on the wire against a Cosmos-API server (U2, U3).
 
 The contract and service suites run against Cosmos too; these tests cover the rest: the
 container definitions (indexing policy, TTL), the deadline index of U3 (consulted by the
@@ -111,7 +111,7 @@ def create(states: CosmosStateStore, record: StateRecord) -> StateRecord:
     return created.record
 
 
-# --- containers (issue 5: one definition, created when missing) ----------------------------
+# --- containers (one definition, created when missing) -------------------------------------
 
 
 def test_the_app_creates_its_containers_with_their_keys_indexes_and_ttl(cosmos: Cosmos) -> None:
