@@ -169,6 +169,7 @@ class OrderStatus(StrEnum):
     """`status` of a status message (contracts.md, R2)."""
 
     RECEIVED = "received"
+    IN_PROGRESS = "in-progress"  # a step of the order completed; the body names it
     COMPLETED = "completed"
     FAILED = "failed"
     COMPENSATED = "compensated"
@@ -202,7 +203,13 @@ def status_message(
     attempt: int | None,
     reason: str | None,
     at: datetime,
+    step: str | None = None,
 ) -> StatusMessage:
+    """The status body of contracts.md; `in-progress` names the step that completed, and its
+    message id is `"{orderId}:in-progress:{step}"` (one per step, whatever the attempt)."""
+    if (status is OrderStatus.IN_PROGRESS) != (step is not None):
+        raise ValueError(f"an {status.value} status {'needs' if step is None else 'has no'} step")
+    tail = step if step is not None else "-" if attempt is None else attempt
     return StatusMessage(
         queue=queue,
         body={
@@ -210,10 +217,11 @@ def status_message(
             "orderId": order_id,
             "status": status.value,
             "attempt": attempt,
+            "step": step,
             "reason": reason,
             "at": format_utc(at),
         },
-        message_id=f"{order_id}:{status.value}:{'-' if attempt is None else attempt}",
+        message_id=f"{order_id}:{status.value}:{tail}",
         correlation_id=order_id,
         subject=status.value,
     )

@@ -32,6 +32,7 @@ def status_for(
     reply_queues: frozenset[str],
     now: datetime,
     reason: str | None = None,
+    step: str | None = None,
 ) -> StatusMessage | None:
     """The status message for the order's own reply queue, or None when it has none (R2).
 
@@ -47,6 +48,7 @@ def status_for(
         attempt=None if status is OrderStatus.RECEIVED else record.attempt,
         reason=reason,
         at=now,
+        step=step,
     )
 
 

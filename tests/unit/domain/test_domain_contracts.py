@@ -188,9 +188,28 @@ def test_status_messages_carry_the_contract_body_and_stable_ids_r2(
         "orderId": "order-1",
         "status": status.value,
         "attempt": attempt,
+        "step": None,
         "reason": None,
         "at": "2026-06-01T08:30:00.000000Z",
     }
+
+
+def test_an_in_progress_status_names_its_step_once_per_step_r2() -> None:
+    message = status_message(
+        queue="replies-a",
+        order_id="order-1",
+        status=OrderStatus.IN_PROGRESS,
+        attempt=2,
+        reason=None,
+        at=NOW,
+        step="reserve-stock",
+    )
+    assert message.message_id == "order-1:in-progress:reserve-stock"
+    assert (message.subject, message.body["step"]) == ("in-progress", "reserve-stock")
+    with pytest.raises(ValueError, match="needs step"):
+        status_message(
+            queue="q", order_id="o", status=OrderStatus.IN_PROGRESS, attempt=1, reason=None, at=NOW
+        )
 
 
 def test_operator_alerts_carry_kind_order_reason_and_a_stable_id() -> None:

@@ -34,6 +34,7 @@ def test_a_status_message_goes_to_its_reply_queue_with_the_contract_properties_r
         "orderId": "order-1",
         "status": "completed",
         "attempt": 2,
+        "step": None,
         "reason": None,
         "at": "2026-06-01T08:30:00.000000Z",
     }
