@@ -30,6 +30,7 @@ from domain.policies import (
     SupervisorPolicy,
     Timeouts,
 )
+from domain.workflow import DEFAULT_ORDER_STEPS, UnknownStep, step_list
 
 T = TypeVar("T")
 Parser = Callable[[str, str], T]
@@ -99,6 +100,14 @@ def _queue_list(value: str, name: str) -> frozenset[str]:
     return frozenset(part.strip() for part in value.split(",") if part.strip())
 
 
+def _step_names(value: str, name: str) -> tuple[str, ...]:
+    names = [part.strip() for part in value.split(",") if part.strip()]
+    try:
+        return tuple(step.name for step in step_list(names))
+    except UnknownStep as error:
+        raise SettingsError(f"{name}: {error}") from None
+
+
 def _one_of(*choices: str) -> Parser[str]:
     def parse(value: str, name: str) -> str:
         if value not in choices:
@@ -166,6 +175,42 @@ class Settings:
         None,
         _text,
         "base URL of the remote fulfilment service; the agent cannot run without it",
+        blank_is_default=True,
+    )
+    order_steps: tuple[str, ...] = _setting(
+        "ORDER_STEPS",
+        DEFAULT_ORDER_STEPS,
+        _step_names,
+        "the steps a new order runs, in order, comma-separated (domain/workflow.py)",
+    )
+    stock_requests_queue: str = _setting(
+        "STOCK_REQUESTS_QUEUE", "stock-requests", _text, "scheduler -> stock agent (E1)"
+    )
+    payment_requests_queue: str = _setting(
+        "PAYMENT_REQUESTS_QUEUE", "payment-requests", _text, "scheduler -> payment agent (E1)"
+    )
+    shipping_requests_queue: str = _setting(
+        "SHIPPING_REQUESTS_QUEUE", "shipping-requests", _text, "scheduler -> shipping agent (E1)"
+    )
+    stock_service_url: str | None = _setting(
+        "STOCK_SERVICE_URL",
+        None,
+        _text,
+        "base URL of the remote stock service; the stock agent cannot run without it",
+        blank_is_default=True,
+    )
+    payment_service_url: str | None = _setting(
+        "PAYMENT_SERVICE_URL",
+        None,
+        _text,
+        "base URL of the remote payment service; the payment agent cannot run without it",
+        blank_is_default=True,
+    )
+    shipping_service_url: str | None = _setting(
+        "SHIPPING_SERVICE_URL",
+        None,
+        _text,
+        "base URL of the remote shipping service; the shipping agent cannot run without it",
         blank_is_default=True,
     )
     state_store: str = _setting(
@@ -389,6 +434,25 @@ class Settings:
             name = declaration("fulfilment_service_url").name
             raise SettingsError(f"the app setting {name} is not set")
         return self.fulfilment_service_url
+
+    def agent_queue(self, agent: str) -> str:
+        """The request queue of a step's agent (E1): <AGENT>_REQUESTS_QUEUE."""
+        return str(getattr(self, self._agent_field(agent, "requests_queue")))
+
+    def service_url(self, agent: str) -> str:
+        """The base URL of the remote service an agent calls, checked where it is needed."""
+        field_name = self._agent_field(agent, "service_url")
+        url: str | None = getattr(self, field_name)
+        if url is None:
+            raise SettingsError(f"the app setting {declaration(field_name).name} is not set")
+        return url
+
+    @staticmethod
+    def _agent_field(agent: str, suffix: str) -> str:
+        field_name = f"{agent}_{suffix}"
+        if field_name not in {each.name for each in fields(Settings)}:
+            raise SettingsError(f"no agent {agent!r} is configured (no setting for {suffix})")
+        return field_name
 
 
 def _declared_fields() -> list[tuple[str, Declaration]]:

@@ -33,7 +33,15 @@ HOST_AND_CONNECTION_SETTINGS = frozenset(
 )
 """Read by the Functions host, the worker or the adapters' SDK clients, not parsed here."""
 
-SET_FOR_THE_LOCAL_RUN = frozenset({"REPLY_QUEUES", "FULFILMENT_SERVICE_URL"})
+SET_FOR_THE_LOCAL_RUN = frozenset(
+    {
+        "REPLY_QUEUES",
+        "FULFILMENT_SERVICE_URL",
+        "STOCK_SERVICE_URL",
+        "PAYMENT_SERVICE_URL",
+        "SHIPPING_SERVICE_URL",
+    }
+)
 """Sample values that point the local pipeline at its own pieces instead of the default."""
 
 CONTRACT_SETTINGS = frozenset(
@@ -240,6 +248,8 @@ def test_every_default_is_a_value_its_setting_accepts() -> None:
             continue
         if isinstance(declared.default, frozenset):
             text = ",".join(sorted(declared.default))
+        elif isinstance(declared.default, tuple):
+            text = ",".join(declared.default)
         else:
             text = str(declared.default)
         assert declared.parse(text, declared.name) == declared.default, declared.name
@@ -281,3 +291,28 @@ def test_every_declared_setting_is_in_the_readme_table_with_its_default() -> Non
             assert len(defaults) == len(names), f"{name}: one default per setting in its row"
             readme_default = declared.parse(defaults[position], name)
             assert readme_default == declared.default, name
+
+
+# --- the step workflow's settings (C1, E1) ------------------------------------------------
+
+
+def test_order_steps_pick_known_steps_in_order() -> None:
+    settings = Settings.from_environ({"ORDER_STEPS": " ship-order , reserve-stock "})
+    assert settings.order_steps == ("ship-order", "reserve-stock")
+    with pytest.raises(SettingsError, match="ORDER_STEPS: unknown step 'fly'"):
+        Settings.from_environ({"ORDER_STEPS": "fly"})
+    with pytest.raises(SettingsError, match="ORDER_STEPS: a workflow needs at least one step"):
+        Settings.from_environ({"ORDER_STEPS": " , "})
+
+
+def test_each_agent_has_its_queue_and_service_url() -> None:
+    settings = Settings.from_environ(
+        {"PAYMENT_REQUESTS_QUEUE": "pay-q", "PAYMENT_SERVICE_URL": "http://127.0.0.1:1/payment"}
+    )
+    assert settings.agent_queue("payment") == "pay-q"
+    assert settings.agent_queue("stock") == "stock-requests"
+    assert settings.service_url("payment") == "http://127.0.0.1:1/payment"
+    with pytest.raises(SettingsError, match="SHIPPING_SERVICE_URL is not set"):
+        settings.service_url("shipping")
+    with pytest.raises(SettingsError, match="no agent 'fly'"):
+        settings.agent_queue("fly")
