@@ -38,7 +38,7 @@ def _outcome(instance: InstanceId, record: StateRecord | None) -> StepOutcome:
     return StepOutcome(instance, record is not None, record)
 
 
-def _already_reached(
+def already_reached(
     states: StateStore, instance: InstanceId, state: ProcessState
 ) -> StateRecord | None:
     """After a refused write: the record, when THIS attempt already moved it to `state`.
@@ -89,7 +89,7 @@ def complete_order(
     """The agent answered before the timer: Processed and a `completed` status (E5, R2)."""
     record = states.fenced_update(
         transitions.mark_processed(instance, now=now, completed=completed)
-    ) or _already_reached(states, instance, ProcessState.PROCESSED)
+    ) or already_reached(states, instance, ProcessState.PROCESSED)
     if record is None:
         return _outcome(instance, None)
     status = status_for(record, OrderStatus.COMPLETED, reply_queues=reply_queues, now=now)
@@ -120,7 +120,7 @@ def fail_order(
         return _outcome(instance, states.fenced_update(change))
     record = states.fenced_update(
         transitions.mark_error(instance, now=now, reason=reason)
-    ) or _already_reached(states, instance, ProcessState.ERROR)
+    ) or already_reached(states, instance, ProcessState.ERROR)
     if record is None:
         return _outcome(instance, None)
     return StepOutcome(

@@ -1,0 +1,187 @@
+"""The step workflow's fenced writes over real stores, and what each tells the app and the
+operators (D4, E5, E8, C1, C2, C8, R2). Runs on SQLite and on the Cosmos DB API server."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from config import Settings
+from domain import transitions
+from domain.contracts import AlertKind
+from domain.ports import OrderStore, StateStore
+from domain.records import InstanceId, ProcessState, StateRecord, StepState
+from services import step_writes
+from services.step_writes import Done, StepWriteOutcome
+
+T0 = datetime(2026, 9, 1, 10, 0, tzinfo=UTC)
+SETTINGS = Settings(reply_queues=frozenset({"replies-a"}))
+STEPS = ("reserve-stock", "charge-payment", "ship-order")
+ATTEMPT = InstanceId("o-1", 1)
+
+
+def claimed(states: StateStore) -> StateRecord:
+    record = transitions.new_record("o-1", "replies-a", T0 - timedelta(minutes=1), STEPS)
+    created = states.create(transitions.claim(record, now=T0, claim_deadline=T0))
+    return created.record
+
+
+def begin(states: StateStore, index: int, done: Done | None) -> StepWriteOutcome:
+    return step_writes.begin_step(
+        states,
+        ATTEMPT,
+        index=index,
+        name=STEPS[index],
+        done=done,
+        now=T0,
+        timeouts=SETTINGS.timeouts,
+        reply_queues=SETTINGS.reply_queues,
+    )
+
+
+def statuses(outcome: StepWriteOutcome) -> list[tuple[str, str | None]]:
+    return [(s.body["status"], s.body["step"]) for s in outcome.statuses]
+
+
+def run_two_steps(states: StateStore) -> Done:
+    claimed(states)
+    assert begin(states, 0, None).statuses == ()
+    second = begin(states, 1, Done(0, STEPS[0], "res-1"))
+    assert statuses(second) == [("in-progress", STEPS[0])]
+    return Done(1, STEPS[1], "pay-1")
+
+
+def test_each_completed_step_is_reported_then_the_final_status_r2(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    paid = run_two_steps(states)
+    assert statuses(begin(states, 2, paid)) == [("in-progress", STEPS[1])]
+    finished = step_writes.finish_steps(
+        states,
+        ATTEMPT,
+        done=Done(2, STEPS[2], "ship-1"),
+        now=T0,
+        reply_queues=SETTINGS.reply_queues,
+    )
+    assert statuses(finished) == [("in-progress", STEPS[2]), ("completed", None)]
+    record = states.get("o-1")
+    assert record is not None
+    assert record.process_state is ProcessState.PROCESSED
+    assert [e.reference for e in record.compensation_log] == ["res-1", "pay-1", "ship-1"]
+
+
+def test_a_repeated_final_write_sends_the_same_messages_again_c8(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    claimed(states)
+    begin(states, 0, None)
+
+    def finish() -> StepWriteOutcome:
+        return step_writes.finish_steps(
+            states, ATTEMPT, done=Done(0, STEPS[0], "r"), now=T0, reply_queues=SETTINGS.reply_queues
+        )
+
+    first, again = finish(), finish()
+    assert again.applied
+    assert [s.message_id for s in again.statuses] == [s.message_id for s in first.statuses]
+
+
+def test_a_stale_attempt_writes_nothing_and_says_nothing_d4(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    claimed(states)
+    stale = step_writes.begin_step(
+        states,
+        InstanceId("o-1", 7),
+        index=0,
+        name=STEPS[0],
+        done=None,
+        now=T0,
+        timeouts=SETTINGS.timeouts,
+        reply_queues=SETTINGS.reply_queues,
+    )
+    assert stale == step_writes.REFUSED
+    record = states.get("o-1")
+    assert record is not None
+    assert record.steps[0].state is StepState.NOT_STARTED
+
+
+def fail(states: StateStore, index: int) -> StepWriteOutcome:
+    return step_writes.fail_step(
+        states,
+        ATTEMPT,
+        index=index,
+        name=STEPS[index],
+        reason="declined for good",
+        now=T0,
+        timeouts=SETTINGS.timeouts,
+        reply_queues=SETTINGS.reply_queues,
+    )
+
+
+def test_the_first_step_failing_ends_in_error_with_an_alert_e8(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    claimed(states)
+    begin(states, 0, None)
+    failed = fail(states, 0)
+    assert statuses(failed) == [("failed", None)]
+    assert failed.alert is not None
+    assert failed.alert.body["kind"] == AlertKind.ORDER_ERROR.value
+    assert failed.undo == ()
+
+
+def test_a_later_step_failing_compensates_the_completed_ones_newest_first_c1(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    paid = run_two_steps(states)
+    begin(states, 2, paid)
+    failed = fail(states, 2)
+    assert failed.statuses == ()
+    assert [(u.name, u.reference) for u in failed.undo] == [
+        (STEPS[2], None),
+        (STEPS[1], "pay-1"),
+        (STEPS[0], "res-1"),
+    ]
+    undone = None
+    for undo in failed.undo:
+        started = step_writes.begin_undo(
+            states, ATTEMPT, undo, undone=undone, now=T0, timeouts=SETTINGS.timeouts
+        )
+        assert started.applied
+        undone = undo
+    finished = step_writes.finish_undo(
+        states, ATTEMPT, undone=undone, now=T0, reply_queues=SETTINGS.reply_queues
+    )
+    assert statuses(finished) == [("compensated", None)]
+    record = states.get("o-1")
+    assert record is not None
+    assert record.process_state is ProcessState.COMPENSATED
+    assert {step.state for step in record.steps} == {StepState.COMPENSATED}
+
+
+def test_an_undo_that_fails_for_good_tells_the_operator_which_step_c2(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    paid = run_two_steps(states)
+    begin(states, 2, paid)
+    undo = fail(states, 2).undo[0]
+    step_writes.begin_undo(states, ATTEMPT, undo, undone=None, now=T0, timeouts=SETTINGS.timeouts)
+    failed = step_writes.undo_failed(
+        states,
+        ATTEMPT,
+        undo,
+        reason="already dispatched",
+        now=T0,
+        reply_queues=SETTINGS.reply_queues,
+    )
+    assert statuses(failed) == [("compensation-failed", None)]
+    assert failed.alert is not None
+    assert failed.alert.body["kind"] == AlertKind.COMPENSATION_FAILED.value
+    assert "ship-order" in failed.alert.body["reason"]
+    assert "already dispatched" in failed.alert.body["reason"]
