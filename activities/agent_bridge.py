@@ -1,10 +1,11 @@
 """The scheduler's side of the agent queue pair (E1, E3, E4).
 
-``send_agent_request`` puts the request on AGENT_REQUESTS_QUEUE with a stable MessageId, so
-a re-run of the activity that sends it (``begin_attempt``) is removed by duplicate
-detection (E4). ``receive_agent_response``
-is triggered by AGENT_RESPONSES_QUEUE and raises the orchestration's external event,
-carrying the request id as the stable event id the orchestrator checks (E3). A response for
+``send_agent_request`` puts the request on its agent's request queue (AGENT_REQUESTS_QUEUE
+for the one-step workflow, <AGENT>_REQUESTS_QUEUE for a step's agent) with a stable
+MessageId, so a re-run of the activity that sends it is removed by duplicate detection (E4).
+``receive_agent_response`` is triggered by AGENT_RESPONSES_QUEUE and raises the
+orchestration's external event, carrying the request id as the stable event id the
+orchestrator checks (E3). A response for
 an instance that has finished or never existed is late or stray: it is logged and dropped
 (E6). A response that breaks the contract is dead-lettered with the reason.
 """
@@ -39,10 +40,10 @@ FINISHED = {
 }
 
 
-async def send_agent_request(request: AgentRequest) -> None:
+async def send_agent_request(request: AgentRequest, queue: str) -> None:
     await bootstrap.publisher().send(
         OutgoingMessage(
-            queue=bootstrap.services().settings.agent_requests_queue,
+            queue=queue,
             body=request.to_json(),
             message_id=request.message_id,
             correlation_id=request.order.order_id,

@@ -56,7 +56,7 @@ async def begin_attempt(call: Any) -> dict[str, Any]:
         deadline=outcome.record.complete_by,
     )
     if step.agent_transport != AGENT_TRANSPORT_ACTIVITY:
-        await send_agent_request(request)
+        await send_agent_request(request, app.settings.agent_requests_queue)
     return StepStarted(applied=True, request=request.to_document()).to_dict()
 
 

@@ -115,7 +115,8 @@ class AgentResponse:
     instance_id: str
     outcome: AgentOutcome
     detail: str | None = None
-    fulfilment_id: str | None = None
+    reference: str | None = None
+    """The service's id of the side effect the request made or undid (a reservation...)."""
 
     @property
     def message_id(self) -> str:
@@ -128,7 +129,7 @@ class AgentResponse:
             "instanceId": self.instance_id,
             "outcome": self.outcome.value,
             "detail": self.detail,
-            "fulfilmentId": self.fulfilment_id,
+            "reference": self.reference,
         }
 
     def to_json(self) -> str:
@@ -141,13 +142,15 @@ class AgentResponse:
             outcome = AgentOutcome(fields["outcome"])
         except ValueError as error:
             raise AgentMessageError(f"agent response has unknown outcome: {error}") from error
-        detail, fulfilment = document.get("detail"), document.get("fulfilmentId")
+        detail = document.get("detail")
+        # fulfilmentId: the name the one-step workflow's responses gave the reference (C7).
+        reference = document.get("reference", document.get("fulfilmentId"))
         return cls(
             request_id=str(fields["requestId"]),
             instance_id=str(fields["instanceId"]),
             outcome=outcome,
             detail=None if detail is None else str(detail),
-            fulfilment_id=None if fulfilment is None else str(fulfilment),
+            reference=None if reference is None else str(reference),
         )
 
     @classmethod

@@ -59,7 +59,7 @@ async def run_fulfilment_agent(
             )
             if isinstance(result, Fulfilled):
                 breaker.record_success()
-                return _respond(request, AgentOutcome.SUCCEEDED, fulfilment_id=result.fulfilment_id)
+                return _respond(request, AgentOutcome.SUCCEEDED, reference=result.fulfilment_id)
             if isinstance(result, PermanentFailure):
                 breaker.record_success()  # the service answered: it is healthy, the order is not
                 return _respond(request, AgentOutcome.FAILED, result.reason)
@@ -97,12 +97,12 @@ def _respond(
     outcome: AgentOutcome,
     detail: str | None = None,
     *,
-    fulfilment_id: str | None = None,
+    reference: str | None = None,
 ) -> AgentResponse:
     return AgentResponse(
         request_id=request.request_id,
         instance_id=request.instance_id,
         outcome=outcome,
         detail=detail,
-        fulfilment_id=fulfilment_id,
+        reference=reference,
     )

@@ -214,5 +214,5 @@ def _stale_success(instance_id: str, fulfilment_id: str) -> str:
         request_id=f"{instance_id}:fulfil",
         instance_id=instance_id,
         outcome=AgentOutcome.SUCCEEDED,
-        fulfilment_id=fulfilment_id,
+        reference=fulfilment_id,
     ).to_json()

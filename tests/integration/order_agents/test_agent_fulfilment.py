@@ -88,7 +88,7 @@ def fulfilments(service: FulfilmentService) -> int:
 async def test_success_first_try(service: FulfilmentService, client: FulfilmentClient) -> None:
     response = await run(client, FakeTime(), request())
     assert response.outcome is AgentOutcome.SUCCEEDED
-    assert response.fulfilment_id
+    assert response.reference
     assert response.message_id == "o-1:1:fulfil:response"
     assert fulfilments(service) == 1
 
@@ -122,7 +122,7 @@ async def test_a_newer_attempt_replays_the_older_attempts_side_effect_e7(
     first = await run(client, FakeTime(), request(attempt=1))
     second = await run(client, FakeTime(), request(attempt=2))
     assert second.outcome is AgentOutcome.SUCCEEDED
-    assert second.fulfilment_id == first.fulfilment_id
+    assert second.reference == first.reference
     assert service.stats()["double_side_effects"] == 0
 
 

@@ -67,3 +67,14 @@ def test_a_response_answers_its_request_by_id() -> None:
     response = AgentResponse("order-5:2:charge-payment", "order-5:2", AgentOutcome.SUCCEEDED)
     assert response.message_id == "order-5:2:charge-payment:response"
     assert AgentResponse.from_json(response.to_json()) == response
+
+
+def test_a_one_step_response_names_its_reference_fulfilment_id_c7() -> None:
+    document = {
+        "schemaVersion": 1,
+        "requestId": "order-5:1:fulfil",
+        "instanceId": "order-5:1",
+        "outcome": "succeeded",
+        "fulfilmentId": "ful-3",
+    }
+    assert AgentResponse.from_document(document).reference == "ful-3"

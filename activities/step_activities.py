@@ -1,0 +1,207 @@
+"""The step workflow's fenced writes as activity functions (D4, D6, E1, E4, E5, E8, C1, C2, R2).
+
+Each takes the orchestration's own (replay-safe) time, runs one service-layer write and
+sends what it produced - progress and final statuses, operator alerts - only when the write
+applied for this attempt (D4). ``begin_step`` and ``begin_undo`` also hand the step's agent
+its request, do or undo, on the agent's own request queue (E1) once the fence held, with a
+stable MessageId so a re-run's second send is removed by duplicate detection (E4). The
+order is read from the orders database once per attempt and then travels with the
+orchestration (D6).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from dataclasses import asdict
+from datetime import datetime
+from typing import Any
+
+import azure.durable_functions as df
+
+import bootstrap
+from activities.agent_bridge import send_agent_request
+from domain.agent_messages import AgentOperation, AgentRequest
+from domain.contracts import OperatorAlert, Order, StatusMessage
+from domain.outgoing_messages import alert_outgoing, status_outgoing
+from domain.policies import AGENT_TRANSPORT_ACTIVITY
+from domain.records import StateRecord
+from domain.transitions import Undo
+from domain.workflow import declaration
+from orchestrators.step_payloads import StepRef, StepWrite, StepWritten
+from services import step_writes
+from services.operator import load_order
+from services.step_writes import Done, StepWriteOutcome
+
+bp = df.Blueprint()
+
+# Activity inputs are annotated Any, the JSON value the trigger delivers, and parsed into
+# their dataclass first thing: the Python worker refuses a builtin generic such as
+# dict[str, Any] on a binding parameter and with it the whole app (its indexing check).
+
+
+@bp.activity_trigger(input_name="call")
+async def begin_step(call: Any) -> dict[str, Any]:
+    write = StepWrite.from_dict(call)
+    step = _required(write.step, "begin_step")
+    app = bootstrap.services()
+    outcome = await asyncio.to_thread(
+        step_writes.begin_step,
+        app.states,
+        write.instance,
+        index=step.index,
+        name=step.name,
+        done=None if write.done is None else _done(write.done),
+        now=write.now,
+        timeouts=app.settings.timeouts,
+        reply_queues=app.settings.reply_queues,
+    )
+    return await _with_request(write, step, outcome, AgentOperation.DO)
+
+
+@bp.activity_trigger(input_name="call")
+async def finish_steps(call: Any) -> dict[str, Any]:
+    write = StepWrite.from_dict(call)
+    app = bootstrap.services()
+    outcome = await asyncio.to_thread(
+        step_writes.finish_steps,
+        app.states,
+        write.instance,
+        done=_done(_required(write.done, "finish_steps")),
+        now=write.now,
+        reply_queues=app.settings.reply_queues,
+    )
+    return await _reported(outcome)
+
+
+@bp.activity_trigger(input_name="call")
+async def fail_step(call: Any) -> dict[str, Any]:
+    write = StepWrite.from_dict(call)
+    step = _required(write.step, "fail_step")
+    app = bootstrap.services()
+    outcome = await asyncio.to_thread(
+        step_writes.fail_step,
+        app.states,
+        write.instance,
+        index=step.index,
+        name=step.name,
+        reason=write.reason or f"the {step.name} service refused the order",
+        now=write.now,
+        timeouts=app.settings.timeouts,
+        reply_queues=app.settings.reply_queues,
+    )
+    return await _reported(outcome)
+
+
+@bp.activity_trigger(input_name="call")
+async def begin_undo(call: Any) -> dict[str, Any]:
+    write = StepWrite.from_dict(call)
+    step = _required(write.step, "begin_undo")
+    app = bootstrap.services()
+    outcome = await asyncio.to_thread(
+        step_writes.begin_undo,
+        app.states,
+        write.instance,
+        _undo(step),
+        undone=None if write.done is None else _undo(write.done),
+        now=write.now,
+        timeouts=app.settings.timeouts,
+    )
+    return await _with_request(write, step, outcome, AgentOperation.UNDO)
+
+
+@bp.activity_trigger(input_name="call")
+async def finish_undo(call: Any) -> dict[str, Any]:
+    write = StepWrite.from_dict(call)
+    app = bootstrap.services()
+    outcome = await asyncio.to_thread(
+        step_writes.finish_undo,
+        app.states,
+        write.instance,
+        undone=None if write.done is None else _undo(write.done),
+        now=write.now,
+        reply_queues=app.settings.reply_queues,
+    )
+    return await _reported(outcome)
+
+
+@bp.activity_trigger(input_name="call")
+async def undo_failed(call: Any) -> dict[str, Any]:
+    write = StepWrite.from_dict(call)
+    step = _required(write.step, "undo_failed")
+    app = bootstrap.services()
+    outcome = await asyncio.to_thread(
+        step_writes.undo_failed,
+        app.states,
+        write.instance,
+        _undo(step),
+        reason=write.reason or f"the {step.name} service refused to undo it",
+        now=write.now,
+        reply_queues=app.settings.reply_queues,
+    )
+    return await _reported(outcome)
+
+
+async def _with_request(
+    write: StepWrite, step: StepRef, outcome: StepWriteOutcome, operation: AgentOperation
+) -> dict[str, Any]:
+    """Send the agent its request once the write that starts the step applied."""
+    if not outcome.applied or outcome.record is None:
+        return StepWritten(applied=False).to_dict()
+    await _send(outcome.statuses, outcome.alert)
+    app = bootstrap.services()
+    order = (
+        Order.from_document(write.order)
+        if write.order is not None
+        else await asyncio.to_thread(load_order, app.orders, write.instance)
+    )
+    request = AgentRequest(
+        instance_id=str(write.instance),
+        step=step.name,
+        order=order,
+        deadline=_deadline(outcome.record, step),
+        operation=operation,
+        reference=step.reference if operation is AgentOperation.UNDO else None,
+    )
+    if write.agent_transport != AGENT_TRANSPORT_ACTIVITY:
+        await send_agent_request(request, app.settings.agent_queue(declaration(step.name).agent))
+    return StepWritten(
+        applied=True, request=request.to_document(), order=order.to_document()
+    ).to_dict()
+
+
+async def _reported(outcome: StepWriteOutcome) -> dict[str, Any]:
+    if outcome.applied:
+        await _send(outcome.statuses, outcome.alert)
+    undo = [asdict(StepRef(u.index, u.name, u.reference)) for u in outcome.undo]
+    return StepWritten(applied=outcome.applied, undo=undo).to_dict()
+
+
+async def _send(statuses: Iterable[StatusMessage], alert: OperatorAlert | None) -> None:
+    publisher = bootstrap.publisher()
+    if alert is not None:
+        queue = bootstrap.services().settings.operator_alerts_queue
+        await publisher.send(alert_outgoing(alert, queue))
+    for status in statuses:
+        await publisher.send(status_outgoing(status))
+
+
+def _deadline(record: StateRecord, step: StepRef) -> datetime:
+    deadline = record.steps[step.index].complete_by
+    if deadline is None:
+        raise ValueError(f"step {step.name} of order {record.order_id!r} has no CompleteBy")
+    return deadline
+
+
+def _done(ref: StepRef) -> Done:
+    return Done(ref.index, ref.name, ref.reference)
+
+
+def _undo(ref: StepRef) -> Undo:
+    return Undo(ref.index, ref.name, ref.reference)
+
+
+def _required(ref: StepRef | None, activity: str) -> StepRef:
+    if ref is None:
+        raise ValueError(f"{activity} needs the step it is about")
+    return ref

@@ -1,0 +1,131 @@
+"""Inputs and outputs of the step workflow and its activities: small dataclasses.
+
+They cross the Durable Functions boundary as JSON dictionaries (``to_dict``/``from_dict``);
+new fields get defaults so histories written by older code still replay (C7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from domain.records import InstanceId, format_utc, parse_utc
+
+
+@dataclass(frozen=True)
+class StepRef:
+    """A step of the order by position and name, with the reference the service gave its
+    side effect (None while there is none, or for a step in doubt)."""
+
+    index: int
+    name: str
+    reference: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StepRef:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class StepsAttempt:
+    """What the starter (or the supervisor, to compensate) hands a step-workflow instance.
+
+    ``resume_at`` is the first step not completed when the attempt was claimed (C10): a step
+    completed by an earlier attempt is never run again. ``undo`` is set when the instance is
+    started to compensate: the steps to undo, in order (C1, C2).
+    """
+
+    order_id: str
+    attempt: int
+    steps: tuple[str, ...]
+    agent_transport: str
+    resume_at: int = 0
+    undo: tuple[StepRef, ...] | None = None
+
+    @property
+    def instance(self) -> InstanceId:
+        return InstanceId(self.order_id, self.attempt)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StepsAttempt:
+        undo = data.get("undo")
+        return cls(
+            order_id=data["order_id"],
+            attempt=data["attempt"],
+            steps=tuple(data["steps"]),
+            agent_transport=data["agent_transport"],
+            resume_at=data.get("resume_at", 0),
+            undo=None if undo is None else tuple(StepRef.from_dict(u) for u in undo),
+        )
+
+
+@dataclass(frozen=True)
+class StepWrite:
+    """One fenced write of the step workflow, at the orchestration's (replay-safe) time.
+
+    ``step`` is the step the write is about (to begin, to fail, to undo); ``done`` the step
+    completed or undone just before, recorded in the same write (C1). ``order`` carries the
+    order document once the first write loaded it, so later agent requests need no read.
+    """
+
+    order_id: str
+    attempt: int
+    at: str
+    step: StepRef | None = None
+    done: StepRef | None = None
+    reason: str | None = None
+    order: dict[str, Any] | None = None
+    agent_transport: str | None = None
+
+    @classmethod
+    def of(cls, attempt: StepsAttempt, at: datetime, **fields: Any) -> StepWrite:
+        return cls(attempt.order_id, attempt.attempt, format_utc(at), **fields)
+
+    @property
+    def instance(self) -> InstanceId:
+        return InstanceId(self.order_id, self.attempt)
+
+    @property
+    def now(self) -> datetime:
+        return parse_utc(self.at)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StepWrite:
+        step, done = data.get("step"), data.get("done")
+        return cls(
+            **{
+                **data,
+                "step": None if step is None else StepRef.from_dict(step),
+                "done": None if done is None else StepRef.from_dict(done),
+            }
+        )
+
+
+@dataclass(frozen=True)
+class StepWritten:
+    """A step write's answer: whether the fence held; for a write that starts a step or an
+    undo, the agent request (already on its queue with the Service Bus transport) and the
+    order document; for a failure that turned into compensation, what to undo."""
+
+    applied: bool
+    request: dict[str, Any] | None = None
+    order: dict[str, Any] | None = None
+    undo: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StepWritten:
+        return cls(**data)
+
+    @property
+    def undo_steps(self) -> tuple[StepRef, ...]:
+        return tuple(StepRef.from_dict(u) for u in self.undo)

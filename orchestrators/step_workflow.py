@@ -1,0 +1,150 @@
+"""The step workflow (workflow version 2): one attempt of one multi-step order, and its undo.
+
+The Scheduler of the pattern (D4-D6, E2, E5, E6, E8, C1, C2, C10):
+
+1. For each step from ``resume_at`` (the first step the record does not show completed, so a
+   retried order never repeats a completed step, C10): ``begin_step`` sets the step's
+   CompleteBy with a fenced write (D4, D6) - the same write that records the step before it
+   as completed and logs it for compensation (C1) - and sends the step's agent its request.
+2. A durable timer at CompleteBy races the agent's response (E2).
+   - Response first, succeeded: on to the next step; after the last, ``finish_steps``
+     (Processed, only under the fence, E5).
+   - Response first, failed for good: ``fail_step`` (E8): Error when nothing completed,
+     otherwise the order starts compensating and this instance undoes it.
+   - Timer first, or the agent gave up: end without touching the record (E6); the expired
+     CompleteBy is the supervisor's signal.
+3. Undo (C1, C2): each step to undo, newest first, gets its own fenced write and deadline
+   (``begin_undo``), then the agent's compensation races the timer. All undone:
+   ``finish_undo`` (Compensated). An undo that fails for good: ``undo_failed``
+   (CompensationFailed, operator alert). Timer first: end; the supervisor finds the stalled
+   compensation and starts an instance that resumes it where it stopped.
+
+The steps are data (``domain.workflow``): this code runs whatever list the attempt holds.
+It must stay deterministic: time comes from ``context.current_utc_datetime`` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import azure.durable_functions as df
+
+from domain.agent_messages import AGENT_RESPONSE_EVENT, AgentOutcome, AgentRequest, AgentResponse
+from orchestrators.step_payloads import StepRef, StepsAttempt, StepWrite, StepWritten
+
+AGENT_TRANSPORT_ACTIVITY = "activity"
+AGENT_ACTIVITY = "run_agent_in_activity"
+
+# Store writes are idempotent, so a transient store fault is retried here, within the step's
+# own deadline; what outlasts this is the supervisor's to recover.
+STORE_RETRY = df.RetryOptions(first_retry_interval_in_milliseconds=500, max_number_of_attempts=3)
+
+Steps = Generator[Any, Any, dict[str, Any]]
+
+
+def step_workflow(context: df.DurableOrchestrationContext, attempt: StepsAttempt) -> Steps:
+    if attempt.undo is not None:
+        return (yield from _undo(context, attempt, attempt.undo, order=None))
+    done: StepRef | None = None
+    order: dict[str, Any] | None = None
+    for index in range(attempt.resume_at, len(attempt.steps)):
+        step = StepRef(index, attempt.steps[index])
+        started = yield from _write(
+            context,
+            "begin_step",
+            attempt,
+            step=step,
+            done=done,
+            order=order,
+            agent_transport=attempt.agent_transport,
+        )
+        if not started.applied or started.request is None:
+            return {"outcome": "superseded"}
+        order = started.order
+        response = yield from _agent_answer(context, started.request, attempt.agent_transport)
+        if response is None:
+            return {"outcome": "timed-out", "step": step.name}
+        if response.outcome is AgentOutcome.FAILED:
+            failed = yield from _write(
+                context, "fail_step", attempt, step=step, reason=response.detail, order=order
+            )
+            if not failed.applied:
+                return {"outcome": "superseded"}
+            if failed.undo:
+                return (yield from _undo(context, attempt, failed.undo_steps, order))
+            return {"outcome": "failed", "step": step.name}
+        if response.outcome is not AgentOutcome.SUCCEEDED:
+            return {"outcome": response.outcome.value, "step": step.name}
+        done = StepRef(index, step.name, response.reference)
+    finished = yield from _write(context, "finish_steps", attempt, done=done)
+    return {"outcome": "completed" if finished.applied else "superseded"}
+
+
+def _undo(
+    context: df.DurableOrchestrationContext,
+    attempt: StepsAttempt,
+    steps: tuple[StepRef, ...],
+    order: dict[str, Any] | None,
+) -> Steps:
+    undone: StepRef | None = None
+    for step in steps:
+        started = yield from _write(
+            context,
+            "begin_undo",
+            attempt,
+            step=step,
+            done=undone,
+            order=order,
+            agent_transport=attempt.agent_transport,
+        )
+        if not started.applied or started.request is None:
+            return {"outcome": "superseded"}
+        order = started.order
+        response = yield from _agent_answer(context, started.request, attempt.agent_transport)
+        if response is None:
+            return {"outcome": "compensation-stalled", "step": step.name}
+        if response.outcome is AgentOutcome.FAILED:
+            failed = yield from _write(
+                context, "undo_failed", attempt, step=step, reason=response.detail
+            )
+            return {"outcome": "compensation-failed" if failed.applied else "superseded"}
+        if response.outcome is not AgentOutcome.SUCCEEDED:
+            return {"outcome": "compensation-stalled", "step": step.name}
+        undone = step
+    finished = yield from _write(context, "finish_undo", attempt, done=undone)
+    return {"outcome": "compensated" if finished.applied else "superseded"}
+
+
+def _write(
+    context: df.DurableOrchestrationContext,
+    activity: str,
+    attempt: StepsAttempt,
+    **fields: Any,
+) -> Generator[Any, Any, StepWritten]:
+    call = StepWrite.of(attempt, context.current_utc_datetime, **fields)
+    result = yield context.call_activity_with_retry(activity, STORE_RETRY, call.to_dict())
+    return StepWritten.from_dict(result)
+
+
+def _agent_answer(
+    context: df.DurableOrchestrationContext, request_document: dict[str, Any], transport: str
+) -> Generator[Any, Any, AgentResponse | None]:
+    """The agent's answer to this request, or None when its deadline came first (E2, E6)."""
+    request = AgentRequest.from_document(request_document)
+    timer = context.create_timer(request.deadline)
+    if transport == AGENT_TRANSPORT_ACTIVITY:
+        agent = context.call_activity(AGENT_ACTIVITY, request_document)
+    else:
+        # A response raised before this wait is buffered by Durable Functions, not lost.
+        agent = context.wait_for_external_event(AGENT_RESPONSE_EVENT)
+    while True:
+        winner = yield context.task_any([agent, timer])
+        if winner == timer:
+            return None
+        response = AgentResponse.from_document(agent.result)
+        if response.request_id == request.request_id:
+            timer.cancel()
+            return response
+        # Not the answer to this request (a stray or late event for this instance): wait on.
+        agent = context.wait_for_external_event(AGENT_RESPONSE_EVENT)
