@@ -3,7 +3,9 @@
 - ``extensions.serviceBus``: maxConcurrentCalls, prefetchCount, maxAutoLockRenewalDuration,
   autoCompleteMessages.
 - ``extensions.http.routePrefix``.
-- ``extensions.durableTask``: maxConcurrentActivityFunctions, maxConcurrentOrchestratorFunctions.
+- ``extensions.durableTask``: maxConcurrentActivityFunctions, maxConcurrentOrchestratorFunctions,
+  and orchestration versioning: defaultVersion, versionMatchStrategy, versionFailureStrategy
+  (``devhost.durable.versioning``).
 """
 
 from __future__ import annotations
@@ -12,9 +14,15 @@ import datetime as dt
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from devhost.durable.versioning import (
+    Versioning,
+    parse_failure_strategy,
+    parse_match_strategy,
+)
 
 HOST_FILE = "host.json"
 _TIMESPAN = re.compile(r"^(?:(\d+)\.)?(\d{1,2}):(\d{2}):(\d{2})(?:\.(\d+))?$")
@@ -36,6 +44,7 @@ class ServiceBusOptions:
 class DurableTaskOptions:
     max_concurrent_activities: int
     max_concurrent_orchestrations: int
+    versioning: Versioning = field(default_factory=Versioning)
 
 
 @dataclass(frozen=True)
@@ -78,9 +87,32 @@ class HostConfig:
                 max_concurrent_orchestrations=int(
                     durable.get("maxConcurrentOrchestratorFunctions", 10 * cores)
                 ),
+                versioning=_versioning(durable, where),
             ),
             route_prefix=str(http.get("routePrefix", "api")),
         )
+
+
+def _versioning(durable: dict[str, Any], where: str) -> Versioning:
+    """defaultVersion (null is the same as absent) and the two strategies, whose names the
+    host binds ignoring case; the defaults are the extension's (CurrentOrOlder, Reject)."""
+    default_version = durable.get("defaultVersion")
+    if isinstance(default_version, int) and not isinstance(default_version, bool):
+        default_version = str(default_version)
+    if default_version is not None and not isinstance(default_version, str):
+        raise HostConfigError(
+            f'{where}: extensions.durableTask.defaultVersion must be a string like "2", '
+            f"not {default_version!r}"
+        )
+    defaults = Versioning()
+    try:
+        match = parse_match_strategy(durable.get("versionMatchStrategy", defaults.match_strategy))
+        failure = parse_failure_strategy(
+            durable.get("versionFailureStrategy", defaults.failure_strategy)
+        )
+    except ValueError as error:
+        raise HostConfigError(f"{where}: extensions.durableTask: {error}") from error
+    return Versioning(default_version, match, failure)
 
 
 def _section(document: dict[str, Any], name: str, where: str) -> dict[str, Any]:
