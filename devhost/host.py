@@ -101,6 +101,7 @@ class DevHost:
             max_concurrent_activities=config.durable_task.max_concurrent_activities,
             orchestrators=workers,
             activities=workers,
+            versioning=config.durable_task.versioning,
         )
         self.management = ManagementApi(self.engine)
         await self.management.start()

@@ -19,6 +19,7 @@ from devhost.durable.status import (
     RuntimeStatus,
 )
 from devhost.durable.translation import NonDeterminismError
+from devhost.durable.versioning import VersionFailureStrategy, Versioning, VersionMatchStrategy
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENT_ACTIVITIES",
@@ -34,5 +35,8 @@ __all__ = [
     "RealClock",
     "RuntimeStatus",
     "UnknownFunctionError",
+    "VersionFailureStrategy",
+    "VersionMatchStrategy",
+    "Versioning",
     "VirtualClock",
 ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import json
 import logging
 import traceback
 import uuid
@@ -55,6 +56,12 @@ from devhost.durable.store import (
     InstanceRecord,
 )
 from devhost.durable.translation import SubOrchestrationRequest
+from devhost.durable.versioning import (
+    VERSION_MISMATCH_OUTPUT,
+    VersionFailureStrategy,
+    Versioning,
+    execution_version,
+)
 from devhost.durable.workers import (
     ActivityRunner,
     InProcessActivities,
@@ -92,6 +99,8 @@ class _PreparedEpisode:
     message_ids: list[int]
     raised: list[BufferedEvent]
     request: EpisodeRequest
+    version: str | None
+    """The orchestration version of the instance (its ExecutionStarted ``Version``)."""
 
 
 class DurableEngine:
@@ -106,14 +115,18 @@ class DurableEngine:
         max_concurrent_activities: int = DEFAULT_MAX_CONCURRENT_ACTIVITIES,
         orchestrators: OrchestratorRunner | None = None,
         activities: ActivityRunner | None = None,
+        versioning: Versioning | None = None,
     ) -> None:
         """``orchestrators`` decides episodes and ``activities`` runs activities; by default
-        both run in this process (activities on a bounded thread pool or the event loop)."""
+        both run in this process (activities on a bounded thread pool or the event loop).
+        ``versioning`` is host.json's defaultVersion and version strategies (``versioning.py``);
+        by default the extension's: no defaultVersion, CurrentOrOlder, Reject."""
         if max_concurrent_activities < 1:
             raise ValueError("max_concurrent_activities must be at least 1")
         self.registry = FunctionRegistry.from_functions(functions)
         self._orchestrators = orchestrators or InProcessOrchestrators(self.registry)
         self.clock: Clock = clock or RealClock()
+        self.versioning = versioning or Versioning()
         self.store = DurableStore(database)
         self.max_concurrent_activities = max_concurrent_activities
         self._executor = ThreadPoolExecutor(
@@ -122,6 +135,11 @@ class DurableEngine:
         self._activities = activities or InProcessActivities(self.registry, self._executor)
         self._running: dict[int, asyncio.Task[None]] = {}
         self._episodes: dict[str, asyncio.Task[None]] = {}
+        # Instances whose version this host rejects (versionFailureStrategy Reject), with
+        # that version. Their messages wait for a host whose version fits; the versioning
+        # settings change only with a restart, so this engine does not try them again (a new
+        # engine on the file does); a new instance under the same id is tried.
+        self._rejected: dict[str, str | None] = {}
         # Scanning the inbox and the work items on every wake-up was a tenth of the devhost's
         # CPU under load: scan again only when something was posted or added, or when an
         # episode or activity ended (it may leave messages, or free a slot).
@@ -133,11 +151,18 @@ class DurableEngine:
 
     # -- client operations (the durableClient binding) ---------------------------------
 
-    async def start_new(self, name: str, instance_id: str | None = None, input: Any = None) -> str:
+    async def start_new(
+        self,
+        name: str,
+        instance_id: str | None = None,
+        input: Any = None,
+        version: str | None = None,
+    ) -> str:
         """Schedule a new instance of orchestrator ``name``; return its instance id.
 
         A non-terminal instance with the same id is an error (as in Durable Functions);
-        a terminal one is replaced, history included.
+        a terminal one is replaced, history included. The instance's orchestration version
+        is ``version``, else the host's ``defaultVersion`` (None when there is none).
         """
         self.registry.orchestrator(name)
         instance_id = instance_id or uuid.uuid4().hex
@@ -149,8 +174,11 @@ class DurableEngine:
                 raise InstanceAlreadyExistsError(instance_id, existing.runtime_status)
             if existing is not None:
                 self.store.delete_instance(instance_id)
-            self._create_instance(instance_id, name, input_json, None)
-        logger.info("orchestration scheduled instance_id=%s name=%s", instance_id, name)
+            version = self.versioning.version_for_new_instance(version)
+            self._create_instance(instance_id, name, input_json, None, version)
+        logger.info(
+            "orchestration scheduled instance_id=%s name=%s version=%s", instance_id, name, version
+        )
         self._wake.set()
         return instance_id
 
@@ -228,6 +256,7 @@ class DurableEngine:
                 last_updated_time=now,
             )
             self._finish(finished)
+        self._rejected.pop(instance_id, None)
         logger.info("orchestration terminated instance_id=%s reason=%s", instance_id, reason)
         return True
 
@@ -237,6 +266,7 @@ class DurableEngine:
             if self.store.get_instance(instance_id) is None:
                 return 0
             self.store.delete_instance(instance_id)
+        self._rejected.pop(instance_id, None)
         return 1
 
     # -- what a host-level scheduler needs ---------------------------------------------
@@ -246,7 +276,7 @@ class DurableEngine:
         if (
             self._running
             or self._episodes
-            or self.store.has_messages()
+            or self.store.has_messages(excluding=self._rejected)
             or self.store.work_items(excluding=self._running, limit=1)
         ):
             return True
@@ -295,6 +325,13 @@ class DurableEngine:
             if status.runtime_status.is_terminal:
                 return status
             if await self.advance_to_next_timer() is None:
+                if instance_id in self._rejected:
+                    detail = self._version_detail(self._rejected[instance_id])
+                    raise EngineStalledError(
+                        f"instance '{instance_id}' is {status.runtime_status.value} and this "
+                        f"host does not run its version ({detail}, "
+                        "versionFailureStrategy Reject)"
+                    )
                 raise EngineStalledError(
                     f"instance '{instance_id}' is {status.runtime_status.value} and nothing "
                     "can move it forward: no messages, no activities, no timers (it waits "
@@ -378,8 +415,10 @@ class DurableEngine:
                 if len(self._episodes) >= MAX_CONCURRENT_EPISODES:
                     self._inbox_seen_at = None  # the rest waits for a free slot
                     break
-                if instance_id in self._episodes:
-                    continue  # one episode at a time per instance; its end rescans
+                if instance_id in self._episodes or instance_id in self._rejected:
+                    # One episode at a time per instance (its end rescans); a rejected
+                    # version waits for another host.
+                    continue
                 self._episodes[instance_id] = asyncio.create_task(
                     self._episode(instance_id), name=f"episode-{instance_id}"
                 )
@@ -457,7 +496,7 @@ class DurableEngine:
                 or delivered
                 or outcome.runtime_status == RuntimeStatus.FAILED
             ):
-                self._commit(prepared.record, outcome)
+                self._commit(prepared.record, outcome, prepared.version)
 
     def _consume_without_replay(
         self, instance_id: str, messages: list[InboxMessage], raised: list[BufferedEvent]
@@ -508,6 +547,16 @@ class DurableEngine:
             buffered = self.store.buffered_events(instance_id)
             if not new_events and not buffered and not raised:
                 return None
+            version = self._instance_version(past, new_events)
+            if not self.versioning.accepts(version):
+                if self.versioning.failure_strategy is VersionFailureStrategy.REJECT:
+                    self._reject(record, version)
+                    return None
+                self._consume_without_replay(instance_id, messages, raised)
+                self._commit_failure_without_replay(
+                    record, new_events, VERSION_MISMATCH_OUTPUT, self._version_detail(version)
+                )
+                return None
             try:
                 self.registry.orchestrator(record.name)
             except UnknownFunctionError as error:
@@ -523,11 +572,43 @@ class DurableEngine:
             new_events=new_events,
             buffered_events=[*buffered, *raised],
             now=self.clock.now(),
+            default_version=self.versioning.default_version,
         )
         consumed = [m.message_id for m in messages if m.message_id not in stale]
-        return _PreparedEpisode(record, consumed, raised, request)
+        return _PreparedEpisode(record, consumed, raised, request, version)
 
-    def _commit(self, record: InstanceRecord, outcome: EpisodeOutcome) -> None:
+    @staticmethod
+    def _instance_version(past: list[str], new_events: list[HistoryEvent]) -> str | None:
+        """The Version of the current generation's ExecutionStarted: among the new events of
+        its first episode, else in its history (right after the first OrchestratorStarted)."""
+        found, version = execution_version(new_events)
+        if found:
+            return version
+        for stored in past[:4]:
+            found, version = execution_version([json.loads(stored)])
+            if found:
+                return version
+        return None
+
+    def _version_detail(self, version: str | None) -> str:
+        return (
+            f"instance version {version!r}, host defaultVersion "
+            f"{self.versioning.default_version!r}, versionMatchStrategy "
+            f"{self.versioning.match_strategy.value}"
+        )
+
+    def _reject(self, record: InstanceRecord, version: str | None) -> None:
+        """versionFailureStrategy Reject: leave the instance and its messages as they are."""
+        self._rejected[record.instance_id] = version
+        logger.warning(
+            "orchestration not run instance_id=%s name=%s reason=version mismatch (%s); "
+            "its messages wait for a host whose defaultVersion accepts it",
+            record.instance_id,
+            record.name,
+            self._version_detail(version),
+        )
+
+    def _commit(self, record: InstanceRecord, outcome: EpisodeOutcome, version: str | None) -> None:
         instance_id, execution_id = record.instance_id, record.execution_id
         now = self.clock.now()
         self.store.remove_buffered_events(outcome.delivered_buffer_ids)
@@ -552,7 +633,7 @@ class DurableEngine:
             last_updated_time=now,
         )
         if outcome.runtime_status == RuntimeStatus.CONTINUED_AS_NEW:
-            self._continue_as_new(updated, outcome.continue_as_new_input)
+            self._continue_as_new(updated, outcome.continue_as_new_input, version)
         elif outcome.runtime_status in _TERMINAL:
             self._finish(replace(updated, output_json=outcome.output_json))
             logger.info(
@@ -565,7 +646,11 @@ class DurableEngine:
             self.store.put_instance(updated)
 
     def _commit_failure_without_replay(
-        self, record: InstanceRecord, new_events: list[dict[str, Any]], message: str
+        self,
+        record: InstanceRecord,
+        new_events: list[dict[str, Any]],
+        message: str,
+        detail: str | None = None,
     ) -> None:
         now = self.clock.now()
         output_json = df_dumps(message)
@@ -591,10 +676,18 @@ class DurableEngine:
                 last_updated_time=now,
             )
         )
-        logger.error("orchestration failed instance_id=%s error=%s", record.instance_id, message)
+        logger.error(
+            "orchestration failed instance_id=%s error=%s%s",
+            record.instance_id,
+            message,
+            "" if detail is None else f" ({detail})",
+        )
 
-    def _continue_as_new(self, record: InstanceRecord, input_json: str | None) -> None:
-        """New generation: fresh history and execution id; buffered events are kept."""
+    def _continue_as_new(
+        self, record: InstanceRecord, input_json: str | None, version: str | None
+    ) -> None:
+        """New generation: fresh history and execution id, the same orchestration version (as
+        DTFx: the SDK's continue_as_new names no new one); buffered events are kept."""
         self.store.delete_history(record.instance_id)
         self.store.clear_execution_state(record.instance_id)
         generation = replace(
@@ -610,6 +703,7 @@ class DurableEngine:
                 record.instance_id,
                 input_json,
                 record.parent_instance_id,
+                version=version,
             ),
         )
 
@@ -691,6 +785,7 @@ class DurableEngine:
             request.name,
             request.input_json,
             (parent.instance_id, parent.execution_id, request.task_id),
+            request.version,
         )
 
     def _create_instance(
@@ -699,8 +794,10 @@ class DurableEngine:
         name: str,
         input_json: str | None,
         parent: tuple[str, str, int] | None,
+        version: str | None,
     ) -> None:
         now = self.clock.now()
+        self._rejected.pop(instance_id, None)
         record = InstanceRecord(
             instance_id=instance_id,
             name=name,
@@ -719,7 +816,9 @@ class DurableEngine:
         self.store.post(
             instance_id,
             record.execution_id,
-            execution_started(now, name, instance_id, input_json, record.parent_instance_id),
+            execution_started(
+                now, name, instance_id, input_json, record.parent_instance_id, version=version
+            ),
         )
 
     # -- activities --------------------------------------------------------------------

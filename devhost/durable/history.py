@@ -79,8 +79,14 @@ def execution_started(
     instance_id: str,
     input_json: str | None,
     parent_instance_id: str | None = None,
+    *,
+    version: str | None,
 ) -> HistoryEvent:
-    """ExecutionStarted; ``Version`` is mandatory for the SDK (it reads it unconditionally)."""
+    """ExecutionStarted with the instance's orchestration version (None: it has none).
+
+    ``Version`` is present even when None: the SDK reads it unconditionally, as
+    ``context.version``.
+    """
     parent = (
         {"OrchestrationInstance": {"InstanceId": parent_instance_id}}
         if parent_instance_id
@@ -91,7 +97,7 @@ def execution_started(
         timestamp,
         Name=name,
         Input=input_json,
-        Version="",
+        Version=version,
         OrchestrationInstance={"InstanceId": instance_id},
         ParentInstance=parent,
     )

@@ -4,7 +4,7 @@ Functions get a ``df.DurableOrchestrationClient`` from the durableClient binding
 hands them a JSON string of URLs (``client_binding_json``), and the unchanged SDK makes
 aiohttp calls to those URLs.  This server answers them on 127.0.0.1 (ephemeral port):
 
-* ``POST   {rpc}orchestrators/{name}[/{instanceId}]``          start_new
+* ``POST   {rpc}orchestrators/{name}[/{instanceId}][?version=]`` start_new
 * ``POST   {rpc}instances/{id}/raiseEvent/{event}``            raise_event
 * ``GET    {rpc}instances/{id}?showHistory=&showInput=``       get_status
 * ``GET    {rpc}instances/?runtimeStatus=&createdTimeFrom=&createdTimeTo=&instanceIdPrefix=``
@@ -116,8 +116,13 @@ class ManagementApi:
     async def _start_new(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         try:
+            # The SDK adds ?version= only when start_new was given one; without it the
+            # instance gets the host's defaultVersion.
             instance_id = await self.engine.start_new(
-                name, request.match_info.get("instance_id"), await _payload(request)
+                name,
+                request.match_info.get("instance_id"),
+                await _payload(request),
+                version=request.query.get("version"),
             )
         except (DurableClientError, UnknownFunctionError) as error:
             return web.json_response({"ExceptionMessage": str(error)}, status=400)

@@ -57,6 +57,8 @@ class EpisodeRequest:
     new_events: list[HistoryEvent]
     buffered_events: list[BufferedEvent]
     now: dt.datetime
+    default_version: str | None = None
+    """The host's ``defaultVersion``: the version of sub-orchestrations started without one."""
 
 
 @dataclass
@@ -77,11 +79,13 @@ def decide_episode(request: EpisodeRequest, replay: ReplayFunction) -> EpisodeOu
     episode = [new_event(EventType.ORCHESTRATOR_STARTED, request.now), *request.new_events]
     remaining = list(request.buffered_events)
     delivered: list[int] = []
-    past: list[HistoryEvent] = [json.loads(event) for event in request.past_json]
+    past: list[HistoryEvent] = [_with_version(json.loads(event)) for event in request.past_json]
     while True:
         try:
             state = replay(request.orchestrator, _context_json(request, past, episode))
-            translation = translate(request.instance_id, [*past, *episode], state)
+            translation = translate(
+                request.instance_id, [*past, *episode], state, request.default_version
+            )
         except (NonDeterminismError, UnsupportedActionError) as error:
             logger.error(
                 "orchestration failed instance_id=%s name=%s error=%s",
@@ -104,6 +108,14 @@ def decide_episode(request: EpisodeRequest, replay: ReplayFunction) -> EpisodeOu
             delivered.append(buffered.buffer_id)
             remaining.remove(buffered)
     return _decide(request, episode, delivered, state, translation)
+
+
+def _with_version(event: HistoryEvent) -> HistoryEvent:
+    """An ExecutionStarted stored without ``Version`` replays as one without a version (the
+    SDK reads the key unconditionally); the stored history is left as it is."""
+    if event["EventType"] == EventType.EXECUTION_STARTED and "Version" not in event:
+        return {**event, "Version": None}
+    return event
 
 
 def _deliverable(

@@ -272,8 +272,13 @@ class DurableStore:
         ).fetchall()
         return [row[0] for row in rows]
 
-    def has_messages(self) -> bool:
-        return self._connection.execute("SELECT 1 FROM inbox LIMIT 1").fetchone() is not None
+    def has_messages(self, *, excluding: Collection[str] = ()) -> bool:
+        """Whether any instance but those in ``excluding`` has inbox messages."""
+        where = (
+            f" WHERE instance_id NOT IN ({', '.join('?' * len(excluding))})" if excluding else ""
+        )
+        row = self._connection.execute(f"SELECT 1 FROM inbox{where} LIMIT 1", (*excluding,))
+        return row.fetchone() is not None
 
     def messages(self, instance_id: str) -> list[InboxMessage]:
         """The inbox of an instance, oldest first; an episode removes what it consumed."""

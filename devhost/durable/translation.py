@@ -118,6 +118,9 @@ class SubOrchestrationRequest:
     name: str
     instance_id: str
     input_json: str | None
+    version: str | None = None
+    """The child's orchestration version: the one the action asked for, else the host's
+    ``defaultVersion`` (never the parent's)."""
 
 
 @dataclass(frozen=True)
@@ -231,12 +234,14 @@ class _SubOrchestrationLeaf(_Leaf):
         name: str,
         input_json: str | None,
         instance_id: str | None,
+        version: str | None,
         expired_failure: HistoryEvent | None,
     ):
         super().__init__()
         self.name = name
         self.input_json = input_json
         self.instance_id = instance_id
+        self.version = version
         self.expired_failure = expired_failure
 
     def activate(self, sim: _Simulation) -> None:
@@ -248,6 +253,8 @@ class _SubOrchestrationLeaf(_Leaf):
             return
         # Durable Functions derives a child id from the parent id and the sequence id.
         child_id = self.instance_id or f"{sim.instance_id}:{task_id}"
+        # The version the action carries, else the host's defaultVersion when it is created.
+        version = self.version if self.version is not None else sim.default_version
         sim.result.scheduling_events.append(
             new_event(
                 EventType.SUB_ORCHESTRATION_CREATED,
@@ -256,12 +263,12 @@ class _SubOrchestrationLeaf(_Leaf):
                 Name=self.name,
                 InstanceId=child_id,
                 Input=self.input_json,
-                Version="",
+                Version=version,
             )
         )
         if self.expired_failure is None:
             sim.result.sub_orchestrations.append(
-                SubOrchestrationRequest(task_id, self.name, child_id, self.input_json)
+                SubOrchestrationRequest(task_id, self.name, child_id, self.input_json, version)
             )
         else:
             sim.result.immediate_failures.append(
@@ -349,6 +356,7 @@ class _RetryNode(_Node):
                 self.action["functionName"],
                 self.action.get("input"),
                 self.action.get("instanceId"),
+                self.action.get("version"),
                 expired,
             )
         else:
@@ -387,9 +395,12 @@ class _RetryNode(_Node):
 class _Simulation:
     """Replays the numbering of one orchestration generation against its history."""
 
-    def __init__(self, instance_id: str, history: list[HistoryEvent]) -> None:
+    def __init__(
+        self, instance_id: str, history: list[HistoryEvent], default_version: str | None
+    ) -> None:
         self.instance_id = instance_id
         self.history = history
+        self.default_version = default_version
         self.result = TranslationResult()
         self.now = parse_timestamp(history[0]["Timestamp"])
         self.next_sequence_id = 0
@@ -530,7 +541,11 @@ def _build_node(action: dict[str, Any]) -> _Node:
         return _ActivityLeaf(action["functionName"], action.get("input"), None)
     if action_type == ActionType.CALL_SUB_ORCHESTRATOR:
         return _SubOrchestrationLeaf(
-            action["functionName"], action.get("input"), action.get("instanceId"), None
+            action["functionName"],
+            action.get("input"),
+            action.get("instanceId"),
+            action.get("version"),
+            None,
         )
     if action_type == ActionType.CALL_ACTIVITY_WITH_RETRY:
         return _RetryNode(action, is_sub_orchestration=False)
@@ -560,12 +575,16 @@ def _describe(event: HistoryEvent) -> str:
 
 
 def translate(
-    instance_id: str, history: list[HistoryEvent], state: dict[str, Any]
+    instance_id: str,
+    history: list[HistoryEvent],
+    state: dict[str, Any],
+    default_version: str | None = None,
 ) -> TranslationResult:
     """Number the actions of an SDK state against ``history`` (current generation).
 
     ``history`` starts with the OrchestratorStarted event of the first episode and ends with
-    the events of the episode being decided.
+    the events of the episode being decided. ``default_version`` is the host's
+    ``defaultVersion``, the version of new sub-orchestrations whose action names none.
     """
     schema = state.get("schemaVersion")
     actions = state.get("actions") or []
@@ -574,4 +593,4 @@ def translate(
             f"the SDK answered with replay schema {schema!r}; the engine speaks schema "
             f"{REPLAY_SCHEMA_VERSION} (one action list)"
         )
-    return _Simulation(instance_id, history).run(actions[0] if actions else [])
+    return _Simulation(instance_id, history, default_version).run(actions[0] if actions else [])
