@@ -205,6 +205,8 @@ class StateRecord:
     compensation_log: tuple[CompletedStep, ...] = ()
     workflow_version: int = WORKFLOW_ONE_STEP
     steps: tuple[StepStatus, ...] = ()
+    compensation_failures: int = 0
+    """Compensation runs the supervisor found stalled (C2), counted apart from FailureCount."""
     schema_version: int = RECORD_SCHEMA_VERSION
     etag: str | None = field(default=None, compare=False)
 
@@ -245,6 +247,7 @@ class StateRecord:
             "CompensationLog": [entry.to_document() for entry in self.compensation_log],
             "WorkflowVersion": self.workflow_version,
             "Steps": [step.to_document() for step in self.steps],
+            "CompensationFailures": self.compensation_failures,
             "CreatedAt": format_utc(self.created_at),
             "UpdatedAt": format_utc(self.updated_at),
         }
@@ -278,6 +281,7 @@ class StateRecord:
                 ),
                 workflow_version=int(document.get("WorkflowVersion", WORKFLOW_ONE_STEP)),
                 steps=tuple(StepStatus.from_document(step) for step in document.get("Steps", [])),
+                compensation_failures=int(document.get("CompensationFailures", 0)),
                 schema_version=int(version),
                 etag=etag,
             )

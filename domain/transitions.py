@@ -202,8 +202,28 @@ def give_up(
     )
 
 
+def resume_compensation(
+    record: StateRecord, *, now: datetime, compensation_deadline: datetime
+) -> StateRecord:
+    """A compensation that outlived its deadline is resumed by a new attempt, which starts at
+    the step the stalled one reached (C2): the supervisor only requests it (U4)."""
+    _require_expired(record, "resume compensation", now)
+    if record.process_state is not ProcessState.COMPENSATING:
+        raise IllegalTransition(record, "resume compensation", "it is not compensating")
+    attempt = record.attempt + 1
+    return replace(
+        record,
+        locked_by=str(InstanceId(record.order_id, attempt)),
+        complete_by=compensation_deadline,
+        attempt=attempt,
+        compensation_failures=record.compensation_failures + 1,
+        current_step=None,
+        updated_at=now,
+    )
+
+
 def stall_compensation(record: StateRecord, *, now: datetime, reason: str) -> StateRecord:
-    """A compensation that outlived its deadline needs an operator (C2)."""
+    """A compensation that keeps stalling needs an operator (C2)."""
     _require_expired(record, "fail stalled compensation", now)
     if record.process_state is not ProcessState.COMPENSATING:
         raise IllegalTransition(record, "fail stalled compensation", "it is not compensating")
@@ -211,6 +231,7 @@ def stall_compensation(record: StateRecord, *, now: datetime, reason: str) -> St
         record,
         process_state=ProcessState.COMPENSATION_FAILED,
         complete_by=None,
+        compensation_failures=record.compensation_failures + 1,
         last_error=reason,
         updated_at=now,
     )

@@ -39,13 +39,14 @@ class RecoveryKind(StrEnum):
     RETRY_AFTER_LONG_WAIT = "retry-after-long-wait"
     GAVE_UP = "gave-up"
     COMPENSATION_REQUESTED = "compensation-requested"
+    COMPENSATION_RESUMED = "compensation-resumed"
     COMPENSATION_STALLED = "compensation-stalled"
 
 
 @dataclass(frozen=True)
 class Recovery:
     """One recovery this sweep won. Send `status` and `alert` when set; start the
-    compensation orchestration `compensation_instance` when set (C1)."""
+    compensation orchestration `compensation_instance` with `undo` when set (C1, C2)."""
 
     kind: RecoveryKind
     expired_instance: str
@@ -53,6 +54,8 @@ class Recovery:
     status: StatusMessage | None = None
     alert: OperatorAlert | None = None
     compensation_instance: InstanceId | None = None
+    undo: tuple[transitions.Undo, ...] = ()
+    """For a compensation instance: what it undoes, in order (C1)."""
 
 
 @dataclass(frozen=True)
@@ -125,10 +128,20 @@ def _plan(
     expired: StateRecord, policy: SupervisorPolicy, timeouts: Timeouts, now: datetime
 ) -> tuple[StateRecord, RecoveryKind]:
     if expired.process_state is ProcessState.COMPENSATING:
+        stalls = expired.compensation_failures + 1
+        if stalls < policy.max_failures:
+            resumed = transitions.resume_compensation(
+                expired, now=now, compensation_deadline=compensation_deadline(now, timeouts)
+            )
+            return resumed, RecoveryKind.COMPENSATION_RESUMED
         stalled = transitions.stall_compensation(
             expired,
             now=now,
-            reason=f"compensation by {expired.locked_by} passed its CompleteBy unfinished",
+            reason=(
+                f"compensation stalled {stalls} times, last by {expired.locked_by} at step "
+                f"{expired.current_step or 'none'} (MAX_FAILURES={policy.max_failures}); "
+                f"{_left_to_undo(expired)}"
+            ),
         )
         return stalled, RecoveryKind.COMPENSATION_STALLED
     decision = supervisor_decision(expired.failure_count, now, policy)
@@ -145,6 +158,14 @@ def _plan(
     retried = transitions.retry_later(expired, now=now, not_before=decision.not_before)
     kind = RecoveryKind.RETRY_AFTER_LONG_WAIT if decision.long_wait else RecoveryKind.RETRY
     return retried, kind
+
+
+def _left_to_undo(record: StateRecord) -> str:
+    plan = transitions.compensation_plan(record)
+    if not plan:
+        return "nothing is left to undo"
+    steps = ", ".join(f"{u.name} ({u.reference or 'by idempotency key'})" for u in plan)
+    return f"left to undo: {steps}"
 
 
 def _recovery(
@@ -166,12 +187,13 @@ def _recovery(
             ),
             alert=alert_for(stored, AlertKind.ORDER_ERROR, reason=reason, now=now),
         )
-    if kind is RecoveryKind.COMPENSATION_REQUESTED:
+    if kind in (RecoveryKind.COMPENSATION_REQUESTED, RecoveryKind.COMPENSATION_RESUMED):
         return Recovery(
             kind,
             expired_instance,
             stored,
             compensation_instance=InstanceId(stored.order_id, stored.attempt),
+            undo=transitions.compensation_plan(stored),
         )
     if kind is RecoveryKind.COMPENSATION_STALLED:
         return Recovery(

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from config import Settings
+from domain import transitions
 from domain.contracts import AlertKind, Order
 from domain.ports import (
     OperationKind,
@@ -29,9 +30,11 @@ from domain.ports import (
 )
 from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord
 from domain.transitions import IllegalTransition
+from services import step_writes
 from services.operator import load_order, resubmit_order
 from services.paging import StopReason
 from services.starter import StarterRun, claim_pending
+from services.step_writes import Done
 from services.steps import StepOutcome, complete_order, fail_order, finish_compensation, start_step
 from services.submission import (
     INVALID_MESSAGE_REASON,
@@ -623,32 +626,78 @@ def test_two_supervisors_at_once_never_double_count_a_failure_u6(
     assert counts == {1}
 
 
-def test_giving_up_after_completed_steps_requests_compensation_and_a_stall_is_reported_c1_c2(
+def test_giving_up_after_completed_steps_requests_compensation_c1_u4(
     stores: tuple[StateStore, OrderStore],
 ) -> None:
     states, _ = stores
     settings = replace(SETTINGS, max_failures=1, retry_budget=3, compensation_timeout_seconds=90)
-    accepted(stores, "o-1")
+    steps = ("reserve-stock", "charge-payment")
+    states.create(transitions.new_record("o-1", "replies-a", T0, steps))
     instance = claim_one(states)
-    reserved = CompletedStep("reserve", "o-1:reserve", T0)
-    start_step(
-        states, instance, step="charge", now=T0, timeouts=settings.timeouts, completed=reserved
-    )
+    for index, done in ((0, None), (1, Done(0, steps[0], "res-1"))):
+        step_writes.begin_step(
+            states,
+            instance,
+            index=index,
+            name=steps[index],
+            done=done,
+            now=T0,
+            timeouts=settings.timeouts,
+            reply_queues=settings.reply_queues,
+        )
     now = T0 + timedelta(seconds=31)
     requested = sweep_at(states, now, settings).recoveries[0]
     assert requested.kind is RecoveryKind.COMPENSATION_REQUESTED
     assert requested.compensation_instance == InstanceId("o-1", 2)
-    assert requested.status is None
-    assert requested.alert is None
+    assert [(u.name, u.reference) for u in requested.undo] == [
+        ("charge-payment", None),
+        ("reserve-stock", "res-1"),
+    ]
+    assert (requested.status, requested.alert) == (None, None)
     record = state_of(states, "o-1")
     assert (record.process_state, record.locked_by) == (ProcessState.COMPENSATING, "o-1:2")
-    stalled = sweep_at(states, now + timedelta(seconds=91), settings).recoveries[0]
+
+
+def test_a_stalled_compensation_is_resumed_then_given_to_an_operator_c2(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    settings = replace(SETTINGS, max_failures=2, retry_budget=4, compensation_timeout_seconds=90)
+    steps = ("reserve-stock", "charge-payment")
+    record = transitions.new_record("o-1", "replies-a", T0, steps)
+    record = transitions.claim(record, now=T0, claim_deadline=T0)
+    record = transitions.begin_step(
+        InstanceId("o-1", 1), index=0, name=steps[0], complete_by=T0, now=T0
+    ).apply(record)
+    reserved = transitions.begin_step(
+        InstanceId("o-1", 1),
+        index=1,
+        name=steps[1],
+        complete_by=T0,
+        now=T0,
+        completed=(0, CompletedStep(steps[0], "res-1", T0)),
+    ).apply(record)
+    failed = transitions.fail_step(
+        InstanceId("o-1", 1), index=1, name=steps[1], reason="declined", now=T0, compensate_by=T0
+    ).apply(reserved)
+    states.create(failed)
+    resumed = sweep_at(states, T0 + timedelta(seconds=1), settings).recoveries[0]
+    assert resumed.kind is RecoveryKind.COMPENSATION_RESUMED
+    assert resumed.compensation_instance == InstanceId("o-1", 2)
+    assert [u.name for u in resumed.undo] == ["charge-payment", "reserve-stock"]
+    stalled = sweep_at(states, T0 + timedelta(seconds=92), settings).recoveries[0]
     assert stalled.kind is RecoveryKind.COMPENSATION_STALLED
     assert stalled.alert is not None
     assert stalled.status is not None
     assert stalled.alert.body["kind"] == "compensation-failed"
+    assert (
+        "left to undo: charge-payment (by idempotency key), reserve-stock (res-1)"
+        in (stalled.alert.body["reason"])
+    )
     assert stalled.status.message_id == "o-1:compensation-failed:2"
-    assert state_of(states, "o-1").process_state is ProcessState.COMPENSATION_FAILED
+    final = state_of(states, "o-1")
+    assert final.process_state is ProcessState.COMPENSATION_FAILED
+    assert final.compensation_failures == 2
 
 
 # --- cost of one fault-free order ----------------------------------------------------------
