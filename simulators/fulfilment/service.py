@@ -15,7 +15,7 @@ from typing import Any, Self
 
 from simulators.services.declarations import FULFILMENT
 from simulators.services.faults import FaultPlan
-from simulators.services.ledger import SideEffect
+from simulators.services.ledger import SideEffect, Tombstone
 from simulators.services.server import LOOPBACK, SimulatedServices, SimulatedServicesThread
 
 
@@ -69,6 +69,10 @@ class FulfilmentService:
 
     def ledger_entries(self, order_id: str | None = None) -> list[SideEffect]:
         return self.services.ledger_entries(FULFILMENT.name, order_id)
+
+    def tombstones(self, order_id: str | None = None) -> list[Tombstone]:
+        """The idempotency keys cancelled by key with nothing to cancel."""
+        return self.services.tombstones(FULFILMENT.name, order_id)
 
     def replace_fault_plan(self, plan: FaultPlan) -> None:
         """Like ``PUT /faults``; the next request already uses ``plan``."""
@@ -124,6 +128,9 @@ class FulfilmentServiceThread:
 
     def ledger_entries(self, order_id: str | None = None) -> list[SideEffect]:
         return self.service.ledger_entries(order_id)
+
+    def tombstones(self, order_id: str | None = None) -> list[Tombstone]:
+        return self.service.tombstones(order_id)
 
     def replace_fault_plan(self, plan: FaultPlan) -> None:
         self.service.replace_fault_plan(plan)

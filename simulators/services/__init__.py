@@ -1,7 +1,8 @@
 """Simulated remote services the order agents call: fulfilment (version-1 orders) and stock,
 payment and shipping (the steps of multi-step orders), with idempotency keys and fencing
-tokens enforced at the target (E7, C8), compensations that can fail or stall (C1, C2), fault
-injection on demand (E6-E9) and a ledger of every side effect as evidence.
+tokens enforced at the target (E7, C8), compensations by resource id or, for an action whose
+outcome is in doubt, by idempotency key, that can fail or stall (C1, C2), fault injection on
+demand (E6-E9) and a ledger of every side effect as evidence.
 
 One implementation runs them all; each service is a `ServiceDeclaration`. Modules:
 `declarations` (the services and their paths), `payloads` (request bodies), `api` (the HTTP
@@ -30,7 +31,7 @@ from simulators.services.faults import (
     InvalidFaultPlan,
 )
 from simulators.services.journal import CorruptJournal
-from simulators.services.ledger import SideEffect
+from simulators.services.ledger import SideEffect, Tombstone
 from simulators.services.server import SimulatedServices, SimulatedServicesThread
 
 __all__ = [
@@ -52,5 +53,6 @@ __all__ = [
     "SideEffectKind",
     "SimulatedServices",
     "SimulatedServicesThread",
+    "Tombstone",
     "preset_plans",
 ]

@@ -1,4 +1,4 @@
-"""HTTP API of one simulated service, the remote service an agent calls (E7-E9, C1, C2).
+"""HTTP API of one simulated service, the remote service an agent calls (E7-E9, C1, C2, C8).
 
 Every service (`simulators.services.declarations`) serves the same API under its own path
 prefix and names; below, the fulfilment service's names (root prefix) with the stock,
@@ -19,6 +19,9 @@ payment and shipping ones after them. All bodies are JSON. Errors are
   ``status`` becomes the compensated one (``cancelled``, ``released``, ``refunded``) once
   compensated, or ``dispatched`` for a dispatched shipment.
 - 409 ``{"error": "stale-attempt", "currentAttempt", ...}``: a newer attempt touched the order.
+- 409 ``{"error": "compensated", "idempotencyKey", "orderId", "attempt", "undoneByAttempt",
+  "undoneAt"}``: the key was undone by key before any action with it was performed (below);
+  nothing is performed, now or ever, whichever attempt asks.
 - 422 ``{"error": "idempotency-key-reuse", ...}``: the key was used for another request.
 - 400 ``missing-idempotency-key`` / ``invalid-request``.
 
@@ -30,25 +33,57 @@ replayed after (200), with the action's body shape; fenced like the action (409)
 shipment's cancel: 422 ``{"error": "already-dispatched", "shipmentId", "orderId",
 "dispatchedAt"}``, for good (C2).
 
+``POST /fulfilments/by-key/cancel`` (``/stock/reservations/by-key/release``,
+``/payment/payments/by-key/refund``, ``/shipping/shipments/by-key/cancel``), the compensation
+of an action whose outcome is in doubt (its deadline passed, its answer was lost: no id is
+known), by its idempotency key (C1, E7), with header ``Idempotency-Key`` (the action's key,
+required) and body ``{"orderId": str, "attempt": int >= 1}``. The order is named because
+nothing may have been performed: its fence applies and is raised either way. Never repeat the
+action to learn its id: if it never happened, that would perform it after compensation began.
+- 201 ``{"fulfilmentId", "orderId", "attempt", "replayed": false, "status": "cancelled",
+  "undone": true, "idempotencyKey"}`` (``reservationId``/``released``, ...): the action with
+  that key was performed and is compensated now, exactly as by its id (``attempt`` is the
+  attempt that performed the action).
+- 200, same body with ``"replayed": true``: it was compensated already, by id or by key;
+  nothing more is performed.
+- 200 ``{"idempotencyKey", "orderId", "attempt", "undone": false, "replayed": false,
+  "status": "nothing-to-undo"}``: no action with that key was performed, and none is. The key
+  is now undone for good (a tombstone): every later action with it answers 409 ``compensated``,
+  so a request still in flight from an expired attempt performs nothing. Repeats answer the
+  same with ``"replayed": true``; ``attempt`` is the first undo's.
+- 422 ``already-dispatched`` (as above, plus ``idempotencyKey``): cannot be undone, for good.
+- 409 ``stale-attempt``, as for every call; 422 ``idempotency-key-reuse``: the key is another
+  order's (its action or its undo); 400 ``missing-idempotency-key`` / ``invalid-request``.
+So ``undone`` true (undone), ``undone`` false (nothing was done) and a 422 (cannot be undone)
+are told apart by status and body, never by a 404 that any missing route also answers.
+
 Faults (see `simulators.services.faults`) are decided before anything is performed, per
-operation: 503 ``{"error": "transient"}`` with ``Retry-After`` (transient, lost-response), 422
+operation (a compensation by key is the compensation's operation, ``cancel``, ``release``,
+...): 503 ``{"error": "transient"}`` with ``Retry-After`` (transient, lost-response), 422
 ``{"error": "permanent"}``, a delay, or no answer at all (hang).
 
 Inspection and control, never faulted, under the same prefix:
 - ``GET /ledger[?orderId=X]`` → ``{"entries": [{"sequence", "kind", "orderId", "attempt",
-  "idempotencyKey", "fulfilmentId", "at"}, ...]}``, every side effect in order, ``at`` the
-  time it was performed (``idempotencyKey`` is null for compensations: they are keyed by the
-  resource id). ``kind`` is the action's or the compensation's side effect: ``fulfilment`` /
-  ``compensation``, ``reservation`` / ``release``, ``payment`` / ``refund``, ``shipment`` /
-  ``cancellation``.
+  "idempotencyKey", "fulfilmentId", "at"}, ...], "tombstones": [{"idempotencyKey", "orderId",
+  "attempt", "at"}, ...]}``. ``entries`` are every side effect in order, ``at`` the time it was
+  performed (``idempotencyKey`` is null for compensations: they are keyed by the resource id,
+  even when asked for by key); ``kind`` is the action's or the compensation's side effect:
+  ``fulfilment`` / ``compensation``, ``reservation`` / ``release``, ``payment`` / ``refund``,
+  ``shipment`` / ``cancellation``. ``tombstones`` are the keys undone with nothing to undo,
+  ``at`` the time of the undo. At this service an order began compensating at its first
+  compensation entry or tombstone, whichever came first: where the workflow compensates
+  correctly, none of its actions comes after.
 - ``GET /stats`` → ``{"requests", "fulfilments", "compensations", "side_effects_per_order":
   {orderId: {"fulfilment": n, "compensation": n}}, "double_side_effects",
-  "stale_writes_refused", "idempotency_key_reuse_refused", "replays",
-  "faults_injected": {kind: n}}``, with the service's side-effect names (stock:
-  ``reservations``, ``releases``, ``{"reservation": n, "release": n}``); shipping adds
-  ``dispatched`` and ``cancellations_refused`` (cancels refused as already dispatched).
-  ``requests`` counts action and compensation calls, refused and faulted ones included.
-  ``double_side_effects`` is the number of orders whose action was performed more than once.
+  "stale_writes_refused", "idempotency_key_reuse_refused", "replays", "tombstones",
+  "actions_refused_after_undo", "faults_injected": {kind: n}}``, with the service's
+  side-effect names (stock: ``reservations``, ``releases``, ``{"reservation": n, "release":
+  n}``); shipping adds ``dispatched`` and ``cancellations_refused`` (cancels refused as already
+  dispatched). ``requests`` counts action and compensation calls, refused and faulted ones
+  included. ``double_side_effects`` is the number of orders whose action was performed more
+  than once. A compensation by key that undid an action counts as a compensation (and is one
+  ledger entry); ``tombstones`` counts the keys undone with nothing to undo and
+  ``actions_refused_after_undo`` the actions refused as ``compensated``.
 - ``GET /faults`` → the current plan; ``PUT /faults`` with a plan replaces it (400 if invalid
   or naming operations or fault kinds the service does not have).
 """
@@ -64,7 +99,7 @@ from aiohttp import web
 from simulators.services import payloads
 from simulators.services.faults import FaultKind, FaultPlan, InvalidFaultPlan
 from simulators.services.injector import Fault, FaultInjector
-from simulators.services.ledger import Ledger, LedgerResult, Outcome, Resource
+from simulators.services.ledger import Ledger, LedgerResult, Outcome, Resource, Tombstone
 from simulators.services.payloads import InvalidRequest
 
 log = logging.getLogger("simulators.services")
@@ -94,6 +129,9 @@ class ServiceApi:
         prefix = self.service.path_prefix
         return [
             web.post(self.service.action_path, self.perform),
+            # Before the route by id: "by-key" is never an issued id, but the router must not
+            # have to know that.
+            web.post(self.service.compensation_by_key_path, self.compensate_by_key),
             web.post(self.service.compensation_path("{resource_id}"), self.compensate),
             web.get(f"{prefix}/ledger", self.get_ledger),
             web.get(f"{prefix}/stats", self.get_stats),
@@ -116,8 +154,8 @@ class ServiceApi:
 
     async def perform(self, request: web.Request) -> web.Response:
         self._requests += 1
-        key = request.headers.get("Idempotency-Key", "").strip()
-        if not key or len(key) > _MAX_KEY_LENGTH:
+        key = _idempotency_key(request)
+        if key is None:
             return error(
                 400,
                 "missing-idempotency-key",
@@ -185,10 +223,54 @@ class ServiceApi:
         response = self._answer(result, resource.order_id, attempt, None)
         return self._after_side_effect(fault, response)
 
+    async def compensate_by_key(self, request: web.Request) -> web.Response:
+        self._requests += 1
+        key = _idempotency_key(request)
+        if key is None:
+            return error(
+                400,
+                "missing-idempotency-key",
+                f"send the Idempotency-Key header of the {self.service.action_effect} to "
+                f"{self.service.compensation} (1-{_MAX_KEY_LENGTH} characters)",
+            )
+        try:
+            body = await _json_object(request)
+            order_id = payloads.order_id(body)
+            attempt = payloads.attempt(body)
+        except InvalidRequest as invalid:
+            return error(400, "invalid-request", str(invalid))
+        fault = self.faults.decide(self.service.compensation, order_id, attempt)
+        refusal = await self._before_side_effect(
+            fault,
+            order_id,
+            attempt,
+            request.path,
+            f"the {self.service.action_effect} with Idempotency-Key {key!r} of order {order_id} "
+            f"cannot be {self.service.compensated_status} (simulated failure); retrying will "
+            "not help",
+        )
+        if refusal is not None:
+            return refusal
+        result = self.ledger.compensate_by_key(
+            order_id,
+            attempt,
+            key,
+            dispatch=_is(fault, FaultKind.DISPATCHED),
+            dispatch_after_seconds=self.faults.plan.dispatch_after_seconds,
+        )
+        response = self._answer(result, order_id, attempt, key, by_key=True)
+        return self._after_side_effect(fault, response)
+
     async def get_ledger(self, request: web.Request) -> web.Response:
-        entries = self.ledger.entries(request.query.get("orderId"))
+        order_id = request.query.get("orderId")
+        entries = self.ledger.entries(order_id)
         return web.json_response(
-            {"entries": [entry.to_json(self.service.id_field) for entry in entries]}
+            {
+                "entries": [entry.to_json(self.service.id_field) for entry in entries],
+                "tombstones": [
+                    tombstone.to_json() for tombstone in self.ledger.tombstones(order_id)
+                ],
+            }
         )
 
     async def get_stats(self, request: web.Request) -> web.Response:
@@ -260,9 +342,16 @@ class ServiceApi:
         return response
 
     def _answer(
-        self, result: LedgerResult, order_id: str, attempt: int, key: str | None
+        self,
+        result: LedgerResult,
+        order_id: str,
+        attempt: int,
+        key: str | None,
+        *,
+        by_key: bool = False,
     ) -> web.Response:
-        if result.outcome in (Outcome.STALE_ATTEMPT, Outcome.KEY_REUSE, Outcome.ALREADY_DISPATCHED):
+        """The response to ``result``; ``by_key`` for a compensation by idempotency key."""
+        if result.outcome in _REFUSALS:
             log.info(
                 "request refused service=%s outcome=%s orderId=%s attempt=%d fence=%d "
                 "idempotencyKey=%s",
@@ -283,24 +372,65 @@ class ServiceApi:
                 attempt=attempt,
                 currentAttempt=result.fence,
             )
-        assert result.resource is not None, "only stale calls come without a resource"
+        if result.tombstone is not None:
+            return self._tombstone_answer(result, result.tombstone, order_id, attempt, key)
+        assert result.resource is not None, "only stale calls and tombstones come without one"
         if result.outcome is Outcome.KEY_REUSE:
-            return error(
-                422,
-                "idempotency-key-reuse",
-                f"Idempotency-Key {key!r} was used for a different request (order "
-                f"{result.resource.order_id}); use a new key for a new request",
-                idempotencyKey=key,
-            )
+            return self._key_reuse(key, result.resource.order_id)
+        context = {"idempotencyKey": key} if by_key else {}
         if result.outcome is Outcome.ALREADY_DISPATCHED:
-            return self._already_dispatched(result)
+            return self._already_dispatched(result, context)
         replayed = result.outcome is Outcome.REPLAYED
+        document = self._resource_json(result.resource, replayed, result.status)
+        if by_key:
+            document |= {"undone": True, **context}
+        return web.json_response(document, status=200 if replayed else 201)
+
+    def _tombstone_answer(
+        self,
+        result: LedgerResult,
+        tombstone: Tombstone,
+        order_id: str,
+        attempt: int,
+        key: str | None,
+    ) -> web.Response:
+        if result.outcome is Outcome.KEY_REUSE:
+            return self._key_reuse(key, tombstone.order_id)
+        if result.outcome is Outcome.COMPENSATED:
+            return error(
+                409,
+                "compensated",
+                f"the {self.service.action_effect} with Idempotency-Key {key!r} of order "
+                f"{tombstone.order_id} was undone (attempt {tombstone.attempt}, "
+                f"{tombstone.at}) before it was performed; it will never be performed: stop "
+                "this attempt",
+                idempotencyKey=key,
+                orderId=order_id,
+                attempt=attempt,
+                undoneByAttempt=tombstone.attempt,
+                undoneAt=tombstone.at,
+            )
         return web.json_response(
-            self._resource_json(result.resource, replayed, result.status),
-            status=200 if replayed else 201,
+            {
+                "idempotencyKey": tombstone.idempotency_key,
+                "orderId": tombstone.order_id,
+                "attempt": tombstone.attempt,
+                "undone": False,
+                "replayed": result.outcome is Outcome.REPLAYED,
+                "status": _NOTHING_TO_UNDO,
+            }
         )
 
-    def _already_dispatched(self, result: LedgerResult) -> web.Response:
+    def _key_reuse(self, key: str | None, other_order_id: str) -> web.Response:
+        return error(
+            422,
+            "idempotency-key-reuse",
+            f"Idempotency-Key {key!r} was used for a different request (order "
+            f"{other_order_id}); use a new key for a new request",
+            idempotencyKey=key,
+        )
+
+    def _already_dispatched(self, result: LedgerResult, context: dict[str, Any]) -> web.Response:
         assert result.resource is not None
         resource = result.resource
         return error(
@@ -313,6 +443,7 @@ class ServiceApi:
             orderId=resource.order_id,
             dispatchedAt=result.dispatched_at,
             **{self.service.id_field: resource.resource_id},
+            **context,
         )
 
     def _resource_json(self, resource: Resource, replayed: bool, status: str) -> dict[str, Any]:
@@ -323,6 +454,17 @@ class ServiceApi:
             "replayed": replayed,
             "status": status,
         }
+
+
+_REFUSALS = frozenset(
+    {Outcome.STALE_ATTEMPT, Outcome.KEY_REUSE, Outcome.ALREADY_DISPATCHED, Outcome.COMPENSATED}
+)
+_NOTHING_TO_UNDO = "nothing-to-undo"
+
+
+def _idempotency_key(request: web.Request) -> str | None:
+    key = request.headers.get("Idempotency-Key", "").strip()
+    return key if key and len(key) <= _MAX_KEY_LENGTH else None
 
 
 def _is(fault: Fault | None, kind: FaultKind) -> bool:

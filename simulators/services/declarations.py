@@ -14,10 +14,13 @@ The catalogue (`SERVICES`, served together by `simulators.services.server`), as
   ``cancel``
 
 A compensation is ``POST {prefix}/{collection}/{id}/{compensation}``, e.g.
-``/payment/payments/pay-000001/refund``. Fulfilment is the version-1 workflow's one service;
-stock, payment and shipping serve the steps ``reserve-stock``, ``charge-payment`` and
-``ship-order`` of multi-step orders. Shipping has the dispatch rule: a dispatched shipment
-cannot be cancelled (see `simulators.services.faults`, kind ``dispatched``).
+``/payment/payments/pay-000001/refund``, or, for an action whose outcome is in doubt, by its
+idempotency key: ``POST {prefix}/{collection}/by-key/{compensation}``, e.g.
+``/payment/payments/by-key/refund`` (C1, E7; `simulators.services.api`). Fulfilment is the
+version-1 workflow's one service; stock, payment and shipping serve the steps
+``reserve-stock``, ``charge-payment`` and ``ship-order`` of multi-step orders. Shipping has
+the dispatch rule: a dispatched shipment cannot be cancelled (see `simulators.services.faults`,
+kind ``dispatched``).
 """
 
 from __future__ import annotations
@@ -80,6 +83,11 @@ class ServiceDeclaration:
 
     def compensation_path(self, resource_id: str) -> str:
         return f"{self.action_path}/{resource_id}/{self.compensation}"
+
+    @property
+    def compensation_by_key_path(self) -> str:
+        """The compensation of the action named by the request's ``Idempotency-Key``."""
+        return f"{self.action_path}/by-key/{self.compensation}"
 
     @property
     def fault_kinds(self) -> tuple[FaultKind, ...]:

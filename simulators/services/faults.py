@@ -5,7 +5,8 @@ latency that outlast a deadline (E2, E6, E7), non-transient business failures (E
 responses, the case idempotency keys exist for (E7, C8), and compensations that fail or stall
 midway (C1, C2).
 
-Kinds (`FaultKind`) and what the client sees; each applies to actions and compensations alike:
+Kinds (`FaultKind`) and what the client sees; each applies to actions and compensations alike
+(a compensation by idempotency key is its service's compensation operation):
 - ``transient``: 503 with ``Retry-After``; nothing is performed.
 - ``latency``: a delay, then the request is handled normally.
 - ``hang``: no answer until the client gives up (disconnects) or the service stops; nothing is

@@ -13,11 +13,20 @@ the demo assert on:
   fence; the same attempt's retries pass. Actions and compensations are fenced alike.
 - Compensation (C1): a resource is compensated at most once, whoever asks and however often;
   the repeats replay. With the dispatch rule (C2), a dispatched resource is never compensated.
+- Compensation by idempotency key (C1, E7), for a step whose outcome is in doubt: when an
+  action with the key was performed, it is compensated exactly as by its resource id; when none
+  was, nothing is performed and the key is remembered as undone (a tombstone), so any later
+  action with that key, whatever its attempt, is refused as ``compensated`` and counted
+  (``actions_refused_after_undo``): a request still in flight from an expired attempt cannot
+  perform a side effect once the order began compensating. Repeats replay. It is fenced like
+  every call, under the order the request names, whose fence it raises.
 - Evidence: every side effect is listed in the order performed (`entries`) with the time it
   was performed (after any latency fault's delay), so the net effect per order (actions minus
   compensations) and the side effects performed after an order began compensating can be
-  checked; `stats` counts them per order and counts ``double_side_effects``, the orders whose
-  action was performed more than once, which stays 0 while clients use idempotency keys well.
+  checked; `tombstones` lists the keys undone before any action with them was performed, each
+  with its time (its order had begun compensating by then). `stats` counts side effects per order
+  and counts ``double_side_effects``, the orders whose action was performed more than once,
+  which stays 0 while clients use idempotency keys well.
 
 Every operation runs under one lock with no await inside, so concurrent requests on the same
 key (from the event loop or other threads) perform exactly one side effect.
@@ -50,6 +59,8 @@ class Outcome(StrEnum):
     STALE_ATTEMPT = "stale-attempt"
     KEY_REUSE = "idempotency-key-reuse"
     ALREADY_DISPATCHED = "already-dispatched"
+    NOTHING_TO_UNDO = "nothing-to-undo"
+    COMPENSATED = "compensated"
 
 
 @dataclass(frozen=True)
@@ -62,6 +73,25 @@ class Resource:
     idempotency_key: str
     payload: Mapping[str, Any]
     at: str
+
+
+@dataclass(frozen=True)
+class Tombstone:
+    """An idempotency key undone before any action with it was performed: no action with it
+    will ever be performed. ``attempt`` and ``at`` are the undo's."""
+
+    idempotency_key: str
+    order_id: str
+    attempt: int
+    at: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "idempotencyKey": self.idempotency_key,
+            "orderId": self.order_id,
+            "attempt": self.attempt,
+            "at": self.at,
+        }
 
 
 @dataclass(frozen=True)
@@ -97,7 +127,9 @@ class LedgerResult:
     """What an action or compensation call did.
 
     ``fence`` is the order's highest attempt afterwards; ``status`` the resource's status
-    (empty when the call came without a resource); ``dispatched_at`` when it was dispatched.
+    (empty when the call came without a resource); ``dispatched_at`` when it was dispatched;
+    ``tombstone`` the key's tombstone when the call met one (outcome ``nothing-to-undo``,
+    ``compensated``, a replay of an undo that found nothing, or key reuse of an undone key).
     """
 
     outcome: Outcome
@@ -105,6 +137,7 @@ class LedgerResult:
     fence: int
     status: str = ""
     dispatched_at: str | None = None
+    tombstone: Tombstone | None = None
 
 
 def _utc_now() -> dt.datetime:
@@ -127,6 +160,7 @@ class Ledger:
         self._by_key: dict[str, Resource] = {}
         self._compensated: set[str] = set()
         self._dispatched: dict[str, str] = {}
+        self._tombstones: dict[str, Tombstone] = {}
         self._fences: dict[str, int] = {}
         self._effects_per_order: dict[str, Counter[SideEffectKind]] = {}
         self._refusals: Counter[Outcome] = Counter()
@@ -141,9 +175,17 @@ class Ledger:
         *,
         dispatch: bool = False,
     ) -> LedgerResult:
-        """The action, once per key; ``dispatch`` dispatches the resource it performs."""
+        """The action, once per key; ``dispatch`` dispatches the resource it performs.
+
+        Refused (``compensated``) when the key was undone before any action with it, whatever
+        the attempt: that refusal is final, so it is the one given and counted.
+        """
         with self._lock:
             fence = self._fences.get(order_id, 0)
+            tombstone = self._tombstones.get(idempotency_key)
+            if tombstone is not None:
+                self._refusals[Outcome.COMPENSATED] += 1
+                return LedgerResult(Outcome.COMPENSATED, None, fence, tombstone=tombstone)
             if attempt < fence:
                 self._refusals[Outcome.STALE_ATTEMPT] += 1
                 return LedgerResult(Outcome.STALE_ATTEMPT, None, fence)
@@ -191,31 +233,69 @@ class Ledger:
             if attempt < fence:
                 self._refusals[Outcome.STALE_ATTEMPT] += 1
                 return LedgerResult(Outcome.STALE_ATTEMPT, resource, fence)
-            if resource_id in self._compensated:
-                return self._replay(resource, attempt)
-            if self.service.dispatchable:
-                if resource_id not in self._dispatched:
-                    dispatched_at = self._dispatch_time(resource, dispatch, dispatch_after_seconds)
-                    if dispatched_at is not None:
-                        self._record_dispatch(resource, attempt, dispatched_at)
-                if resource_id in self._dispatched:
-                    self._raise_fence(resource.order_id, attempt)
-                    self._refusals[Outcome.ALREADY_DISPATCHED] += 1
-                    return self._result(Outcome.ALREADY_DISPATCHED, resource)
+            return self._compensate(resource, attempt, dispatch, dispatch_after_seconds)
+
+    def compensate_by_key(
+        self,
+        order_id: str,
+        attempt: int,
+        idempotency_key: str,
+        *,
+        dispatch: bool = False,
+        dispatch_after_seconds: float | None = None,
+    ) -> LedgerResult:
+        """Undo the action performed with ``idempotency_key`` for ``order_id``, if any.
+
+        A performed action is compensated as by `compensate`. Otherwise nothing is performed:
+        the key gets a tombstone (``nothing-to-undo``; a repeat replays it) and every later
+        action with it is refused. A key of another order's action or tombstone is refused as
+        key reuse. Fenced under ``order_id``, whose fence it raises.
+        """
+        with self._lock:
+            fence = self._fences.get(order_id, 0)
+            if attempt < fence:
+                self._refusals[Outcome.STALE_ATTEMPT] += 1
+                return LedgerResult(Outcome.STALE_ATTEMPT, None, fence)
+            resource = self._by_key.get(idempotency_key)
+            if resource is not None:
+                if resource.order_id != order_id:
+                    self._refusals[Outcome.KEY_REUSE] += 1
+                    return LedgerResult(Outcome.KEY_REUSE, resource, fence)
+                return self._compensate(resource, attempt, dispatch, dispatch_after_seconds)
+            tombstone = self._tombstones.get(idempotency_key)
+            if tombstone is not None:
+                if tombstone.order_id != order_id:
+                    self._refusals[Outcome.KEY_REUSE] += 1
+                    return LedgerResult(Outcome.KEY_REUSE, None, fence, tombstone=tombstone)
+                self._raise_fence(order_id, attempt)
+                self._replays += 1
+                return LedgerResult(
+                    Outcome.REPLAYED, None, self._fences[order_id], tombstone=tombstone
+                )
             self._record(
                 {
-                    "event": self.service.compensation_effect.value,
-                    self.service.id_field: resource_id,
-                    "orderId": resource.order_id,
+                    "event": "tombstone",
+                    "idempotencyKey": idempotency_key,
+                    "orderId": order_id,
                     "attempt": attempt,
                     "at": self._timestamp(),
                 }
             )
-            return self._result(Outcome.PERFORMED, resource)
+            return LedgerResult(
+                Outcome.NOTHING_TO_UNDO,
+                None,
+                self._fences[order_id],
+                tombstone=self._tombstones[idempotency_key],
+            )
 
     def find(self, resource_id: str) -> Resource | None:
         with self._lock:
             return self._resources.get(resource_id)
+
+    def tombstones(self, order_id: str | None = None) -> list[Tombstone]:
+        """Every key undone with nothing to undo, in the order undone, optionally of one order."""
+        with self._lock:
+            return [t for t in self._tombstones.values() if order_id in (None, t.order_id)]
 
     def entries(self, order_id: str | None = None) -> list[SideEffect]:
         """Every side effect in the order performed, optionally those of one order only."""
@@ -240,6 +320,8 @@ class Ledger:
                 "stale_writes_refused": self._refusals[Outcome.STALE_ATTEMPT],
                 "idempotency_key_reuse_refused": self._refusals[Outcome.KEY_REUSE],
                 "replays": self._replays,
+                "tombstones": len(self._tombstones),
+                "actions_refused_after_undo": self._refusals[Outcome.COMPENSATED],
             }
             if self.service.dispatchable:
                 stats[DISPATCHED_STATUS] = len(self._dispatched)
@@ -250,6 +332,37 @@ class Ledger:
         """Apply a fact read back from the journal (raises KeyError, TypeError, ValueError)."""
         with self._lock:
             self._apply(event)
+
+    def _compensate(
+        self,
+        resource: Resource,
+        attempt: int,
+        dispatch: bool,
+        dispatch_after_seconds: float | None,
+    ) -> LedgerResult:
+        """Compensate ``resource`` once, for a call that passed the fence (lock held)."""
+        resource_id = resource.resource_id
+        if resource_id in self._compensated:
+            return self._replay(resource, attempt)
+        if self.service.dispatchable:
+            if resource_id not in self._dispatched:
+                dispatched_at = self._dispatch_time(resource, dispatch, dispatch_after_seconds)
+                if dispatched_at is not None:
+                    self._record_dispatch(resource, attempt, dispatched_at)
+            if resource_id in self._dispatched:
+                self._raise_fence(resource.order_id, attempt)
+                self._refusals[Outcome.ALREADY_DISPATCHED] += 1
+                return self._result(Outcome.ALREADY_DISPATCHED, resource)
+        self._record(
+            {
+                "event": self.service.compensation_effect.value,
+                self.service.id_field: resource_id,
+                "orderId": resource.order_id,
+                "attempt": attempt,
+                "at": self._timestamp(),
+            }
+        )
+        return self._result(Outcome.PERFORMED, resource)
 
     def _replay(self, resource: Resource, attempt: int) -> LedgerResult:
         self._raise_fence(resource.order_id, attempt)
@@ -306,6 +419,10 @@ class Ledger:
         self._fences[order_id] = max(attempt, self._fences.get(order_id, 0))
         name = event["event"]
         if name == "fence":
+            return
+        if name == "tombstone":
+            undone_key: str = event["idempotencyKey"]
+            self._tombstones[undone_key] = Tombstone(undone_key, order_id, attempt, event["at"])
             return
         resource_id: str = event[self.service.id_field]
         if name == "dispatch":

@@ -9,6 +9,8 @@ Every action body is ``{"orderId": str, "attempt": int >= 1, ...what the action 
   upper-case letters; any other field is refused, so no card data can reach the service.
 
 A compensation body is ``{"attempt": int >= 1}``: the resource id in the path names the rest.
+A compensation by idempotency key (C1) has ``{"orderId": str, "attempt": int >= 1}``: the key
+names the action, which may never have been performed, so the order is named for its fence.
 """
 
 from __future__ import annotations

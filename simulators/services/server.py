@@ -39,7 +39,7 @@ from simulators.services.declarations import SERVICES, declaration, preset_plans
 from simulators.services.faults import PRESET_NAMES, FaultPlan
 from simulators.services.injector import FaultInjector
 from simulators.services.journal import CorruptJournal, LedgerJournal
-from simulators.services.ledger import Ledger, SideEffect, restore_ledgers
+from simulators.services.ledger import Ledger, SideEffect, Tombstone, restore_ledgers
 
 LOOPBACK = "127.0.0.1"
 # In-flight requests are released by the stopping event, so this only bounds a stuck client.
@@ -145,6 +145,10 @@ class SimulatedServices:
     def ledger_entries(self, service: str, order_id: str | None = None) -> list[SideEffect]:
         return self._running_api(service).ledger.entries(order_id)
 
+    def tombstones(self, service: str, order_id: str | None = None) -> list[Tombstone]:
+        """The keys ``service`` undid with nothing to undo (``GET {prefix}/ledger``)."""
+        return self._running_api(service).ledger.tombstones(order_id)
+
     def replace_fault_plan(self, service: str, plan: FaultPlan) -> None:
         """Like ``PUT {prefix}/faults``; the next request already uses ``plan``."""
         declaration(service).check_plan(plan)
@@ -221,6 +225,9 @@ class SimulatedServicesThread:
 
     def ledger_entries(self, service: str, order_id: str | None = None) -> list[SideEffect]:
         return self.services.ledger_entries(service, order_id)
+
+    def tombstones(self, service: str, order_id: str | None = None) -> list[Tombstone]:
+        return self.services.tombstones(service, order_id)
 
     def replace_fault_plan(self, service: str, plan: FaultPlan) -> None:
         self.services.replace_fault_plan(service, plan)
