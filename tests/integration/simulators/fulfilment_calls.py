@@ -1,8 +1,9 @@
 """The simulated services' HTTP calls as the tests make them, each with a timeout.
 
-``post_action`` and ``post_compensation`` call any service (`simulators.services.SERVICES`)
-on the root URL of the services' port, with a valid payload of that service unless told
-otherwise; ``post_fulfilment`` and ``post_cancel`` are the fulfilment service's calls.
+``post_action``, ``post_compensation`` and ``post_compensation_by_key`` call any service
+(`simulators.services.SERVICES`) on the root URL of the services' port, with a valid payload of
+that service unless told otherwise; ``post_fulfilment`` and ``post_cancel`` are the fulfilment
+service's calls.
 """
 
 from collections.abc import Mapping
@@ -55,6 +56,26 @@ async def post_compensation(
     async with session.post(
         f"{base_url}{service.compensation_path(resource_id)}",
         json={"attempt": attempt},
+        timeout=client_timeout,
+    ) as response:
+        return response.status, await response.json()
+
+
+async def post_compensation_by_key(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    service: ServiceDeclaration,
+    order_id: str,
+    attempt: int,
+    *,
+    key: str | None = None,
+    client_timeout: aiohttp.ClientTimeout = TIMEOUT,
+) -> tuple[int, dict[str, Any]]:
+    """The compensation of the action with ``key``, by default ``post_action``'s key."""
+    async with session.post(
+        f"{base_url}{service.compensation_by_key_path}",
+        json={"orderId": order_id, "attempt": attempt},
+        headers={"Idempotency-Key": key or f"{order_id}:{service.action}"},
         timeout=client_timeout,
     ) as response:
         return response.status, await response.json()

@@ -329,6 +329,8 @@ async def test_stats_count_calls_outcomes_and_faults_by_kind(
         "stale_writes_refused": 1,
         "idempotency_key_reuse_refused": 0,
         "replays": 2,
+        "tombstones": 0,
+        "actions_refused_after_undo": 0,
         "faults_injected": {
             "transient": 1,
             "latency": 0,

@@ -232,6 +232,8 @@ async def test_stats_of_a_step_service_count_its_side_effects_refusals_and_fault
         "stale_writes_refused": 1,
         "idempotency_key_reuse_refused": 0,
         "replays": 1,
+        "tombstones": 0,
+        "actions_refused_after_undo": 0,
         "dispatched": 1,
         "cancellations_refused": 1,
         "faults_injected": {
