@@ -1,7 +1,9 @@
 """The starter (D1-D3): a timer trigger that claims Pending records and starts attempts.
 
 Each claim is a conditional update made BEFORE its orchestration instance is scheduled
-(D3), so two starters never start the same attempt. A crash between the claim and
+(D3), so two starters never start the same attempt. The instance runs the workflow version
+the order was accepted with (C7) and, in the step workflow, starts at the first step the
+record does not show completed (C10). A crash between the claim and
 ``start_new`` leaves a Processing record with a provisional CompleteBy, which the
 supervisor recovers. The cadence is STARTER_SCHEDULE (U7).
 """
@@ -15,7 +17,7 @@ import azure.durable_functions as df
 import azure.functions as func
 
 import bootstrap
-from orchestrators.payloads import AttemptInput
+from orchestrators.order_workflow import ORCHESTRATOR, attempt_input, orchestration_version
 from services.starter import Claim, claim_pending
 
 bp = df.Blueprint()
@@ -41,15 +43,13 @@ async def start_pending_orders(
     slots = asyncio.Semaphore(CONCURRENT_STARTS)
 
     async def start(claim: Claim) -> bool:
-        attempt = AttemptInput(
-            claim.instance_id.order_id, claim.instance_id.attempt, app.settings.agent_transport
-        )
         async with slots:
             try:
                 await client.start_new(
-                    "order_workflow",
+                    ORCHESTRATOR,
                     instance_id=str(claim.instance_id),
-                    client_input=attempt.to_dict(),
+                    client_input=attempt_input(claim.record, app.settings.agent_transport),
+                    version=orchestration_version(claim.record.workflow_version),
                 )
             except Exception:
                 # The claim stands with its provisional CompleteBy: the supervisor recovers it.

@@ -1,18 +1,16 @@
-"""The order orchestration: one attempt of one order (D4-D6, E2, E5, E6, E8).
+"""The order orchestration, versioned: each order runs the workflow it was accepted with (C7).
 
-1. ``begin_attempt`` loads the order and sets CompleteBy, fenced on LockedBy (D4, D6), and
-   with the Service Bus transport (the default, E1 worker shape) puts the agent's request on
-   the request queue; it returns the request either way.
-2. The agent answers: as an external event raised from the response queue, or as the
-   ``fulfil_in_activity`` activity (E1 activity shape, AGENT_TRANSPORT=activity).
-3. A durable timer at CompleteBy races the agent's response (E2); the loser is cancelled.
-4. Response first: ``complete_order`` (Processed, only while the fence holds, E5) or, for a
-   non-transient failure, ``fail_order`` (Error, operator alert, ``failed`` status, E8).
-   Timer first, or the agent gave up: the orchestration ends WITHOUT touching the record
-   (E6); the expired CompleteBy is the supervisor's signal.
+One orchestrator function, ``order_workflow``, versioned the way Durable Functions documents
+it (orchestration versioning): every instance carries the version it was started with -
+the starter and the supervisor pass the record's WorkflowVersion explicitly - and
+``context.version`` picks the code it replays with. Instances started before versioning
+existed carry no version and are version 1. host.json's ``defaultVersion`` is the newest
+workflow; with ``CurrentOrOlder`` an older host never runs a newer instance.
 
-Parallelism comes from one instance per order attempt, never from inside one (D5). The code
-must stay deterministic: time comes from ``context.current_utc_datetime`` only.
+- version 1 (``orchestrators.one_step_workflow``): the one-step fulfilment workflow;
+- version 2 (``orchestrators.step_workflow``): ordered steps with compensation (C1).
+
+Parallelism comes from one instance per order attempt, never from inside one (D5).
 """
 
 from __future__ import annotations
@@ -22,54 +20,52 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from domain.agent_messages import AGENT_RESPONSE_EVENT, AgentOutcome, AgentRequest, AgentResponse
-from domain.policies import AGENT_TRANSPORT_ACTIVITY
-from orchestrators.payloads import AttemptInput, StepCall, StepStarted
+from domain.records import WORKFLOW_ONE_STEP, WORKFLOW_STEPS, StateRecord
+from orchestrators.one_step_workflow import one_step_workflow
+from orchestrators.payloads import AttemptInput
+from orchestrators.step_payloads import StepsAttempt
+from orchestrators.step_workflow import step_workflow
 
 bp = df.Blueprint()
 
-# Store writes are idempotent, so a transient store fault is retried here, within the step's
-# own deadline; what outlasts this is the supervisor's to recover.
-STORE_RETRY = df.RetryOptions(first_retry_interval_in_milliseconds=500, max_number_of_attempts=3)
+ORCHESTRATOR = "order_workflow"
+_VERSIONS = {WORKFLOW_ONE_STEP: "1.0", WORKFLOW_STEPS: "2.0"}
+
+
+def orchestration_version(workflow_version: int) -> str:
+    """The orchestration version of a record's WorkflowVersion (``1.0``, ``2.0``: .NET
+    version strings, so the extension compares them as numbers)."""
+    return _VERSIONS[workflow_version]
+
+
+def workflow_version(orchestration: str | None) -> int:
+    """The workflow an instance runs; no version is an instance started before versioning."""
+    if not orchestration:
+        return WORKFLOW_ONE_STEP
+    for workflow, version in _VERSIONS.items():
+        if version == orchestration:
+            return workflow
+    raise ValueError(f"orchestration version {orchestration!r} is not one this app runs")
+
+
+def attempt_input(record: StateRecord, agent_transport: str) -> dict[str, Any]:
+    """The input of the instance that runs the attempt a claim of `record` won (D2, C10)."""
+    instance = record.instance_id
+    if instance is None:
+        raise ValueError(f"order {record.order_id!r} is not claimed: no attempt to start")
+    if record.workflow_version == WORKFLOW_STEPS:
+        return StepsAttempt(
+            order_id=record.order_id,
+            attempt=instance.attempt,
+            steps=tuple(step.name for step in record.steps),
+            agent_transport=agent_transport,
+            resume_at=record.resume_at or 0,
+        ).to_dict()
+    return AttemptInput(record.order_id, instance.attempt, agent_transport).to_dict()
 
 
 @bp.orchestration_trigger(context_name="context")
 def order_workflow(context: df.DurableOrchestrationContext) -> Generator[Any, Any, dict[str, Any]]:
-    attempt = AttemptInput.from_dict(context.get_input())
-    call = StepCall.of(
-        attempt.instance, context.current_utc_datetime, agent_transport=attempt.agent_transport
-    )
-    started = StepStarted.from_dict(
-        (yield context.call_activity_with_retry("begin_attempt", STORE_RETRY, call.to_dict()))
-    )
-    if not started.applied or started.request is None:
-        return {"outcome": "superseded"}
-    request = AgentRequest.from_document(started.request)
-    timer = context.create_timer(request.deadline)
-    if attempt.agent_transport == AGENT_TRANSPORT_ACTIVITY:
-        agent = context.call_activity("fulfil_in_activity", started.request)
-    else:
-        # A response raised before this wait is buffered by Durable Functions, not lost.
-        agent = context.wait_for_external_event(AGENT_RESPONSE_EVENT)
-    while True:
-        winner = yield context.task_any([agent, timer])
-        if winner == timer:
-            return {"outcome": "timed-out"}
-        response = AgentResponse.from_document(agent.result)
-        if response.request_id == request.request_id:
-            break
-        # Not the answer to this request (a stray event for this instance): keep waiting.
-        agent = context.wait_for_external_event(AGENT_RESPONSE_EVENT)
-    timer.cancel()
-    done = StepCall.of(attempt.instance, context.current_utc_datetime, response.detail)
-    if response.outcome is AgentOutcome.SUCCEEDED:
-        result = yield context.call_activity_with_retry(
-            "complete_order_step", STORE_RETRY, done.to_dict()
-        )
-        return {"outcome": "completed" if result["applied"] else "superseded"}
-    if response.outcome is AgentOutcome.FAILED:
-        result = yield context.call_activity_with_retry(
-            "fail_order_step", STORE_RETRY, done.to_dict()
-        )
-        return {"outcome": "failed" if result["applied"] else "superseded"}
-    return {"outcome": response.outcome.value, "detail": response.detail}
+    if workflow_version(context.version) == WORKFLOW_STEPS:
+        return (yield from step_workflow(context, StepsAttempt.from_dict(context.get_input())))
+    return (yield from one_step_workflow(context, AttemptInput.from_dict(context.get_input())))

@@ -31,14 +31,11 @@ from typing import Any
 import azure.durable_functions as df
 
 from domain.agent_messages import AGENT_RESPONSE_EVENT, AgentOutcome, AgentRequest, AgentResponse
+from domain.policies import AGENT_TRANSPORT_ACTIVITY
+from orchestrators.one_step_workflow import STORE_RETRY
 from orchestrators.step_payloads import StepRef, StepsAttempt, StepWrite, StepWritten
 
-AGENT_TRANSPORT_ACTIVITY = "activity"
 AGENT_ACTIVITY = "run_agent_in_activity"
-
-# Store writes are idempotent, so a transient store fault is retried here, within the step's
-# own deadline; what outlasts this is the supervisor's to recover.
-STORE_RETRY = df.RetryOptions(first_retry_interval_in_milliseconds=500, max_number_of_attempts=3)
 
 Steps = Generator[Any, Any, dict[str, Any]]
 

@@ -3,7 +3,9 @@
 Each tick runs one bounded sweep (window, item cap, page cap, continuation tokens; U2) and
 logs what it read, wrote and spent. Recoveries are conditional updates on the expired
 LockedBy (U4, U6): retries go back to the starter, give-ups get an operator alert and a
-``failed`` status. The cadence is SUPERVISOR_SCHEDULE (U7).
+``failed`` status or, when steps completed, a compensation instance that undoes them (C1); a
+stalled compensation is resumed where it stopped, and past the threshold reported (C2).
+The cadence is SUPERVISOR_SCHEDULE (U7).
 """
 
 from __future__ import annotations
@@ -16,14 +18,17 @@ import azure.functions as func
 
 import bootstrap
 from domain.outgoing_messages import alert_outgoing, status_outgoing
-from services.supervisor import RecoveryKind, sweep
+from orchestrators.order_workflow import ORCHESTRATOR, orchestration_version
+from orchestrators.step_payloads import StepRef, StepsAttempt
+from services.supervisor import Recovery, RecoveryKind, sweep
 
 bp = df.Blueprint()
 log = logging.getLogger("app.supervisor")
 
 
 @bp.timer_trigger(schedule="%SUPERVISOR_SCHEDULE%", arg_name="timer")
-async def supervise_orders(timer: func.TimerRequest) -> None:
+@bp.durable_client_input(client_name="client")
+async def supervise_orders(timer: func.TimerRequest, client: df.DurableOrchestrationClient) -> None:
     app = bootstrap.services()
     report = await asyncio.to_thread(
         sweep,
@@ -40,13 +45,11 @@ async def supervise_orders(timer: func.TimerRequest) -> None:
         if recovery.status is not None:
             await publisher.send(status_outgoing(recovery.status))
         if recovery.compensation_instance is not None:
-            log.error(
-                "compensation requested but this workflow has no compensable step order=%s",
-                recovery.record.order_id,
-            )
+            await _start_compensation(client, recovery, app.settings.agent_transport)
     log.info(
         "sweep window_start=%s pages=%d items_read=%d writes=%d lost_races=%d "
-        "request_charge=%.2f stopped=%s retries=%d long_waits=%d gave_up=%d",
+        "request_charge=%.2f stopped=%s retries=%d long_waits=%d gave_up=%d "
+        "compensations=%d compensation_failed=%d",
         report.window_start.isoformat(),
         report.pages,
         report.items_read,
@@ -57,4 +60,41 @@ async def supervise_orders(timer: func.TimerRequest) -> None:
         report.count(RecoveryKind.RETRY),
         report.count(RecoveryKind.RETRY_AFTER_LONG_WAIT),
         report.count(RecoveryKind.GAVE_UP),
+        report.count(RecoveryKind.COMPENSATION_REQUESTED)
+        + report.count(RecoveryKind.COMPENSATION_RESUMED),
+        report.count(RecoveryKind.COMPENSATION_STALLED),
+    )
+
+
+async def _start_compensation(
+    client: df.DurableOrchestrationClient, recovery: Recovery, agent_transport: str
+) -> None:
+    """Hand the compensation the sweep requested to the Scheduler (U4, C1): an instance of
+    the order's workflow that undoes what is left. If the start fails, the record stays
+    Compensating with its deadline, and the next sweep finds it stalled and asks again."""
+    record, instance = recovery.record, recovery.compensation_instance
+    if instance is None:
+        return
+    attempt = StepsAttempt(
+        order_id=record.order_id,
+        attempt=instance.attempt,
+        steps=tuple(step.name for step in record.steps),
+        agent_transport=agent_transport,
+        undo=tuple(StepRef(u.index, u.name, u.reference) for u in recovery.undo),
+    )
+    try:
+        await client.start_new(
+            ORCHESTRATOR,
+            instance_id=str(instance),
+            client_input=attempt.to_dict(),
+            version=orchestration_version(record.workflow_version),
+        )
+    except Exception:
+        log.exception("could not start compensation instance=%s", instance)
+        return
+    log.info(
+        "compensation started order=%s instance=%s steps_to_undo=%d",
+        record.order_id,
+        instance,
+        len(recovery.undo),
     )

@@ -178,7 +178,7 @@ async def test_d4_e5_e7_a_stale_attempt_changes_nothing_and_nothing_happens_twic
         current = await e2e.finished_instance("o-stale:2")
         [answer] = raised_events(current)
         assert answer["outcome"] == "succeeded"
-        assert answer["fulfilmentId"] == fulfilment.fulfilment_id
+        assert answer["reference"] == fulfilment.fulfilment_id
         stats = e2e.pipeline.fulfilment.stats()
         assert stats["double_side_effects"] == 0
         assert stats["replays"] >= 1
