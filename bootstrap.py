@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 
@@ -36,7 +36,19 @@ class AppServices:
     states: StateStore
     orders: OrderStore
     metrics: StoreMetrics
-    breaker: CircuitBreaker
+    breakers: dict[str, CircuitBreaker] = field(default_factory=dict)
+    """One circuit breaker per remote service, shared by the agents of this process (E9)."""
+
+    def breaker(self, service: str) -> CircuitBreaker:
+        with _lock:
+            guard = self.breakers.get(service)
+            if guard is None:
+                guard = self.breakers[service] = CircuitBreaker(
+                    failure_threshold=self.settings.breaker_failure_threshold,
+                    reset_seconds=self.settings.breaker_reset_seconds,
+                    clock=time.monotonic,
+                )
+            return guard
 
 
 _lock = threading.Lock()
@@ -57,12 +69,7 @@ def services() -> AppServices:
 def _build(settings: Settings) -> AppServices:
     metrics = StoreMetrics()
     states, orders = open_stores(settings, metrics)
-    breaker = CircuitBreaker(
-        failure_threshold=settings.breaker_failure_threshold,
-        reset_seconds=settings.breaker_reset_seconds,
-        clock=time.monotonic,
-    )
-    return AppServices(settings, states, orders, metrics, breaker)
+    return AppServices(settings, states, orders, metrics)
 
 
 def open_stores(

@@ -1,16 +1,13 @@
-"""The fulfilment agent as a separate worker behind the Service Bus queue pair (E1, E4, E7).
+"""The fulfilment agent of the one-step workflow (E1, E4, E7, C7).
 
-Triggered by AGENT_REQUESTS_QUEUE; runs the agent's call policy against the remote
-fulfilment service and answers on AGENT_RESPONSES_QUEUE with a MessageId derived from the
-request, so a redelivered request produces a duplicate that Service Bus removes (E4). A
-request whose deadline already passed starts no side effect (E7) and gets a ``gave-up``
-answer. The same policy runs in-process as the ``fulfil_in_activity`` activity (E1's
-activity shape).
+Behind the Service Bus queue pair: triggered by AGENT_REQUESTS_QUEUE, it runs the call
+policy against the remote fulfilment service and answers on AGENT_RESPONSES_QUEUE. The same
+agent runs in-process as the ``fulfil_in_activity`` activity (E1's activity shape). It
+serves orders accepted before the step workflow existed until the last of them finishes.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import azure.durable_functions as df
@@ -20,21 +17,29 @@ from azurefunctions.extensions.bindings.servicebus import (
 )
 
 import bootstrap
-from adapters.message_settlement import body_bytes, complete, dead_letter
-from domain.agent_messages import AgentMessageError, AgentRequest, AgentResponse
-from domain.outgoing_messages import OutgoingMessage
-from order_agents.fulfilment_agent import run_fulfilment_agent
-from order_agents.fulfilment_client import FulfilmentClient
+from domain.agent_messages import AgentRequest, AgentResponse
+from order_agents.call_policy import run_agent
+from order_agents.remote_services import FULFILMENT
+from order_agents.request_handling import serve_request
+from order_agents.service_client import RemoteResult, ServiceClient
 
 bp = df.Blueprint()
-log = logging.getLogger("app.agent_worker")
 
 
-async def _fulfil(request: AgentRequest) -> AgentResponse:
+async def fulfil(request: AgentRequest) -> AgentResponse:
     app = bootstrap.services()
-    client = FulfilmentClient(app.settings.fulfilment_base_url, bootstrap.http_session())
-    return await run_fulfilment_agent(
-        request, client, app.breaker, app.settings.agent_policy, now=bootstrap.now
+    client = ServiceClient(FULFILMENT, app.settings.fulfilment_base_url, bootstrap.http_session())
+
+    async def call(timeout_seconds: float) -> RemoteResult:
+        return await client.perform(
+            request.order,
+            attempt=request.attempt,
+            idempotency_key=request.idempotency_key,
+            timeout_seconds=timeout_seconds,
+        )
+
+    return await run_agent(
+        request, call, app.breaker(FULFILMENT.name), app.settings.agent_policy, now=bootstrap.now
     )
 
 
@@ -47,35 +52,12 @@ async def _fulfil(request: AgentRequest) -> AgentResponse:
 async def fulfil_order_request(
     message: ServiceBusReceivedMessage, message_actions: ServiceBusMessageActions
 ) -> None:
-    try:
-        request = AgentRequest.from_json(body_bytes(message))
-    except AgentMessageError as error:
-        await dead_letter(
-            message_actions, message, reason="InvalidAgentRequest", description=str(error)
-        )
-        return
-    response = await _fulfil(request)
-    log.info(
-        "agent answered order=%s instance=%s outcome=%s",
-        request.order.order_id,
-        request.instance_id,
-        response.outcome.value,
-    )
-    await bootstrap.publisher().send(
-        OutgoingMessage(
-            queue=bootstrap.services().settings.agent_responses_queue,
-            body=response.to_json(),
-            message_id=response.message_id,
-            correlation_id=request.order.order_id,
-            subject=response.outcome.value,
-        )
-    )
-    await complete(message_actions, message)
+    await serve_request(message, message_actions, fulfil)
 
 
 @bp.activity_trigger(input_name="request")
 async def fulfil_in_activity(request: Any) -> dict[str, Any]:
     # Any, the JSON value the trigger delivers: the Python worker refuses a builtin generic
     # such as dict[str, Any] on a binding parameter, and with it the whole app.
-    response = await _fulfil(AgentRequest.from_document(request))
+    response = await fulfil(AgentRequest.from_document(request))
     return response.to_document()

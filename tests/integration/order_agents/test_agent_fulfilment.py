@@ -14,8 +14,9 @@ from config import Settings
 from domain.agent_messages import AgentOutcome, AgentRequest
 from domain.contracts import Order, OrderItem
 from domain.policies import CircuitBreaker
-from order_agents.fulfilment_agent import run_fulfilment_agent
-from order_agents.fulfilment_client import FulfilmentClient
+from order_agents.call_policy import run_agent
+from order_agents.remote_services import FULFILMENT
+from order_agents.service_client import RemoteResult, ServiceClient
 from simulators.fulfilment import FaultKind, FaultPlan, FaultRule, FulfilmentService
 
 T0 = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
@@ -45,9 +46,9 @@ async def service() -> AsyncIterator[FulfilmentService]:
 
 
 @pytest.fixture
-async def client(service: FulfilmentService) -> AsyncIterator[FulfilmentClient]:
+async def client(service: FulfilmentService) -> AsyncIterator[ServiceClient]:
     async with aiohttp.ClientSession() as session:
-        yield FulfilmentClient(service.base_url, session)
+        yield ServiceClient(FULFILMENT, service.base_url, session)
 
 
 def request(attempt: int = 1, deadline_seconds: float = 30) -> AgentRequest:
@@ -68,11 +69,19 @@ def breaker(time: FakeTime, threshold: int = 5) -> CircuitBreaker:
 
 
 async def run(
-    client: FulfilmentClient, time: FakeTime, req: AgentRequest, guard: CircuitBreaker | None = None
+    client: ServiceClient, time: FakeTime, req: AgentRequest, guard: CircuitBreaker | None = None
 ) -> object:
-    return await run_fulfilment_agent(
+    async def call(timeout_seconds: float) -> RemoteResult:
+        return await client.perform(
+            req.order,
+            attempt=req.attempt,
+            idempotency_key=req.idempotency_key,
+            timeout_seconds=timeout_seconds,
+        )
+
+    return await run_agent(
         req,
-        client,
+        call,
         guard or breaker(time),
         POLICY,
         now=time,
@@ -85,7 +94,7 @@ def fulfilments(service: FulfilmentService) -> int:
     return int(service.stats()["fulfilments"])
 
 
-async def test_success_first_try(service: FulfilmentService, client: FulfilmentClient) -> None:
+async def test_success_first_try(service: FulfilmentService, client: ServiceClient) -> None:
     response = await run(client, FakeTime(), request())
     assert response.outcome is AgentOutcome.SUCCEEDED
     assert response.reference
@@ -94,7 +103,7 @@ async def test_success_first_try(service: FulfilmentService, client: FulfilmentC
 
 
 async def test_transient_faults_are_retried_with_backoff_e9(
-    service: FulfilmentService, client: FulfilmentClient
+    service: FulfilmentService, client: ServiceClient
 ) -> None:
     service.replace_fault_plan(FaultPlan(rules=(FaultRule(FaultKind.TRANSIENT, times=2),)))
     time = FakeTime()
@@ -106,7 +115,7 @@ async def test_transient_faults_are_retried_with_backoff_e9(
 
 
 async def test_lost_response_then_retry_performs_the_side_effect_once_c8(
-    service: FulfilmentService, client: FulfilmentClient
+    service: FulfilmentService, client: ServiceClient
 ) -> None:
     service.replace_fault_plan(FaultPlan(rules=(FaultRule(FaultKind.LOST_RESPONSE, times=1),)))
     response = await run(client, FakeTime(), request())
@@ -117,7 +126,7 @@ async def test_lost_response_then_retry_performs_the_side_effect_once_c8(
 
 
 async def test_a_newer_attempt_replays_the_older_attempts_side_effect_e7(
-    service: FulfilmentService, client: FulfilmentClient
+    service: FulfilmentService, client: ServiceClient
 ) -> None:
     first = await run(client, FakeTime(), request(attempt=1))
     second = await run(client, FakeTime(), request(attempt=2))
@@ -127,7 +136,7 @@ async def test_a_newer_attempt_replays_the_older_attempts_side_effect_e7(
 
 
 async def test_a_stale_attempt_is_refused_by_the_service_e7(
-    service: FulfilmentService, client: FulfilmentClient
+    service: FulfilmentService, client: ServiceClient
 ) -> None:
     await run(client, FakeTime(), request(attempt=2))
     stale = await run(client, FakeTime(), request(attempt=1))
@@ -136,7 +145,7 @@ async def test_a_stale_attempt_is_refused_by_the_service_e7(
 
 
 async def test_permanent_failure_is_reported_not_retried_e8(
-    service: FulfilmentService, client: FulfilmentClient
+    service: FulfilmentService, client: ServiceClient
 ) -> None:
     service.replace_fault_plan(FaultPlan(rules=(FaultRule(FaultKind.PERMANENT),)))
     response = await run(client, FakeTime(), request())
@@ -146,7 +155,7 @@ async def test_permanent_failure_is_reported_not_retried_e8(
 
 
 async def test_tries_stop_at_the_agents_share_of_the_retry_budget_c4(
-    service: FulfilmentService, client: FulfilmentClient
+    service: FulfilmentService, client: ServiceClient
 ) -> None:
     service.replace_fault_plan(FaultPlan(rules=(FaultRule(FaultKind.TRANSIENT),)))
     response = await run(client, FakeTime(), request(deadline_seconds=3600))
@@ -155,7 +164,7 @@ async def test_tries_stop_at_the_agents_share_of_the_retry_budget_c4(
 
 
 async def test_no_new_call_starts_after_the_deadline_e7(
-    service: FulfilmentService, client: FulfilmentClient
+    service: FulfilmentService, client: ServiceClient
 ) -> None:
     service.replace_fault_plan(FaultPlan(rules=(FaultRule(FaultKind.TRANSIENT),)))
     time = FakeTime()
@@ -166,7 +175,7 @@ async def test_no_new_call_starts_after_the_deadline_e7(
 
 
 async def test_an_open_breaker_keeps_calls_away_from_a_failing_service_e9(
-    service: FulfilmentService, client: FulfilmentClient
+    service: FulfilmentService, client: ServiceClient
 ) -> None:
     service.replace_fault_plan(FaultPlan(rules=(FaultRule(FaultKind.TRANSIENT),)))
     time = FakeTime()

@@ -1,14 +1,14 @@
-"""The fulfilment agent's call policy (E7, E9, C4, C8).
+"""An agent's call policy (E7, E9, C4, C8): one request, tried until the service answers for good.
 
-Tries the remote service until it answers definitively, retrying transient faults with
-full-jitter exponential backoff, within two bounds: its share of the end-to-end retry budget
-(``AgentPolicy.max_tries``, C4) and the step's deadline. It starts no new call after the
-deadline (E7); a call already in flight may finish. Every try sends the same idempotency key
-and the attempt as fencing token, so retries and overlapping attempts never repeat a side
-effect (C8). A circuit breaker shared by the process stops calls while the service keeps
-failing (E9); a refused call counts as a try and waits like a transient fault.
+Retries transient faults with full-jitter exponential backoff, within two bounds: the
+agent's share of the end-to-end retry budget (``AgentPolicy.max_tries``, C4) and the step's
+deadline. It starts no new call after the deadline (E7); a call already in flight may finish.
+Every try sends the same idempotency key and the attempt as fencing token, so retries and
+overlapping attempts never repeat a side effect (C8). A circuit breaker per remote service
+stops calls while the service keeps failing (E9); a refused call counts as a try and waits
+like a transient fault.
 
-The agent only reports; it never changes the state record or recovers the workflow.
+An agent only reports; it never changes the state record or recovers the workflow.
 """
 
 from __future__ import annotations
@@ -21,21 +21,19 @@ from collections.abc import Awaitable, Callable
 
 from domain.agent_messages import AgentOutcome, AgentRequest, AgentResponse
 from domain.policies import AgentPolicy, CircuitBreaker, next_retry_delay
-from order_agents.fulfilment_client import (
-    Fulfilled,
-    FulfilmentClient,
-    PermanentFailure,
-    Superseded,
-)
+from order_agents.service_client import Done, PermanentFailure, RemoteResult, Superseded
 
-log = logging.getLogger("order_agents.fulfilment")
+log = logging.getLogger("order_agents.call_policy")
 
 CALL_TIMEOUT_SECONDS = 10.0
 
+Call = Callable[[float], Awaitable[RemoteResult]]
+"""One try of the request, given how many seconds it may take."""
 
-async def run_fulfilment_agent(
+
+async def run_agent(
     request: AgentRequest,
-    client: FulfilmentClient,
+    call: Call,
     breaker: CircuitBreaker,
     policy: AgentPolicy,
     *,
@@ -48,32 +46,29 @@ async def run_fulfilment_agent(
     while True:
         remaining = (request.deadline - now()).total_seconds()
         if remaining <= 0:
-            return _respond(request, AgentOutcome.GAVE_UP, f"deadline passed; {last_problem}")
+            return respond(request, AgentOutcome.GAVE_UP, f"deadline passed; {last_problem}")
         tries += 1
         if breaker.allow_request():
-            result = await client.fulfil(
-                request.order,
-                attempt=request.attempt,
-                idempotency_key=request.idempotency_key,
-                timeout_seconds=min(remaining, CALL_TIMEOUT_SECONDS),
-            )
-            if isinstance(result, Fulfilled):
+            result = await call(min(remaining, CALL_TIMEOUT_SECONDS))
+            if isinstance(result, Done):
                 breaker.record_success()
-                return _respond(request, AgentOutcome.SUCCEEDED, reference=result.fulfilment_id)
+                return respond(request, AgentOutcome.SUCCEEDED, reference=result.reference)
             if isinstance(result, PermanentFailure):
                 breaker.record_success()  # the service answered: it is healthy, the order is not
-                return _respond(request, AgentOutcome.FAILED, result.reason)
+                return respond(request, AgentOutcome.FAILED, result.reason)
             if isinstance(result, Superseded):
                 breaker.record_success()
-                return _respond(request, AgentOutcome.SUPERSEDED, result.reason)
+                return respond(request, AgentOutcome.SUPERSEDED, result.reason)
             breaker.record_failure()
             last_problem = f"try {tries}: {result.reason}"
         else:
             last_problem = f"try {tries}: circuit breaker open"
         log.info(
-            "agent retrying order=%s instance=%s problem=%s",
+            "agent retrying order=%s instance=%s step=%s operation=%s problem=%s",
             request.order.order_id,
             request.instance_id,
+            request.step,
+            request.operation.value,
             last_problem,
         )
         delay = next_retry_delay(
@@ -86,13 +81,13 @@ async def run_fulfilment_agent(
             random=jitter,
         )
         if delay is None:
-            return _respond(
+            return respond(
                 request, AgentOutcome.GAVE_UP, f"stopped after {tries} tries; {last_problem}"
             )
         await sleep(delay)
 
 
-def _respond(
+def respond(
     request: AgentRequest,
     outcome: AgentOutcome,
     detail: str | None = None,

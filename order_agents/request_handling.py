@@ -1,0 +1,56 @@
+"""Serving one agent request from a request queue (E1, E3, E4, E7).
+
+Shared by every agent's queue trigger: parse the request (a request that breaks the contract
+is dead-lettered with the reason), run the agent, and answer on AGENT_RESPONSES_QUEUE with a
+MessageId derived from the request, so a redelivered request produces a duplicate answer
+that Service Bus removes (E4). A request whose deadline already passed starts no side effect
+(E7) and gets a ``gave-up`` answer from the call policy.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from azurefunctions.extensions.bindings.servicebus import (
+    ServiceBusMessageActions,
+    ServiceBusReceivedMessage,
+)
+
+import bootstrap
+from adapters.message_settlement import body_bytes, complete, dead_letter
+from domain.agent_messages import AgentMessageError, AgentRequest, AgentResponse
+from domain.outgoing_messages import OutgoingMessage
+
+log = logging.getLogger("app.agents")
+
+Agent = Callable[[AgentRequest], Awaitable[AgentResponse]]
+
+
+async def serve_request(
+    message: ServiceBusReceivedMessage, actions: ServiceBusMessageActions, agent: Agent
+) -> None:
+    try:
+        request = AgentRequest.from_json(body_bytes(message))
+    except AgentMessageError as error:
+        await dead_letter(actions, message, reason="InvalidAgentRequest", description=str(error))
+        return
+    response = await agent(request)
+    log.info(
+        "agent answered order=%s instance=%s step=%s operation=%s outcome=%s",
+        request.order.order_id,
+        request.instance_id,
+        request.step,
+        request.operation.value,
+        response.outcome.value,
+    )
+    await bootstrap.publisher().send(
+        OutgoingMessage(
+            queue=bootstrap.services().settings.agent_responses_queue,
+            body=response.to_json(),
+            message_id=response.message_id,
+            correlation_id=request.order.order_id,
+            subject=response.outcome.value,
+        )
+    )
+    await complete(actions, message)

@@ -1,0 +1,110 @@
+"""The step agents: one per remote service of the step workflow (E1, E4, E7, E9, C1, C8).
+
+Each agent wraps ONE service (``order_agents.remote_services``): ``do`` performs the step's
+side effect, ``undo`` its compensation - by the reference of the side effect, or for a step
+in doubt by the idempotency key of its action (C1). Behind the Service Bus queue pair each
+agent has its own request queue trigger (<AGENT>_REQUESTS_QUEUE) and answers on
+AGENT_RESPONSES_QUEUE; as an activity (E1's other shape) ``run_agent_in_activity`` runs the
+agent the request's step names. Each service has its own circuit breaker (E9).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import azure.durable_functions as df
+from azurefunctions.extensions.bindings.servicebus import (
+    ServiceBusMessageActions,
+    ServiceBusReceivedMessage,
+)
+
+import bootstrap
+from domain.agent_messages import AgentOperation, AgentRequest, AgentResponse
+from domain.workflow import declaration
+from order_agents.call_policy import Call, run_agent
+from order_agents.remote_services import STEP_SERVICES
+from order_agents.request_handling import serve_request
+from order_agents.service_client import RemoteResult, ServiceClient
+
+bp = df.Blueprint()
+
+
+async def run_step_agent(request: AgentRequest) -> AgentResponse:
+    """The agent of the request's step: do or undo, under the call policy."""
+    agent = declaration(request.step).agent
+    api = STEP_SERVICES[agent]
+    app = bootstrap.services()
+    client = ServiceClient(api, app.settings.service_url(agent), bootstrap.http_session())
+    return await run_agent(
+        request,
+        step_call(client, request),
+        app.breaker(api.name),
+        app.settings.agent_policy,
+        now=bootstrap.now,
+    )
+
+
+def step_call(client: ServiceClient, request: AgentRequest) -> Call:
+    """One try of the request at its service: the step's action, or its undo (C1)."""
+
+    async def call(timeout_seconds: float) -> RemoteResult:
+        if request.operation is AgentOperation.UNDO:
+            return await client.undo(
+                request.order,
+                reference=request.reference,
+                attempt=request.attempt,
+                idempotency_key=request.idempotency_key,
+                timeout_seconds=timeout_seconds,
+            )
+        return await client.perform(
+            request.order,
+            attempt=request.attempt,
+            idempotency_key=request.idempotency_key,
+            timeout_seconds=timeout_seconds,
+        )
+
+    return call
+
+
+@bp.service_bus_queue_trigger(
+    arg_name="message",
+    queue_name="%STOCK_REQUESTS_QUEUE%",
+    connection="ServiceBusConnection",
+    auto_complete_messages=False,
+)
+async def stock_agent(
+    message: ServiceBusReceivedMessage, message_actions: ServiceBusMessageActions
+) -> None:
+    await serve_request(message, message_actions, run_step_agent)
+
+
+@bp.service_bus_queue_trigger(
+    arg_name="message",
+    queue_name="%PAYMENT_REQUESTS_QUEUE%",
+    connection="ServiceBusConnection",
+    auto_complete_messages=False,
+)
+async def payment_agent(
+    message: ServiceBusReceivedMessage, message_actions: ServiceBusMessageActions
+) -> None:
+    await serve_request(message, message_actions, run_step_agent)
+
+
+@bp.service_bus_queue_trigger(
+    arg_name="message",
+    queue_name="%SHIPPING_REQUESTS_QUEUE%",
+    connection="ServiceBusConnection",
+    auto_complete_messages=False,
+)
+async def shipping_agent(
+    message: ServiceBusReceivedMessage, message_actions: ServiceBusMessageActions
+) -> None:
+    await serve_request(message, message_actions, run_step_agent)
+
+
+@bp.activity_trigger(input_name="request")
+async def run_agent_in_activity(request: Any) -> dict[str, Any]:
+    # Any, the JSON value the trigger delivers: the Python worker refuses a builtin generic
+    # such as dict[str, Any] on a binding parameter, and with it the whole app.
+    response = await run_step_agent(AgentRequest.from_document(request))
+    return response.to_document()
