@@ -2,19 +2,21 @@
 
 - activities.submission    S1-S4  Service Bus trigger on ORDERS_QUEUE
 - activities.starter       D1-D3  timer: claim Pending records, start attempts
-- orchestrators            D4-D6, E2, E5, E6  the order workflow (the Scheduler)
-- activities.order_steps   D4, E5, E8, R2  fenced state writes + status replies
+- orchestrators            D4-D6, E2, E5, E6, C7  the versioned order workflow (the Scheduler)
+- activities.order_steps   D4, E5, E8, R2  the one-step workflow's fenced writes + replies
+- activities.step_activities  D4, E5, E8, C1, C2, R2  the step workflow's fenced writes
 - activities.agent_bridge  E1, E3, E4  agent requests out, responses in -> external events
 - order_agents.worker      E1, E7, E9  the fulfilment agent (queue worker and activity)
+- order_agents.step_agents  E1, E7, E9, C1  one agent per step's remote service
 - supervisor.sweep         U1-U7  timer: bounded sweeps for expired attempts
 """
 
 import azure.durable_functions as df
 import azure.functions as func
 
-from activities import agent_bridge, order_steps, starter, submission
+from activities import agent_bridge, order_steps, starter, step_activities, submission
 from orchestrators import order_workflow
-from order_agents import worker
+from order_agents import step_agents, worker
 from supervisor import sweep
 
 app = df.DFApp(http_auth_level=func.AuthLevel.FUNCTION)
@@ -24,8 +26,10 @@ for blueprint in (
     starter.bp,
     order_workflow.bp,
     order_steps.bp,
+    step_activities.bp,
     agent_bridge.bp,
     worker.bp,
+    step_agents.bp,
     sweep.bp,
 ):
     app.register_functions(blueprint)

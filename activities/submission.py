@@ -46,6 +46,7 @@ async def receive_order(
         states=app.states,
         reply_queues=app.settings.reply_queues,
         now=bootstrap.now(),
+        steps=app.settings.order_steps,
     )
     publisher = bootstrap.publisher()
     if isinstance(result, DeadLetter):

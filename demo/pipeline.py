@@ -39,6 +39,7 @@ from devhost.servicebus.server import ServiceBusBroker
 from devhost.settings import AppSettings
 from domain.ports import StoreError
 from simulators.fulfilment import FaultPlan, FulfilmentService
+from simulators.services import SimulatedServices
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 BROKER_CONFIG = REPOSITORY / "servicebus.config.json"
@@ -114,6 +115,11 @@ class Pipeline:
     def connection_string(self) -> str:
         return self.broker.connection_string
 
+    @property
+    def services(self) -> SimulatedServices:
+        """Every simulated remote service: fulfilment at the root, stock, payment, shipping."""
+        return self.fulfilment.services
+
     async def app_usage(self) -> bootstrap.Usage:
         """The app's counters in this process plus those of every language worker process."""
         total = bootstrap.usage()
@@ -129,13 +135,17 @@ async def local_pipeline(
     work_dir: Path,
     *,
     faults: FaultPlan | None = None,
+    service_faults: Mapping[str, FaultPlan] | None = None,
     seed: int = 0,
     settings: Mapping[str, str] | None = None,
     clock: Clock | None = None,
     worker_processes: int = 0,
     broker_process: bool = False,
 ) -> AsyncIterator[Pipeline]:
-    """Start broker, fulfilment service and devhost; stop them all on exit.
+    """Start broker, the simulated remote services and devhost; stop them all on exit.
+
+    ``faults`` is the fulfilment service's fault plan, ``service_faults`` those of the step
+    services by name (``stock``, ``payment``, ``shipping``).
 
     ``worker_processes`` > 0 runs the app's functions in language worker processes, as on
     Azure where Python workers run the code and the host keeps triggers and histories (the
@@ -151,7 +161,9 @@ async def local_pipeline(
         else ServiceBusBroker(load_config(BROKER_CONFIG))
     )
     await asyncio.to_thread(broker.start)
-    fulfilment = FulfilmentService(faults or FaultPlan.preset("none"), seed=seed)
+    fulfilment = FulfilmentService(
+        faults or FaultPlan.preset("none"), plans=service_faults, seed=seed
+    )
     host: DevHost | None = None
     try:
         await fulfilment.start()
@@ -160,6 +172,9 @@ async def local_pipeline(
             **LOCAL_SETTINGS,
             "ServiceBusConnection": broker.connection_string,
             "FULFILMENT_SERVICE_URL": fulfilment.base_url,
+            "STOCK_SERVICE_URL": fulfilment.services.url("stock"),
+            "PAYMENT_SERVICE_URL": fulfilment.services.url("payment"),
+            "SHIPPING_SERVICE_URL": fulfilment.services.url("shipping"),
             "SQLITE_DIRECTORY": str(work_dir / "stores"),
             **chosen,
         }

@@ -13,6 +13,7 @@ completes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -65,10 +66,12 @@ def submit_order(
     states: StateStore,
     reply_queues: frozenset[str],
     now: datetime,
+    steps: Sequence[str] = (),
 ) -> Accepted | DeadLetter:
     """Handle one submission message; `message_id` is the broker's id of that message.
 
-    `reply_queues` is the allow-list of reply queues an app may name (R1).
+    `reply_queues` is the allow-list of reply queues an app may name (R1); `steps` the
+    workflow a new order runs (ORDER_STEPS), fixed in its record when it is accepted (C7).
     """
     parsed = parse_submission(body, reply_to, reply_queues)
     if isinstance(parsed, InvalidSubmission):
@@ -77,7 +80,7 @@ def submit_order(
     stored_order = orders.create(order)
     if not stored_order.created and stored_order.record.immutable_data() != order.immutable_data():
         return _conflict(order, stored_order.record, message_id, now)
-    stored_state = states.create(new_record(order.order_id, parsed.reply_to, now))
+    stored_state = states.create(new_record(order.order_id, parsed.reply_to, now, steps))
     return Accepted(
         order=order,
         record=stored_state.record,

@@ -1,4 +1,5 @@
-"""One order through the whole local pipeline (S1, D1-D6, E1-E5, R1-R2)."""
+"""One order through the whole local pipeline: every step, then completed (S1, D1-D6, E1-E5,
+R1-R2, C1)."""
 
 import json
 from pathlib import Path
@@ -38,9 +39,17 @@ async def test_an_order_is_received_and_completed(tmp_path: Path) -> None:
                     for message in await receiver.receive_messages(max_wait_time=1):
                         statuses.append(json.loads(b"".join(message.body)))
                         await receiver.complete_message(message)
-                    if len(statuses) == 2:
+                    if len(statuses) == 5:
                         break
-        assert [s["status"] for s in statuses] == ["received", "completed"]
-        assert statuses[1]["orderId"] == "o-1"
-        assert statuses[1]["attempt"] == 1
+        assert [(s["status"], s["step"]) for s in statuses] == [
+            ("received", None),
+            ("in-progress", "reserve-stock"),
+            ("in-progress", "charge-payment"),
+            ("in-progress", "ship-order"),
+            ("completed", None),
+        ]
+        assert statuses[-1]["orderId"] == "o-1"
+        assert statuses[-1]["attempt"] == 1
+        for service in ("stock", "payment", "shipping"):
+            assert len(pipeline.services.ledger_entries(service, "o-1")) == 1
         assert pipeline.host.listener_failures == []
