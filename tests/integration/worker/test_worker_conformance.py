@@ -41,6 +41,16 @@ ORDER_APP_FUNCTIONS = {
     "receive_agent_response": "serviceBusTrigger",
     "fulfil_order_request": "serviceBusTrigger",
     "fulfil_in_activity": "activityTrigger",
+    "begin_step": "activityTrigger",
+    "finish_steps": "activityTrigger",
+    "fail_step": "activityTrigger",
+    "begin_undo": "activityTrigger",
+    "finish_undo": "activityTrigger",
+    "undo_failed": "activityTrigger",
+    "stock_agent": "serviceBusTrigger",
+    "payment_agent": "serviceBusTrigger",
+    "shipping_agent": "serviceBusTrigger",
+    "run_agent_in_activity": "activityTrigger",
     "supervise_orders": "timerTrigger",
 }
 # Every app module the devhost's tests run (tests/**/apps/*_app.py).
@@ -98,7 +108,9 @@ def test_service_bus_triggers_get_the_sdk_type_message_and_the_settlement_client
     assert "message_actions" not in function["bindings"]
 
 
-@pytest.mark.parametrize("name", ["start_pending_orders", "receive_agent_response"])
+@pytest.mark.parametrize(
+    "name", ["start_pending_orders", "receive_agent_response", "supervise_orders"]
+)
 def test_starters_get_a_durable_client_binding(
     order_app: dict[str, dict[str, Any]], name: str
 ) -> None:
