@@ -1,0 +1,231 @@
+"""An upgrade with orders in flight: version-1 orders finish on version-1 logic (C7, C10).
+
+The app as it was before the step workflow existed (its code taken from the repository's
+history) runs under ``python -m devhost start`` and accepts orders; the host is killed with
+orders in flight; the current app then starts on the same state store, orders database,
+Durable histories and broker. Every order accepted by the old code must end Processed
+through the one-step workflow it started with - its record still WorkflowVersion 1, its
+fulfilment done once - while an order submitted after the upgrade runs the step workflow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+from collections.abc import AsyncIterator, Iterator
+from io import BytesIO
+from pathlib import Path
+from typing import TextIO
+
+import pytest
+from azure.servicebus import ServiceBusMessage
+from azure.servicebus.aio import ServiceBusClient
+
+import bootstrap
+from adapters.sqlite_store import open_sqlite_stores
+from demo.pipeline import (
+    BROKER_CONFIG,
+    DEMO_REPLY_QUEUE,
+    LOCAL_SETTINGS,
+    REPOSITORY,
+    sample_settings,
+)
+from devhost.host import DevHost, HostOptions
+from devhost.servicebus.config import load_config
+from devhost.servicebus.server import ServiceBusBroker
+from devhost.settings import AppSettings
+from domain.ports import StateStore, StoreMetrics
+from domain.records import WORKFLOW_ONE_STEP, WORKFLOW_STEPS, ProcessState, StateRecord
+from simulators.fulfilment import FaultKind, FaultPlan, FaultRule, FulfilmentService
+from tests.e2e.e2e_helpers import order_body
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.timeout(240)
+
+VERSION_1_COMMIT = "d4b7f99ca40b43481e129a21e055fa807073f88c"
+"""The last commit whose app knew only the one-step workflow."""
+APP_FILES = (
+    "function_app.py",
+    "bootstrap.py",
+    "host.json",
+    "activities",
+    "adapters",
+    "domain",
+    "orchestrators",
+    "order_agents",
+    "services",
+    "supervisor",
+)
+OLD_ORDERS = [f"o-v1-{index}" for index in range(12)]
+SETTLE_SECONDS = 120
+
+
+def version_1_app(target: Path) -> Path:
+    """The version-1 app's files from the repository's history, unpacked into `target`."""
+    archive = subprocess.run(
+        ["git", "-C", str(REPOSITORY), "archive", "--format=tar", VERSION_1_COMMIT, *APP_FILES],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    if archive.returncode != 0:
+        pytest.fail(
+            f"the version-1 app (commit {VERSION_1_COMMIT[:12]}) is not in this clone's history: "
+            f"{archive.stderr.decode().strip()} - the upgrade test needs a full clone"
+        )
+    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
+        tar.extractall(target, filter="data")
+    return target
+
+
+@pytest.fixture
+def broker() -> Iterator[ServiceBusBroker]:
+    running = ServiceBusBroker(load_config(BROKER_CONFIG))
+    running.start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+async def services() -> AsyncIterator[FulfilmentService]:
+    # Every fulfilment of the old orders takes 3 s, so they are in flight when the host dies.
+    running = FulfilmentService(
+        FaultPlan(rules=(FaultRule(FaultKind.LATENCY, order_id="o-v1-*", delay_seconds=3),))
+    )
+    await running.start()
+    yield running
+    await running.stop()
+
+
+def app_settings(
+    tmp_path: Path, broker: ServiceBusBroker, services: FulfilmentService
+) -> dict[str, str]:
+    return {
+        **sample_settings(),
+        **LOCAL_SETTINGS,
+        "ServiceBusConnection": broker.connection_string,
+        "FULFILMENT_SERVICE_URL": services.base_url,
+        "STOCK_SERVICE_URL": services.services.url("stock"),
+        "PAYMENT_SERVICE_URL": services.services.url("payment"),
+        "SHIPPING_SERVICE_URL": services.services.url("shipping"),
+        "SQLITE_DIRECTORY": str(tmp_path / "stores"),
+    }
+
+
+def start_devhost(
+    app_root: Path, data_dir: Path, values: dict[str, str], log: TextIO
+) -> subprocess.Popen[str]:
+    """``python -m devhost start`` on the app in `app_root`; it prints a line once ready."""
+    return subprocess.Popen(
+        [
+            *(sys.executable, "-m", "devhost", "start", "--app-root", str(app_root)),
+            *("--data", str(data_dir), "--http-port", "0"),
+        ],
+        cwd=REPOSITORY,
+        env={**os.environ, **values, "PYTHONPATH": str(REPOSITORY)},
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+    )
+
+
+def records(states: StateStore, order_ids: list[str]) -> dict[str, StateRecord | None]:
+    return {order_id: states.get(order_id) for order_id in order_ids}
+
+
+async def submit(broker: ServiceBusBroker, order_ids: list[str]) -> None:
+    async with ServiceBusClient.from_connection_string(broker.connection_string) as client:
+        sender = client.get_queue_sender("orders")
+        async with sender:
+            await sender.send_messages(
+                [
+                    ServiceBusMessage(
+                        order_body(order_id), message_id=order_id, reply_to=DEMO_REPLY_QUEUE
+                    )
+                    for order_id in order_ids
+                ],
+                timeout=30,
+            )
+
+
+async def test_orders_in_flight_during_an_upgrade_finish_on_the_workflow_they_started_c7(
+    tmp_path: Path, broker: ServiceBusBroker, services: FulfilmentService
+) -> None:
+    values = app_settings(tmp_path, broker, services)
+    old_app = version_1_app(tmp_path / "version-1")
+    data_dir = tmp_path / "devhost"
+    states, orders = open_sqlite_stores(tmp_path / "stores", StoreMetrics())
+    old_log = (tmp_path / "version-1.log").open("w", encoding="utf-8")
+    old_host = start_devhost(old_app, data_dir, values, old_log)
+    try:
+        ready = await asyncio.to_thread(old_host.stdout.readline) if old_host.stdout else ""
+        assert ready.startswith("devhost ready"), (tmp_path / "version-1.log").read_text()
+        await submit(broker, OLD_ORDERS)
+
+        def in_flight() -> bool:
+            found = records(states, OLD_ORDERS).values()
+            return all(r is not None for r in found) and any(
+                r is not None and r.process_state is ProcessState.PROCESSING for r in found
+            )
+
+        await eventually(in_flight, "every old order accepted, some of them in flight", bound=60)
+    finally:
+        os.kill(old_host.pid, signal.SIGKILL)
+        await asyncio.to_thread(old_host.wait, 30)
+        old_log.close()
+    at_upgrade = records(states, OLD_ORDERS)
+    assert {r.workflow_version for r in at_upgrade.values() if r} == {WORKFLOW_ONE_STEP}
+    assert any(r and r.process_state is not ProcessState.PROCESSED for r in at_upgrade.values())
+
+    services.replace_fault_plan(FaultPlan.preset("none"))
+    new_host = DevHost(
+        HostOptions(app="function_app:app", app_root=REPOSITORY, data_dir=data_dir, http_port=0),
+        AppSettings(values),
+    )
+    await new_host.start()
+    try:
+        await submit(broker, ["o-v2"])
+        everyone = [*OLD_ORDERS, "o-v2"]
+
+        def all_processed() -> bool:
+            return all(
+                r is not None and r.process_state is ProcessState.PROCESSED
+                for r in records(states, everyone).values()
+            )
+
+        await eventually(all_processed, "every order Processed after the upgrade", SETTLE_SECONDS)
+        final = records(states, everyone)
+        for order_id in OLD_ORDERS:
+            record = final[order_id]
+            assert record is not None
+            assert (record.workflow_version, record.steps) == (WORKFLOW_ONE_STEP, ())
+            assert len(services.ledger_entries(order_id)) == 1, order_id
+        assert services.stats()["double_side_effects"] == 0
+        upgraded = final["o-v2"]
+        assert upgraded is not None
+        assert upgraded.workflow_version == WORKFLOW_STEPS
+        assert len(upgraded.compensation_log) == 3
+        assert services.ledger_entries("o-v2") == []
+        assert new_host.listener_failures == []
+    finally:
+        await new_host.stop()
+        await bootstrap.shutdown()
+        states.close()
+        orders.close()
+
+
+def test_the_version_1_app_is_the_one_step_app() -> None:
+    """Guards the commit the upgrade test runs: its app knows the one-step workflow only."""
+    shown = subprocess.run(
+        ["git", "-C", str(REPOSITORY), "show", f"{VERSION_1_COMMIT}:function_app.py"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    assert "step_activities" not in shown
+    assert "order_steps" in shown
