@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import datetime as dt
+import logging
 import os
 import threading
 import time
@@ -56,6 +57,23 @@ _services: AppServices | None = None
 _publishers: dict[asyncio.AbstractEventLoop, ServiceBusPublisher] = {}
 _http_sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
 _clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)  # noqa: E731
+
+
+def check_settings(environ: Mapping[str, str] = os.environ) -> Settings:
+    """Read the app settings at start-up, so a bad one stops the app from loading instead of
+    failing its first invocation; the retry budget's arithmetic is checked and logged (C4)."""
+    settings = Settings.from_environ(environ)
+    budget = settings.budget
+    logging.getLogger("app.settings").info(
+        "retry budget RETRY_BUDGET=%d covers MAX_FAILURES=%d attempts x "
+        "AGENT_DELIVERY_ATTEMPTS=%d deliveries x %d agent tries = %d calls per request",
+        settings.retry_budget,
+        settings.max_failures,
+        settings.agent_delivery_attempts,
+        budget.agent_max_tries,
+        budget.combined_max_tries,
+    )
+    return settings
 
 
 def services() -> AppServices:

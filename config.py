@@ -318,15 +318,16 @@ class Settings:
     )
     retry_budget: int = _setting(
         "RETRY_BUDGET",
-        12,
+        24,
         _positive_int,
         "the end-to-end budget of tries; the agent's share is derived from it (C4)",
     )
     agent_delivery_attempts: int = _setting(
         "AGENT_DELIVERY_ATTEMPTS",
-        1,
+        2,
         _positive_int,
-        "how often messaging may deliver one agent request (C4)",
+        "how often messaging may deliver one agent request: the agent request queues' "
+        "MaxDeliveryCount (C4)",
     )
     agent_backoff_base_seconds: float = _setting(
         "AGENT_BACKOFF_BASE_SECONDS", 0.1, _seconds, "the agent's first backoff ceiling (E9)"

@@ -14,10 +14,15 @@
 import azure.durable_functions as df
 import azure.functions as func
 
+import bootstrap
 from activities import agent_bridge, order_steps, starter, step_activities, submission
 from orchestrators import order_workflow
 from order_agents import step_agents, worker
 from supervisor import sweep
+
+# A setting the app cannot run with (a retry budget too small for its factors, C4) stops the
+# app from loading, on Azure as under the devhost, with a message that names it.
+bootstrap.check_settings()
 
 app = df.DFApp(http_auth_level=func.AuthLevel.FUNCTION)
 

@@ -116,6 +116,7 @@ def test_settings_are_read_from_the_environment() -> None:
             "STEP_TIMEOUT_SECONDS": "2.5",
             "MAX_FAILURES": "5",
             "RETRY_BUDGET": "20",
+            "AGENT_DELIVERY_ATTEMPTS": "1",
             "STATE_STORE": "cosmos",
             "SUPERVISOR_SCHEDULE": "0 */1 * * * *",
             "ORDERS_QUEUE": "orders-eu",
@@ -316,3 +317,22 @@ def test_each_agent_has_its_queue_and_service_url() -> None:
         settings.service_url("shipping")
     with pytest.raises(SettingsError, match="no agent 'fly'"):
         settings.agent_queue("fly")
+
+
+def test_agent_request_queues_deliver_a_request_as_often_as_the_budget_counts_c4() -> None:
+    """The budget's AGENT_DELIVERY_ATTEMPTS is the agent request queues' MaxDeliveryCount:
+    a queue that redelivers more often would let an order's calls exceed RETRY_BUDGET."""
+    config = json.loads((ROOT / "servicebus.config.json").read_text(encoding="utf-8"))
+    queues = {
+        queue["Name"]: queue["Properties"]
+        for namespace in config["UserConfig"]["Namespaces"]
+        for queue in namespace["Queues"]
+    }
+    settings = Settings.from_environ(sample_values())
+    agent_queues = [
+        settings.agent_requests_queue,
+        *(settings.agent_queue(agent) for agent in ("stock", "payment", "shipping")),
+    ]
+    for name in agent_queues:
+        assert queues[name]["MaxDeliveryCount"] == settings.agent_delivery_attempts, name
+    assert settings.budget.combined_max_tries <= settings.retry_budget

@@ -20,7 +20,9 @@ from order_agents.service_client import RemoteResult, ServiceClient
 from simulators.fulfilment import FaultKind, FaultPlan, FaultRule, FulfilmentService
 
 T0 = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
-POLICY = Settings(retry_budget=12, max_failures=3).agent_policy  # 4 tries per attempt (C4)
+POLICY = Settings(
+    retry_budget=12, max_failures=3, agent_delivery_attempts=1
+).agent_policy  # 4 tries (C4)
 ORDER = Order("o-1", "c-1", (OrderItem("sku-1", 2),), "EUR")
 
 

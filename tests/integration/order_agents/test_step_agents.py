@@ -23,7 +23,7 @@ from order_agents.step_agents import step_call
 from simulators.services import FaultKind, FaultPlan, FaultRule, SimulatedServices
 
 T0 = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
-POLICY = Settings(retry_budget=12, max_failures=3).agent_policy
+POLICY = Settings(retry_budget=12, max_failures=3, agent_delivery_attempts=1).agent_policy
 ORDER = Order("o-1", "c-1", (OrderItem("sku-1", 2), OrderItem("sku-2", 1)), "EUR")
 AGENT_OF = {"reserve-stock": "stock", "charge-payment": "payment", "ship-order": "shipping"}
 TIMEOUT = aiohttp.ClientTimeout(total=10)

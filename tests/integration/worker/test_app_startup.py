@@ -1,0 +1,38 @@
+"""The app refuses to load with settings it cannot run with, as the host would report it (C4)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+START_BOUND_SECONDS = 60
+
+
+def test_a_retry_budget_too_small_for_its_factors_stops_the_app_loading_c4(
+    tmp_path: Path,
+) -> None:
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "devhost", "start", "--app-root", str(ROOT)),
+            *("--data", str(tmp_path / "data"), "--http-port", "0"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=START_BOUND_SECONDS,
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "RETRY_BUDGET": "5",
+            "MAX_FAILURES": "3",
+            "AGENT_DELIVERY_ATTEMPTS": "2",
+            "PYTHONPATH": str(ROOT),
+        },
+    )
+    assert result.returncode != 0
+    assert (
+        "RETRY_BUDGET=5 is smaller than MAX_FAILURES=3 x AGENT_DELIVERY_ATTEMPTS=2: "
+        "raise RETRY_BUDGET or lower the others"
+    ) in result.stderr
