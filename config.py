@@ -235,11 +235,11 @@ class Settings:
         "the Cosmos container of the supervisor's recovery index (U3)",
         blank_is_default=True,
     )
-    cosmos_finished_ttl_seconds: int = _setting(
-        "COSMOS_FINISHED_TTL_SECONDS",
+    finished_retention_seconds: int = _setting(
+        "FINISHED_RETENTION_SECONDS",
         30 * 86400,
         _whole_above_zero,
-        "time to live of finished state records",
+        "how long finished state records are kept: Cosmos DB's TTL, the SQLite store's purge (C3)",
         blank_is_default=True,
     )
     cosmos_retry_total: int = _setting(

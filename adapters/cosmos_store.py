@@ -13,7 +13,7 @@ Writes, one conditional request each on the state record:
   read (D4, E5); 412 or 404 -> None. The change's `sets` become `set` operations, its
   `appends` `add` operations at the end of the list (`/CompensationLog/-`, C1).
 Finished records (Processed, Error, Compensated, CompensationFailed) get a per-item `ttl`
-of COSMOS_FINISHED_TTL_SECONDS; every other write leaves `ttl` out, so a live record never
+of FINISHED_RETENTION_SECONDS; every other write leaves `ttl` out, so a live record never
 expires.
 
 Queries:
@@ -86,7 +86,7 @@ from domain.ports import (
     StateStore,
     StoreMetrics,
 )
-from domain.records import ProcessState, StateRecord, format_utc
+from domain.records import FINISHED_STATES, ProcessState, StateRecord, format_utc
 from domain.transitions import KEEP, DocumentPath, FencedChange
 
 MAX_PAGE_SIZE = 1000
@@ -96,15 +96,6 @@ a shorter page with a continuation token."""
 
 MAX_PATCH_OPERATIONS = 10
 """Cosmos DB applies at most ten operations in one patch."""
-
-FINISHED_STATES = frozenset(
-    {
-        ProcessState.PROCESSED,
-        ProcessState.ERROR,
-        ProcessState.COMPENSATED,
-        ProcessState.COMPENSATION_FAILED,
-    }
-)
 
 ENTRY_FIELD = "DeadlineEntry"
 PREVIOUS_ENTRY_FIELD = "PreviousDeadlineEntry"
@@ -405,6 +396,10 @@ class CosmosStateStore(StateStore):
                     self._remove_entry(EntryRef.parse(str(previous)), charge)
         self.metrics.record(OperationKind.FENCED_UPDATE, writes=1, request_charge=charge.total)
         return _record(stored)
+
+    def expire_finished(self, *, now: datetime, limit: int) -> int:
+        # The container's TTL removes finished records server side: nothing to do here.
+        return 0
 
     def query_claimable(
         self, *, now: datetime, page_size: int, continuation: str | None = None

@@ -18,7 +18,7 @@ import binascii
 import dataclasses
 import json
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from domain.ports import (
     StateStore,
     StoreMetrics,
 )
-from domain.records import ProcessState, StateRecord, format_utc
+from domain.records import FINISHED_STATES, ProcessState, StateRecord, format_utc
 from domain.transitions import DocumentPath, FencedChange
 
 MAX_PAGE_SIZE = 1000
@@ -97,16 +97,41 @@ def _decode_token(token: str, query: str, key_length: int) -> list[str]:
     return list(key)
 
 
+DEFAULT_RETENTION_SECONDS = 30 * 86400.0
+"""How long finished state records are kept unless told otherwise (FINISHED_RETENTION_SECONDS)."""
+
+
 class SqliteStateStore(StateStore):
     """The state store in one SQLite file; safe to share between threads and processes."""
 
-    def __init__(self, path: str | Path, metrics: StoreMetrics | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        metrics: StoreMetrics | None = None,
+        *,
+        finished_retention_seconds: float = DEFAULT_RETENTION_SECONDS,
+    ) -> None:
         self._db = SqliteDatabase(path, _STATE_SCHEMA)
         self.metrics = metrics if metrics is not None else StoreMetrics()
+        self._retention = timedelta(seconds=finished_retention_seconds)
 
     @property
     def max_page_size(self) -> int:
         return MAX_PAGE_SIZE
+
+    def expire_finished(self, *, now: datetime, limit: int) -> int:
+        """What Cosmos DB's TTL does for its container: finished records older than the
+        retention go, oldest first, at most `limit` per call (C3)."""
+        states = sorted(state.value for state in FINISHED_STATES)
+        _, rows = self._db.write(
+            "DELETE FROM state WHERE id IN (SELECT id FROM state "
+            f"WHERE ProcessState IN ({', '.join('?' * len(states))}) AND UpdatedAt < ? "
+            "ORDER BY UpdatedAt LIMIT ?) RETURNING id",
+            (*states, format_utc(now - self._retention), limit),
+        )
+        if rows:
+            self.metrics.record(OperationKind.EXPIRE, writes=len(rows))
+        return len(rows)
 
     def create(self, record: StateRecord) -> Created[StateRecord]:
         etag = _new_etag()
@@ -269,9 +294,16 @@ ORDERS_FILE = "orders.sqlite3"
 
 
 def open_sqlite_stores(
-    directory: str | Path, metrics: StoreMetrics | None = None
+    directory: str | Path,
+    metrics: StoreMetrics | None = None,
+    *,
+    finished_retention_seconds: float = DEFAULT_RETENTION_SECONDS,
 ) -> tuple[SqliteStateStore, SqliteOrderStore]:
-    """Both embedded stores in `directory` (the SQLITE_DIRECTORY setting), one file each."""
+    """Both embedded stores in `directory` (the SQLITE_DIRECTORY setting), one file each;
+    finished state records are kept `finished_retention_seconds` (C3)."""
     shared = metrics if metrics is not None else StoreMetrics()
     root = Path(directory)
-    return SqliteStateStore(root / STATE_FILE, shared), SqliteOrderStore(root / ORDERS_FILE, shared)
+    states = SqliteStateStore(
+        root / STATE_FILE, shared, finished_retention_seconds=finished_retention_seconds
+    )
+    return states, SqliteOrderStore(root / ORDERS_FILE, shared)

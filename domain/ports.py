@@ -90,6 +90,7 @@ class OperationKind(StrEnum):
     REPLACE = "replace"
     FENCED_UPDATE = "fenced_update"
     QUERY = "query"
+    EXPIRE = "expire"
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,14 @@ class StateStore(ABC):
     ) -> Page[StateRecord]:
         """Processing or Compensating records with window_start <= CompleteBy <= now,
         oldest deadline first (U1, U2, C2)."""
+
+    @abstractmethod
+    def expire_finished(self, *, now: datetime, limit: int) -> int:
+        """Remove up to `limit` finished records (and with them their compensation logs)
+        last changed more than the store's retention before `now`; how many it removed (C3).
+
+        A store whose service expires documents itself (Cosmos DB's TTL) removes none here.
+        """
 
     @abstractmethod
     def close(self) -> None:

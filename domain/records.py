@@ -53,6 +53,18 @@ class ProcessState(StrEnum):
     COMPENSATION_FAILED = "CompensationFailed"
 
 
+FINISHED_STATES = frozenset(
+    {
+        ProcessState.PROCESSED,
+        ProcessState.ERROR,
+        ProcessState.COMPENSATED,
+        ProcessState.COMPENSATION_FAILED,
+    }
+)
+"""States no attempt, supervisor or compensation moves an order out of by itself; only an
+operator does (E8, C2). Records in them expire after the retention (C3)."""
+
+
 class StepState(StrEnum):
     """`State` of one entry of the record's `Steps` (contracts.md; C1, C2)."""
 

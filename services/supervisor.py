@@ -8,8 +8,10 @@ the same record only one write succeeds, so a failure is never counted twice (U6
 sweep only requests recovery - a retry through the starter, or compensation - and never
 does the work itself. It reports what it read, wrote and spent.
 
-A crashed sweep needs no hand-over: recovered records leave the query, so the next tick
-continues with what is left (U6). The cadence is the SUPERVISOR_SCHEDULE setting (U7).
+Each sweep also has the store remove finished records past their retention, bounded by the
+same item cap (C3; Cosmos DB's TTL does this itself). A crashed sweep needs no hand-over:
+recovered records leave the query, so the next tick continues with what is left (U6). The
+cadence is the SUPERVISOR_SCHEDULE setting (U7).
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ class SweepReport:
     request_charge: float
     stopped: StopReason | None
     recoveries: tuple[Recovery, ...]
+    finished_removed: int = 0
+    """Finished records past their retention that this sweep had the store remove (C3)."""
 
     def count(self, kind: RecoveryKind) -> int:
         return sum(1 for recovery in self.recoveries if recovery.kind is kind)
@@ -111,6 +115,7 @@ def sweep(
             lost_races += 1
             continue
         recoveries.append(_recovery(kind, expired, stored, reply_queues, now))
+    finished_removed = states.expire_finished(now=now, limit=policy.scan.max_items)
     return SweepReport(
         window_start=window_start,
         now=now,
@@ -121,6 +126,7 @@ def sweep(
         request_charge=scan.request_charge,
         stopped=scan.stopped,
         recoveries=tuple(recoveries),
+        finished_removed=finished_removed,
     )
 
 

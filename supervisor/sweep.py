@@ -49,7 +49,7 @@ async def supervise_orders(timer: func.TimerRequest, client: df.DurableOrchestra
     log.info(
         "sweep window_start=%s pages=%d items_read=%d writes=%d lost_races=%d "
         "request_charge=%.2f stopped=%s retries=%d long_waits=%d gave_up=%d "
-        "compensations=%d compensation_failed=%d",
+        "compensations=%d compensation_failed=%d finished_removed=%d",
         report.window_start.isoformat(),
         report.pages,
         report.items_read,
@@ -63,6 +63,7 @@ async def supervise_orders(timer: func.TimerRequest, client: df.DurableOrchestra
         report.count(RecoveryKind.COMPENSATION_REQUESTED)
         + report.count(RecoveryKind.COMPENSATION_RESUMED),
         report.count(RecoveryKind.COMPENSATION_STALLED),
+        report.finished_removed,
     )
 
 

@@ -121,7 +121,7 @@ def test_settings_are_read_from_the_environment() -> None:
             "SUPERVISOR_SCHEDULE": "0 */1 * * * *",
             "ORDERS_QUEUE": "orders-eu",
             "AGENT_TRANSPORT": "activity",
-            "COSMOS_FINISHED_TTL_SECONDS": "3600",
+            "FINISHED_RETENTION_SECONDS": "3600",
             "COSMOS_READ_TIMEOUT_SECONDS": "2.5",
             "COSMOS_DEADLINE_INDEX_CONTAINER": "recovery",
             "FULFILMENT_SERVICE_URL": " http://127.0.0.1:7072 ",
@@ -136,7 +136,7 @@ def test_settings_are_read_from_the_environment() -> None:
     assert settings.supervisor_schedule == "0 */1 * * * *"
     assert settings.orders_queue == "orders-eu"
     assert settings.agent_transport == "activity"
-    assert settings.cosmos_finished_ttl_seconds == 3600
+    assert settings.finished_retention_seconds == 3600
     assert settings.cosmos_read_timeout_seconds == 2.5
     assert settings.cosmos_deadline_index_container == "recovery"
     assert settings.fulfilment_base_url == "http://127.0.0.1:7072"
@@ -156,9 +156,9 @@ def test_settings_are_read_from_the_environment() -> None:
         ("ORDERS_QUEUE", "  ", "ORDERS_QUEUE must not be empty"),
         ("RETRY_BUDGET", "2", "RETRY_BUDGET=2 is smaller than MAX_FAILURES=3"),
         (
-            "COSMOS_FINISHED_TTL_SECONDS",
+            "FINISHED_RETENTION_SECONDS",
             "soon",
-            "COSMOS_FINISHED_TTL_SECONDS must be a whole number, got 'soon'",
+            "FINISHED_RETENTION_SECONDS must be a whole number, got 'soon'",
         ),
         ("COSMOS_RETRY_TOTAL", "0", "COSMOS_RETRY_TOTAL must be > 0, got '0'"),
         ("COSMOS_READ_TIMEOUT_SECONDS", "-1", "COSMOS_READ_TIMEOUT_SECONDS must be > 0"),
