@@ -17,6 +17,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +27,12 @@ from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver, ServiceBu
 
 import bootstrap
 from demo.pipeline import DEMO_REPLY_QUEUE, Pipeline, local_pipeline
-from devhost.durable.history import EventType
+from devhost.durable.history import EventType, parse_timestamp
 from devhost.durable.status import OrchestrationStatus
 from domain.contracts import Order
 from domain.records import StateRecord
 from simulators.fulfilment import FaultPlan
+from simulators.services import Role, SimulatedServices
 from tests.support.waiting import eventually_true
 
 ORDERS = "orders"
@@ -350,3 +352,99 @@ async def running_pipeline(
             finally:
                 await e2e.close()
         assert pipeline.host.listener_failures == []
+
+
+# -- the step workflow (workflow version 2) -------------------------------------------------
+
+STOCK_REQUESTS = "stock-requests"
+PAYMENT_REQUESTS = "payment-requests"
+SHIPPING_REQUESTS = "shipping-requests"
+STEP_AGENT_REQUESTS = (STOCK_REQUESTS, PAYMENT_REQUESTS, SHIPPING_REQUESTS)
+STEP_SERVICES = ("stock", "payment", "shipping")
+
+
+@contextlib.asynccontextmanager
+async def running_step_pipeline(
+    work_dir: Path,
+    *,
+    service_faults: Mapping[str, FaultPlan] | None = None,
+    settings: Mapping[str, str] | None = None,
+) -> AsyncIterator[E2E]:
+    """`running_pipeline` with fault plans for the step services, by service name (``stock``,
+    ``payment``, ``shipping``); on a clean exit, no trigger listener may have died."""
+    async with local_pipeline(
+        work_dir, service_faults=service_faults, settings=settings
+    ) as pipeline:
+        client = ServiceBusClient.from_connection_string(pipeline.connection_string)
+        async with client:
+            e2e = E2E(pipeline, client)
+            try:
+                yield e2e
+            finally:
+                await e2e.close()
+        assert pipeline.host.listener_failures == []
+
+
+async def compensation_began_at(e2e: E2E, order_id: str) -> datetime:
+    """When the order began compensating (C1, C2), from the histories of its orchestration
+    instances: the time of the first write that moved it to Compensating. That is a failed
+    step's `fail_step` write that returned steps to undo (its time is the UpdatedAt it wrote)
+    or, when the supervisor gave up on an attempt, the creation of the compensation instance
+    it started right after its write - the earliest of them. Before it no undo can start;
+    after it no action may (`side_effects_against_compensation`)."""
+    record = await e2e.record(order_id)
+    assert record is not None, f"no state record of {order_id!r}"
+    moments: list[datetime] = []
+    for attempt in range(1, record.attempt + 1):
+        status = await e2e.instance(f"{order_id}:{attempt}")
+        if status is None:
+            continue
+        if isinstance(status.input, dict) and status.input.get("undo") is not None:
+            moments.append(status.created_time)
+        events = status.history or []
+        compensating = {
+            event["TaskScheduledId"]
+            for event in events
+            if event["EventType"] == EventType.TASK_COMPLETED
+            and json.loads(event.get("Result") or "{}").get("undo")
+        }
+        moments.extend(
+            parse_timestamp(json.loads(event["Input"])["at"])
+            for event in events
+            if event["EventType"] == EventType.TASK_SCHEDULED
+            and event["Name"] == "fail_step"
+            and event["EventId"] in compensating
+        )
+    assert moments, f"no instance of {order_id!r} began compensating it"
+    return min(moments)
+
+
+def side_effects_against_compensation(
+    services: SimulatedServices, order_id: str, began_at: datetime
+) -> list[str]:
+    """What each step service's ledger shows against C1 and E7 for `order_id`, as sentences:
+    an action (reservation, payment, shipment) performed at or after `began_at`, when the
+    order had begun compensating, and an undo (a compensation, or a tombstone of a key
+    undone with nothing to undo) before it. Empty when every side effect kept its turn."""
+    problems: list[str] = []
+    for service in STEP_SERVICES:
+        for entry in services.ledger_entries(service, order_id):
+            at = datetime.fromisoformat(entry.at)
+            if entry.role is Role.ACTION and at >= began_at:
+                problems.append(
+                    f"{service}: {entry.kind.value} {entry.resource_id} of attempt "
+                    f"{entry.attempt} performed at {entry.at}, after compensation began at "
+                    f"{began_at.isoformat()}"
+                )
+            if entry.role is Role.COMPENSATION and at < began_at:
+                problems.append(
+                    f"{service}: {entry.kind.value} of {entry.resource_id} at {entry.at}, "
+                    f"before compensation began at {began_at.isoformat()}"
+                )
+        for tombstone in services.tombstones(service, order_id):
+            if datetime.fromisoformat(tombstone.at) < began_at:
+                problems.append(
+                    f"{service}: key {tombstone.idempotency_key} undone at {tombstone.at}, "
+                    f"before compensation began at {began_at.isoformat()}"
+                )
+    return problems
