@@ -539,7 +539,10 @@ def compensation_plan(record: StateRecord) -> tuple[Undo, ...]:
         Undo(index, step.name, None)
         for index, step in enumerate(record.steps)
         if step.state in (StepState.FAILED, StepState.RUNNING)
-        or (step.state is StepState.COMPENSATING and step.reference is None)
+        or (
+            step.state in (StepState.COMPENSATING, StepState.COMPENSATION_FAILED)
+            and step.reference is None
+        )
     ]
     logged = [
         Undo(by_name[entry.step][0], entry.step, entry.reference)

@@ -18,6 +18,7 @@ from domain.contracts import (
     status_message,
 )
 from domain.records import StateRecord
+from domain.transitions import compensation_plan
 
 
 def reply_queue_allowed(queue: str | None, reply_queues: frozenset[str]) -> bool:
@@ -57,3 +58,13 @@ def alert_for(record: StateRecord, kind: AlertKind, *, reason: str, now: datetim
     return operator_alert(
         kind=kind, order_id=record.order_id, reason=reason, at=now, attempt=record.attempt
     )
+
+
+def left_to_undo(record: StateRecord) -> str:
+    """What an operator must still undo by hand, for the alert of a compensation that cannot
+    finish (C2): each step with the reference of its side effect."""
+    plan = compensation_plan(record)
+    if not plan:
+        return "nothing is left to undo"
+    steps = ", ".join(f"{u.name} ({u.reference or 'by idempotency key'})" for u in plan)
+    return f"left to undo: {steps}"

@@ -22,7 +22,7 @@ from domain.policies import Timeouts, compensation_deadline, step_deadline
 from domain.ports import StateStore
 from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord
 from domain.transitions import FencedChange, Undo
-from services.status import alert_for, status_for
+from services.status import alert_for, left_to_undo, status_for
 from services.steps import already_reached
 
 
@@ -202,7 +202,12 @@ def undo_failed(
         True,
         record,
         _status(record, OrderStatus.COMPENSATION_FAILED, now, reply_queues, reason=why),
-        alert_for(record, AlertKind.COMPENSATION_FAILED, reason=why, now=now),
+        alert_for(
+            record,
+            AlertKind.COMPENSATION_FAILED,
+            reason=f"{why}; {left_to_undo(record)}",
+            now=now,
+        ),
     )
 
 

@@ -33,7 +33,7 @@ from domain.policies import (
 from domain.ports import PreconditionFailed, StateStore
 from domain.records import InstanceId, ProcessState, StateRecord
 from services.paging import BoundedScan, StopReason
-from services.status import alert_for, status_for
+from services.status import alert_for, left_to_undo, status_for
 
 
 class RecoveryKind(StrEnum):
@@ -146,7 +146,7 @@ def _plan(
             reason=(
                 f"compensation stalled {stalls} times, last by {expired.locked_by} at step "
                 f"{expired.current_step or 'none'} (MAX_FAILURES={policy.max_failures}); "
-                f"{_left_to_undo(expired)}"
+                f"{left_to_undo(expired)}"
             ),
         )
         return stalled, RecoveryKind.COMPENSATION_STALLED
@@ -164,14 +164,6 @@ def _plan(
     retried = transitions.retry_later(expired, now=now, not_before=decision.not_before)
     kind = RecoveryKind.RETRY_AFTER_LONG_WAIT if decision.long_wait else RecoveryKind.RETRY
     return retried, kind
-
-
-def _left_to_undo(record: StateRecord) -> str:
-    plan = transitions.compensation_plan(record)
-    if not plan:
-        return "nothing is left to undo"
-    steps = ", ".join(f"{u.name} ({u.reference or 'by idempotency key'})" for u in plan)
-    return f"left to undo: {steps}"
 
 
 def _recovery(

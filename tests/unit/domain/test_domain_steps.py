@@ -175,6 +175,8 @@ def test_an_undo_that_fails_for_good_ends_compensation_failed_c2() -> None:
     assert record.process_state is ProcessState.COMPENSATION_FAILED
     assert record.steps[2].state is StepState.COMPENSATION_FAILED
     assert (record.current_step, record.last_error) == (STEPS[2], "already dispatched")
+    # What an operator must still undo: the failed undo first, then the rest of the log.
+    assert [u.name for u in transitions.compensation_plan(record)] == [STEPS[2], STEPS[1], STEPS[0]]
 
 
 def test_giving_up_marks_the_running_step_in_doubt_for_compensation_u4_c1() -> None:
