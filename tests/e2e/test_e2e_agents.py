@@ -1,10 +1,12 @@
-"""The agent's two shapes and its responses through the real pipeline (E1, E3, E4, E6, D4).
+"""The agents' two shapes and their responses through the real pipeline (E1, E3, E4, E6, D4).
 
 Over Service Bus, the response-triggered function raises the orchestration's external event;
-a response for an instance that has finished is late and is dropped (E3, E6), and a response
-resent with the same MessageId never reaches the app (E4, duplicate detection). The request
-goes out from ``begin_attempt`` only while the attempt's fence holds (D4), once however often
-that activity runs (E4, C8). As an activity, the agent needs no queue at all (E1).
+the orchestration takes only the answer to the request it is waiting for (E3), a response
+for an instance that has finished is late and is dropped (E3, E6), and a response resent
+with the same MessageId never reaches the app (E4, duplicate detection). The request goes
+out from the write that begins a step only while the attempt's fence holds (D4), once
+however often that activity runs (E4, C8). As an activity, an agent needs no queue at all
+(E1).
 """
 
 import asyncio
@@ -12,7 +14,9 @@ import dataclasses
 import datetime as dt
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,19 +25,28 @@ from domain.agent_messages import AgentOutcome, AgentResponse
 from domain.contracts import Order
 from domain.records import ProcessState, format_utc
 from domain.transitions import claim, new_record
+from domain.workflow import DEFAULT_ORDER_STEPS
 from orchestrators.payloads import StepCall, StepStarted
+from orchestrators.step_payloads import StepRef, StepWrite, StepWritten
+from simulators.services import FaultKind, FaultPlan, FaultRule, Role
 from tests.e2e.e2e_helpers import (
     AGENT_REQUESTS,
     AGENT_RESPONSES,
     ALERTS,
     REPLIES,
+    STEP_AGENT_REQUESTS,
+    STEP_SERVICES,
+    STOCK_REQUESTS,
     order_body,
+    raised_events,
     running_pipeline,
+    running_step_pipeline,
     scheduled_activities,
 )
 from tests.support.waiting import eventually
 
 RESPONSE_FUNCTION = "receive_agent_response"
+STEP_AGENT_FUNCTIONS = ("stock_agent", "payment_agent", "shipping_agent")
 NEVER_ON_ITS_OWN = {"STARTER_SCHEDULE": "0 0 0 1 1 *", "SUPERVISOR_SCHEDULE": "0 0 0 1 1 *"}
 
 
@@ -45,33 +58,71 @@ def _invocations(caplog: pytest.LogCaptureFixture, function: str) -> int:
     )
 
 
+def _trail(replies: list[Any]) -> list[tuple[str, str | None, int | None]]:
+    return [(m.body["status"], m.body["step"], m.body["attempt"]) for m in replies]
+
+
+COMPLETED_IN_ATTEMPT_1 = [
+    ("received", None, None),
+    ("in-progress", "reserve-stock", 1),
+    ("in-progress", "charge-payment", 1),
+    ("in-progress", "ship-order", 1),
+    ("completed", None, 1),
+]
+
+
 async def test_e3_e4_late_and_duplicate_responses_change_nothing(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """E3, E6: a response sent again by hand for a completed instance (a new MessageId) is
-    dropped with no error and no state change, and so is one for an instance that never
-    existed. E4: the same response resent with the agent's stable MessageId is removed by
-    duplicate detection and never triggers the app."""
+    """E3: while the orchestration waits for the payment agent, a `failed` answer to the
+    stock request it already has is raised to it and ignored: only the answer to the request
+    it waits for counts, and the order completes. E3, E6: a response sent again by hand for a
+    completed instance (a new MessageId) is dropped with no error and no state change, and so
+    is one for an instance that never existed. E4: a response resent with the agent's stable
+    MessageId is removed by duplicate detection and never triggers the app."""
     # The capture handler takes the level of the last set_level call: the lower one goes last.
     caplog.set_level(logging.INFO, logger="app.agent_bridge")
     caplog.set_level(logging.DEBUG, logger="devhost.invocation")
-    async with running_pipeline(tmp_path) as e2e:
+    # The charge takes 3 s, so the instance is still waiting for it when the stray arrives.
+    slow_charge = FaultPlan(
+        rules=(
+            FaultRule(FaultKind.LATENCY, order_id="o-late", operation="charge", delay_seconds=3),
+        )
+    )
+    async with running_step_pipeline(tmp_path, service_faults={"payment": slow_charge}) as e2e:
         await e2e.submit(order_body("o-late"), message_id="o-late")
-        await e2e.statuses("o-late", "completed")
-        await e2e.drained(AGENT_RESPONSES, "the agent's answer was consumed")
+        await e2e.statuses("o-late", "in-progress")
+        earlier = AgentResponse(
+            request_id="o-late:1:reserve-stock",
+            instance_id="o-late:1",
+            outcome=AgentOutcome.FAILED,
+            detail="an answer to a request the orchestration is not waiting for",
+        )
+        await e2e.send(AGENT_RESPONSES, earlier.to_json(), message_id="o-late:stray-in-flight")
+
+        replies = await e2e.statuses("o-late", "completed")
+
+        assert _trail(replies) == COMPLETED_IN_ATTEMPT_1[2:], "no step failed"
+        instance = await e2e.finished_instance("o-late:1")
+        assert earlier.to_document() in raised_events(instance), "the stray reached the instance"
+        assert instance.output == {"outcome": "completed"}
+        await e2e.drained(AGENT_RESPONSES, "the agents' answers were consumed")
         completed = await e2e.record("o-late")
         assert completed is not None
-        assert _invocations(caplog, RESPONSE_FUNCTION) == 1
+        assert completed.process_state is ProcessState.PROCESSED
+        assert _invocations(caplog, RESPONSE_FUNCTION) == 4, "three answers and the stray"
+
         failure = AgentResponse(
-            request_id="o-late:1:fulfil",
+            request_id="o-late:1:ship-order",
             instance_id="o-late:1",
             outcome=AgentOutcome.FAILED,
             detail="a failure that arrives after the order completed",
         )
         stray = AgentResponse(
-            request_id="o-ghost:1:fulfil", instance_id="o-ghost:1", outcome=AgentOutcome.SUCCEEDED
+            request_id="o-ghost:1:reserve-stock",
+            instance_id="o-ghost:1",
+            outcome=AgentOutcome.SUCCEEDED,
         )
-
         await e2e.send(AGENT_RESPONSES, failure.to_json(), message_id=failure.message_id)
         await e2e.send(AGENT_RESPONSES, failure.to_json(), message_id="o-late:resent-by-hand")
         await e2e.send(AGENT_RESPONSES, stray.to_json(), message_id=stray.message_id)
@@ -84,7 +135,7 @@ async def test_e3_e4_late_and_duplicate_responses_change_nothing(
         )
         await e2e.drained(AGENT_RESPONSES, "every resend settled or removed")
 
-        assert _invocations(caplog, RESPONSE_FUNCTION) == 3, "the duplicate never arrived"
+        assert _invocations(caplog, RESPONSE_FUNCTION) == 6, "the duplicate never arrived"
         assert caplog.text.count("late agent response dropped") == 2
         assert await e2e.record("o-ghost") is None
         after = await e2e.record("o-late")
@@ -94,39 +145,107 @@ async def test_e3_e4_late_and_duplicate_responses_change_nothing(
         assert await e2e.pending(AGENT_RESPONSES, dead_letters=True) == []
         assert await e2e.pending(REPLIES) == [], "no `failed` status followed the completion"
         assert await e2e.pending(ALERTS) == []
+        for service in STEP_SERVICES:
+            [done] = e2e.pipeline.services.ledger_entries(service, "o-late")
+            assert done.role is Role.ACTION, "nothing was undone"
 
 
 async def test_e1_the_activity_shaped_agent_needs_no_agent_queue(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """E1: with AGENT_TRANSPORT=activity the same order completes, the agent running as an
-    activity of the orchestration, and nothing is sent on agent-requests."""
+    """E1: with AGENT_TRANSPORT=activity the same order completes, each step's agent running
+    as an activity of the orchestration, and nothing is sent on any agent queue."""
     caplog.set_level(logging.DEBUG, logger="devhost.invocation")
     async with running_pipeline(tmp_path, settings={"AGENT_TRANSPORT": "activity"}) as e2e:
         await e2e.submit(order_body("o-activity"), message_id="o-activity")
 
         replies = await e2e.statuses("o-activity", "completed")
 
-        assert [(m.body["status"], m.body["attempt"]) for m in replies] == [
-            ("received", None),
-            ("completed", 1),
-        ]
+        assert _trail(replies) == COMPLETED_IN_ATTEMPT_1
         instance = await e2e.finished_instance("o-activity:1")
-        assert "fulfil_in_activity" in scheduled_activities(instance)
+        assert scheduled_activities(instance).count("run_agent_in_activity") == 3
         sent = e2e.app_sent()
-        assert (sent[AGENT_REQUESTS], sent[AGENT_RESPONSES]) == (0, 0)
-        assert _invocations(caplog, "fulfil_order_request") == 0
-        assert len(e2e.pipeline.fulfilment.ledger_entries("o-activity")) == 1
+        for queue in (*STEP_AGENT_REQUESTS, AGENT_REQUESTS, AGENT_RESPONSES):
+            assert sent[queue] == 0, f"a message went to {queue}"
+        for function in (*STEP_AGENT_FUNCTIONS, RESPONSE_FUNCTION):
+            assert _invocations(caplog, function) == 0, f"{function} ran"
+        for service in STEP_SERVICES:
+            assert len(e2e.pipeline.services.ledger_entries(service, "o-activity")) == 1
         record = await e2e.record("o-activity")
         assert record is not None
         assert record.process_state is ProcessState.PROCESSED
 
 
-def _claimed(order_id: str, *, locked_attempt: int) -> None:
+@dataclasses.dataclass(frozen=True)
+class FirstWrite:
+    """The activity that begins an attempt's first step in one workflow version (C7), and
+    where the agent request it sends goes: the step workflow's `begin_step` for new orders,
+    the one-step workflow's `begin_attempt` for version-1 orders still in flight."""
+
+    activity: str
+    steps: tuple[str, ...]
+    request_queue: str
+    agent_function: str
+    service: str
+    step: str
+    call: Callable[[str, int, str], dict[str, Any]]
+    answer: Callable[[Any], tuple[bool, dict[str, Any] | None]]
+
+
+def _begin_step(order_id: str, attempt: int, at: str) -> dict[str, Any]:
+    first = StepRef(0, DEFAULT_ORDER_STEPS[0])
+    return StepWrite(order_id, attempt, at, step=first, agent_transport="servicebus").to_dict()
+
+
+def _begin_attempt(order_id: str, attempt: int, at: str) -> dict[str, Any]:
+    return StepCall(order_id, attempt, at, agent_transport="servicebus").to_dict()
+
+
+def _step_written(result: Any) -> tuple[bool, dict[str, Any] | None]:
+    written = StepWritten.from_dict(result)
+    return written.applied, written.request
+
+
+def _step_started(result: Any) -> tuple[bool, dict[str, Any] | None]:
+    started = StepStarted.from_dict(result)
+    return started.applied, started.request
+
+
+FIRST_WRITES = [
+    pytest.param(
+        FirstWrite(
+            "begin_step",
+            DEFAULT_ORDER_STEPS,
+            STOCK_REQUESTS,
+            "stock_agent",
+            "stock",
+            "reserve-stock",
+            _begin_step,
+            _step_written,
+        ),
+        id="step-workflow",
+    ),
+    pytest.param(
+        FirstWrite(
+            "begin_attempt",
+            (),
+            AGENT_REQUESTS,
+            "fulfil_order_request",
+            "fulfilment",
+            "fulfil",
+            _begin_attempt,
+            _step_started,
+        ),
+        id="one-step-workflow",
+    ),
+]
+
+
+def _claimed(order_id: str, steps: tuple[str, ...], *, locked_attempt: int) -> None:
     """A Processing record of `order_id` whose lock belongs to attempt `locked_attempt`."""
     app = bootstrap.services()
     now = bootstrap.now()
-    created = app.states.create(new_record(order_id, None, now)).record
+    created = app.states.create(new_record(order_id, None, now, steps)).record
     claimed = app.states.replace(
         claim(created, now=now, claim_deadline=now + dt.timedelta(minutes=5))
     )
@@ -143,45 +262,50 @@ def _order(order_id: str) -> Order:
     return Order.from_document(json.loads(order_body(order_id)))
 
 
-async def test_e4_c8_begin_attempt_run_twice_sends_the_agent_one_request(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("first", FIRST_WRITES)
+async def test_e4_c8_the_write_that_begins_a_step_run_twice_sends_the_agent_one_request(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, first: FirstWrite
 ) -> None:
-    """A retried begin_attempt (C8) sends the same request again with the same MessageId:
-    duplicate detection keeps one, so the agent works once (E4)."""
+    """A retried first write of an attempt (C8) sends the same request again with the same
+    MessageId: duplicate detection keeps one, so the agent works once (E4)."""
     caplog.set_level(logging.DEBUG, logger="devhost.invocation")
     async with running_pipeline(tmp_path, settings=NEVER_ON_ITS_OWN) as e2e:
-        await asyncio.to_thread(_claimed, "o-begin", locked_attempt=1)
-        call = StepCall("o-begin", 1, _at_now(), agent_transport="servicebus").to_dict()
+        await asyncio.to_thread(_claimed, "o-begin", first.steps, locked_attempt=1)
+        call = first.call("o-begin", 1, _at_now())
 
-        first = StepStarted.from_dict(await e2e.pipeline.host.invoke("begin_attempt", call))
-        again = StepStarted.from_dict(await e2e.pipeline.host.invoke("begin_attempt", call))
+        applied, request = first.answer(await e2e.pipeline.host.invoke(first.activity, call))
+        again_applied, again = first.answer(await e2e.pipeline.host.invoke(first.activity, call))
 
-        assert first.applied
-        assert again.applied
-        assert first.request is not None
-        assert first.request == again.request
-        assert first.request["requestId"] == "o-begin:1:fulfil"
-        assert e2e.app_sent()[AGENT_REQUESTS] == 2, "both runs sent"
-        await e2e.drained(AGENT_REQUESTS, "the agent took its request")
+        assert applied
+        assert again_applied
+        assert request is not None
+        assert request == again
+        assert request["requestId"] == f"o-begin:1:{first.step}"
+        assert e2e.app_sent()[first.request_queue] == 2, "both runs sent"
+        await e2e.drained(first.request_queue, "the agent took its request")
         await e2e.drained(AGENT_RESPONSES, "the agent's answer was consumed")
-        assert _invocations(caplog, "fulfil_order_request") == 1
-        assert len(e2e.pipeline.fulfilment.ledger_entries("o-begin")) == 1
+        assert _invocations(caplog, first.agent_function) == 1
+        assert len(e2e.pipeline.services.ledger_entries(first.service, "o-begin")) == 1
 
 
-async def test_d4_begin_attempt_of_a_stale_attempt_sends_no_request(tmp_path: Path) -> None:
-    """When the record's lock belongs to a later attempt, begin_attempt writes nothing and
-    the agent is not asked (D4): a stale attempt starts no work."""
+@pytest.mark.parametrize("first", FIRST_WRITES)
+async def test_d4_the_write_that_begins_a_step_of_a_stale_attempt_sends_no_request(
+    tmp_path: Path, first: FirstWrite
+) -> None:
+    """When the record's lock belongs to a later attempt, the write that would begin its
+    first step writes nothing and the agent is not asked (D4): a stale attempt starts no
+    work."""
     async with running_pipeline(tmp_path, settings=NEVER_ON_ITS_OWN) as e2e:
-        await asyncio.to_thread(_claimed, "o-behind", locked_attempt=2)
+        await asyncio.to_thread(_claimed, "o-behind", first.steps, locked_attempt=2)
         before = await e2e.record("o-behind")
-        call = StepCall("o-behind", 1, _at_now(), agent_transport="servicebus").to_dict()
+        call = first.call("o-behind", 1, _at_now())
 
-        started = StepStarted.from_dict(await e2e.pipeline.host.invoke("begin_attempt", call))
+        applied, request = first.answer(await e2e.pipeline.host.invoke(first.activity, call))
 
-        assert (started.applied, started.request) == (False, None)
-        assert e2e.app_sent()[AGENT_REQUESTS] == 0
+        assert (applied, request) == (False, None)
+        assert e2e.app_sent()[first.request_queue] == 0
         assert await e2e.record("o-behind") == before
-        assert await e2e.pending(AGENT_REQUESTS) == []
+        assert await e2e.pending(first.request_queue) == []
 
 
 def _at_now() -> str:
