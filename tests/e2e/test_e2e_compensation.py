@@ -192,7 +192,9 @@ async def test_c2_an_undo_that_cannot_be_done_ends_compensation_failed_and_stops
             order,
             1,
         )
-        assert alert.body["reason"] == why
+        reservation_id = only_entry_id(e2e, "stock", order, SideEffectKind.RESERVATION)
+        assert alert.body["reason"].startswith(f"{why}; left to undo: ship-order (shp-")
+        assert alert.body["reason"].endswith(f"reserve-stock ({reservation_id})")
         record = await e2e.record(order)
         assert record is not None
         assert record.process_state is ProcessState.COMPENSATION_FAILED
