@@ -1,35 +1,41 @@
 """Failures through the real pipeline: E8 permanent errors, E6 timer first, U4 supervisor
 retries and give-up, D4/E5 stale attempts with E7 fencing and idempotency at the target.
 
-The fulfilment simulator's fault rules target one order (and one attempt), so each test shows
-one failure mode; step timeouts are short so every recovery happens within seconds.
+Each step service's fault rules target one order (and one attempt), so each test shows one
+failure mode at one step of the three; step timeouts are short so every recovery happens
+within seconds. A step that fails for good after an earlier one completed is compensated
+(C1): tests/e2e/test_e2e_compensation.py. Here the failures that end in Error hit the first
+step, where nothing is left to undo.
 """
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from domain.agent_messages import AgentOutcome, AgentResponse
-from domain.records import ProcessState
-from simulators.fulfilment import FaultKind, FaultPlan, FaultRule
+from domain.records import ProcessState, StepState
+from simulators.services import FaultKind, FaultPlan, FaultRule, SideEffectKind
 from tests.e2e.e2e_helpers import (
     AGENT_RESPONSES,
     ALERTS,
+    E2E,
     REPLIES,
+    STEP_SERVICES,
     order_body,
     raised_events,
-    running_pipeline,
+    running_step_pipeline,
     scheduled_activities,
 )
 from tests.support.waiting import eventually
 
-FENCED_WRITES = {"complete_order_step", "fail_order_step"}
+FINAL_WRITES = {"finish_steps", "fail_step"}
 ENDED_WITHOUT_WRITING = {"timed-out", "gave-up"}
 
 # Expired attempts are recovered at once; the supervisor gives up at the third, without the
 # longer wait of U5 (which would start at the same count). A step has 5 s, room enough for a
-# healthy attempt on a loaded machine; the hang test needs no such room and uses 2 s.
+# healthy step on a loaded machine; the hang test needs no such room and uses 2 s.
 QUICK_RECOVERY = {
     "STEP_TIMEOUT_SECONDS": "5",
     "CLAIM_TIMEOUT_SECONDS": "6",
@@ -43,14 +49,31 @@ def faults_for(*rules: FaultRule) -> FaultPlan:
     return FaultPlan(rules=rules)
 
 
+def _trail(replies: list[Any]) -> list[tuple[str, str | None, int | None]]:
+    return [(m.body["status"], m.body["step"], m.body["attempt"]) for m in replies]
+
+
+def _effects(e2e: E2E, service: str, order_id: str) -> list[tuple[SideEffectKind, int]]:
+    """The side effects `service` performed for the order, in order, with their attempt."""
+    return [(e.kind, e.attempt) for e in e2e.pipeline.services.ledger_entries(service, order_id)]
+
+
+def _requests(e2e: E2E, service: str) -> int:
+    return int(e2e.pipeline.services.stats(service)["requests"])
+
+
 async def test_e8_a_permanent_failure_ends_in_error_without_retries(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """E8: the fulfilment service answers `permanent` -> ProcessState Error, an `order-error`
-    alert, a `failed` status with the service's reason; the supervisor retries nothing."""
+    """E8: the stock service answers `permanent` to the first step -> ProcessState Error, an
+    `order-error` alert, a `failed` status with the service's reason; nothing completed, so
+    nothing is undone and the later steps' services are never asked; the supervisor retries
+    nothing."""
     caplog.set_level(logging.INFO, logger="app.supervisor")
-    plan = faults_for(FaultRule(FaultKind.PERMANENT, order_id="o-perm"))
-    async with running_pipeline(tmp_path, faults=plan, settings=QUICK_RECOVERY) as e2e:
+    stock = faults_for(FaultRule(FaultKind.PERMANENT, order_id="o-perm", operation="reserve"))
+    async with running_step_pipeline(
+        tmp_path, service_faults={"stock": stock}, settings=QUICK_RECOVERY
+    ) as e2e:
         await e2e.submit(order_body("o-perm"), message_id="o-perm")
 
         replies = await e2e.statuses("o-perm", "failed")
@@ -65,6 +88,14 @@ async def test_e8_a_permanent_failure_ends_in_error_without_retries(
         in_error = await e2e.record("o-perm")
         assert in_error is not None
         assert (in_error.process_state, in_error.failure_count) == (ProcessState.ERROR, 0)
+        assert [step.state for step in in_error.steps] == [
+            StepState.FAILED,
+            StepState.NOT_STARTED,
+            StepState.NOT_STARTED,
+        ]
+        assert in_error.compensation_log == ()
+        instance = await e2e.finished_instance("o-perm:1")
+        assert scheduled_activities(instance) == ["begin_step", "fail_step"]
 
         sweeps_before = _sweeps(caplog)
         await eventually(lambda: _sweeps(caplog) >= sweeps_before + 2, "two more supervisor sweeps")
@@ -72,21 +103,27 @@ async def test_e8_a_permanent_failure_ends_in_error_without_retries(
         after_sweeps = await e2e.record("o-perm")
         assert after_sweeps == in_error, "the supervisor left the order in Error alone"
         assert await e2e.instance("o-perm:2") is None
-        stats = e2e.pipeline.fulfilment.stats()
-        assert stats["requests"] == 1, "a permanent failure is not retried by the agent either"
-        assert stats["fulfilments"] == 0
+        assert _requests(e2e, "stock") == 1, "a permanent failure is not retried by the agent"
+        for service in STEP_SERVICES:
+            assert _effects(e2e, service, "o-perm") == [], f"{service} did something"
+            assert e2e.pipeline.services.tombstones(service, "o-perm") == []
+        assert (_requests(e2e, "payment"), _requests(e2e, "shipping")) == (0, 0)
+        assert await e2e.pending(REPLIES) == []
 
 
 async def test_e6_u4_an_agent_that_never_answers_is_retried_then_given_up(
     tmp_path: Path,
 ) -> None:
-    """E6: every attempt's call hangs, so the durable timer wins and the orchestration ends
-    without writing the record. U4: the supervisor counts each expired attempt and asks for a
-    new one (instance ids `{orderId}:{n}`); at MAX_FAILURES the order goes to Error with an
-    `order-error` alert and a `failed` status."""
-    plan = faults_for(FaultRule(FaultKind.HANG, order_id="o-hang"))
+    """E6: every call of the first step hangs, so the durable timer wins and each attempt's
+    orchestration ends without writing the record. U4: the supervisor counts each expired
+    attempt and asks for a new one (instance ids `{orderId}:{n}`); at MAX_FAILURES, with no
+    step completed, the order goes to Error with an `order-error` alert and a `failed`
+    status, and no later step is ever asked."""
+    stock = faults_for(FaultRule(FaultKind.HANG, order_id="o-hang", operation="reserve"))
     settings = {**QUICK_RECOVERY, "STEP_TIMEOUT_SECONDS": "2"}
-    async with running_pipeline(tmp_path, faults=plan, settings=settings) as e2e:
+    async with running_step_pipeline(
+        tmp_path, service_faults={"stock": stock}, settings=settings
+    ) as e2e:
         await e2e.submit(order_body("o-hang"), message_id="o-hang")
 
         async with e2e.watching("o-hang") as versions:
@@ -104,12 +141,16 @@ async def test_e6_u4_an_agent_that_never_answers_is_retried_then_given_up(
             3,
             3,
         )
+        assert record.compensation_log == ()
         for attempt in (1, 2, 3):
             instance = await e2e.finished_instance(f"o-hang:{attempt}")
             assert instance.output["outcome"] in ENDED_WITHOUT_WRITING
-            assert FENCED_WRITES.isdisjoint(scheduled_activities(instance))
+            assert instance.output["step"] == "reserve-stock"
+            assert scheduled_activities(instance) == ["begin_step"], "no write after the begin"
         assert await e2e.instance("o-hang:4") is None
-        assert e2e.pipeline.fulfilment.stats()["fulfilments"] == 0
+        for service in STEP_SERVICES:
+            assert _effects(e2e, service, "o-hang") == [], f"{service} did something"
+        assert (_requests(e2e, "payment"), _requests(e2e, "shipping")) == (0, 0)
         counted = [v.failure_count for v in versions]
         assert sorted(set(counted)) == [0, 1, 2, 3]
         assert counted == sorted(counted), "FailureCount only grows"
@@ -120,18 +161,26 @@ async def test_e6_u4_an_agent_that_never_answers_is_retried_then_given_up(
 async def test_u4_a_fault_that_heals_after_the_first_attempt_completes_on_the_second(
     tmp_path: Path,
 ) -> None:
-    """E6, E9, U4: every call of attempt 1 is transient, so the agent gives up within its
-    deadline and the record waits for the supervisor; attempt 2 meets a healed service and
-    the app hears `completed` with attempt 2."""
-    plan = faults_for(FaultRule(FaultKind.TRANSIENT, order_id="o-heal", attempt=1))
-    async with running_pipeline(tmp_path, faults=plan, settings=QUICK_RECOVERY) as e2e:
+    """E6, E9, U4: attempt 1 reserves the stock, then every call of its charge is transient,
+    so the payment agent gives up within its deadline and the record waits for the
+    supervisor; attempt 2 resumes at the charge (the stock service is not asked again, C10),
+    meets a healed payment service and the app hears `completed` with attempt 2."""
+    payment = faults_for(
+        FaultRule(FaultKind.TRANSIENT, order_id="o-heal", operation="charge", attempt=1)
+    )
+    async with running_step_pipeline(
+        tmp_path, service_faults={"payment": payment}, settings=QUICK_RECOVERY
+    ) as e2e:
         await e2e.submit(order_body("o-heal"), message_id="o-heal")
 
         replies = await e2e.statuses("o-heal", "completed")
 
-        assert [(m.body["status"], m.body["attempt"]) for m in replies] == [
-            ("received", None),
-            ("completed", 2),
+        assert _trail(replies) == [
+            ("received", None, None),
+            ("in-progress", "reserve-stock", 1),
+            ("in-progress", "charge-payment", 2),
+            ("in-progress", "ship-order", 2),
+            ("completed", None, 2),
         ]
         record = await e2e.record("o-heal")
         assert record is not None
@@ -141,47 +190,56 @@ async def test_u4_a_fault_that_heals_after_the_first_attempt_completes_on_the_se
             1,
         )
         first = await e2e.finished_instance("o-heal:1")
-        assert first.output["outcome"] in ENDED_WITHOUT_WRITING
-        assert FENCED_WRITES.isdisjoint(scheduled_activities(first))
-        [fulfilment] = e2e.pipeline.fulfilment.ledger_entries("o-heal")
-        assert fulfilment.attempt == 2
-        assert e2e.pipeline.fulfilment.stats()["faults_injected"]["transient"] >= 1
+        assert first.output == {"outcome": "gave-up", "step": "charge-payment"}
+        assert FINAL_WRITES.isdisjoint(scheduled_activities(first))
+        assert _effects(e2e, "stock", "o-heal") == [(SideEffectKind.RESERVATION, 1)]
+        assert _effects(e2e, "payment", "o-heal") == [(SideEffectKind.PAYMENT, 2)]
+        assert _effects(e2e, "shipping", "o-heal") == [(SideEffectKind.SHIPMENT, 2)]
+        assert _requests(e2e, "stock") == 1
+        assert e2e.pipeline.services.stats("payment")["faults_injected"]["transient"] >= 1
 
 
 async def test_d4_e5_e7_a_stale_attempt_changes_nothing_and_nothing_happens_twice(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """D4/E5: attempt 1 fulfils the order but its answer is lost and its retry outlasts the
-    step timeout, so its timer fires first and it ends without writing. E7/C8: attempt 2 sends
-    the same idempotency key with a higher fencing token and the service replays the same
-    fulfilment: one side effect. The stale attempt's success response, delivered afterwards,
-    changes nothing."""
+    """D4/E5: attempt 1 reserves and charges, then ships the order but the shipping answer is
+    lost and its retry outlasts the step timeout, so its timer fires first and it ends
+    without writing. E7/C8: attempt 2 resumes at the last step, sends the same idempotency
+    key with a higher fencing token and the service replays the same shipment: one side
+    effect. The stale attempt's success response, delivered afterwards, changes nothing."""
     caplog.set_level(logging.INFO, logger="app.agent_bridge")
-    plan = faults_for(
+    shipping = faults_for(
         FaultRule(FaultKind.LOST_RESPONSE, order_id="o-stale", attempt=1, times=1),
         FaultRule(FaultKind.LATENCY, order_id="o-stale", attempt=1, skip=1, delay_seconds=30),
     )
-    async with running_pipeline(tmp_path, faults=plan, settings=QUICK_RECOVERY) as e2e:
+    async with running_step_pipeline(
+        tmp_path, service_faults={"shipping": shipping}, settings=QUICK_RECOVERY
+    ) as e2e:
         await e2e.submit(order_body("o-stale"), message_id="o-stale")
 
         replies = await e2e.statuses("o-stale", "completed")
 
-        assert [(m.body["status"], m.body["attempt"]) for m in replies] == [
-            ("received", None),
-            ("completed", 2),
+        assert _trail(replies) == [
+            ("received", None, None),
+            ("in-progress", "reserve-stock", 1),
+            ("in-progress", "charge-payment", 1),
+            ("in-progress", "ship-order", 2),
+            ("completed", None, 2),
         ]
         stale = await e2e.finished_instance("o-stale:1")
         assert stale.output["outcome"] in ENDED_WITHOUT_WRITING
-        assert FENCED_WRITES.isdisjoint(scheduled_activities(stale))
-        [fulfilment] = e2e.pipeline.fulfilment.ledger_entries("o-stale")
-        assert fulfilment.attempt == 1, "attempt 1 performed the side effect"
+        assert FINAL_WRITES.isdisjoint(scheduled_activities(stale))
+        [shipment] = e2e.pipeline.services.ledger_entries("shipping", "o-stale")
+        assert shipment.attempt == 1, "attempt 1 performed the side effect"
         current = await e2e.finished_instance("o-stale:2")
+        assert scheduled_activities(current) == ["begin_step", "finish_steps"]
         [answer] = raised_events(current)
         assert answer["outcome"] == "succeeded"
-        assert answer["reference"] == fulfilment.fulfilment_id
-        stats = e2e.pipeline.fulfilment.stats()
+        assert answer["reference"] == shipment.resource_id
+        stats = e2e.pipeline.services.stats("shipping")
         assert stats["double_side_effects"] == 0
         assert stats["replays"] >= 1
+        assert (_requests(e2e, "stock"), _requests(e2e, "payment")) == (1, 1)
         completed = await e2e.record("o-stale")
         assert completed is not None
         assert (completed.process_state, completed.locked_by, completed.failure_count) == (
@@ -189,11 +247,12 @@ async def test_d4_e5_e7_a_stale_attempt_changes_nothing_and_nothing_happens_twic
             "o-stale:2",
             1,
         )
+        assert completed.steps[-1].reference == shipment.resource_id
 
         await e2e.send(
             AGENT_RESPONSES,
-            _stale_success("o-stale:1", fulfilment.fulfilment_id),
-            message_id="o-stale:1:fulfil:response:late",
+            _stale_success("o-stale:1", "ship-order", shipment.resource_id),
+            message_id="o-stale:1:ship-order:response:late",
         )
         await eventually(
             lambda: "late agent response dropped instance=o-stale:1" in caplog.text,
@@ -209,10 +268,10 @@ def _sweeps(caplog: pytest.LogCaptureFixture) -> int:
     return sum(1 for r in caplog.records if r.name == "app.supervisor" and "sweep" in r.message)
 
 
-def _stale_success(instance_id: str, fulfilment_id: str) -> str:
+def _stale_success(instance_id: str, step: str, reference: str) -> str:
     return AgentResponse(
-        request_id=f"{instance_id}:fulfil",
+        request_id=f"{instance_id}:{step}",
         instance_id=instance_id,
         outcome=AgentOutcome.SUCCEEDED,
-        reference=fulfilment_id,
+        reference=reference,
     ).to_json()
