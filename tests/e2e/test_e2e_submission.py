@@ -9,9 +9,12 @@ from pathlib import Path
 
 from domain.records import ProcessState
 from tests.e2e.e2e_helpers import (
+    AGENT_RESPONSES,
     ALERTS,
     ORDERS,
     REPLIES,
+    STEP_AGENT_REQUESTS,
+    STEP_SERVICES,
     order_body,
     running_pipeline,
 )
@@ -21,7 +24,8 @@ from tests.support.waiting import eventually
 async def test_s2_the_same_order_sent_twice_is_one_order_received_once(tmp_path: Path) -> None:
     """S2, C6, R2: a resubmission with the same data (a new message id, so the broker's
     duplicate detection does not hide it) is accepted again without a second order, record
-    or attempt, and its second `received` reply is removed by duplicate detection."""
+    or attempt, and its second `received` reply is removed by duplicate detection; the app
+    hears each step's progress and the completion once, and each step's service acts once."""
     async with running_pipeline(tmp_path) as e2e:
         await e2e.submit(order_body("o-twice"), message_id="o-twice")
         await e2e.statuses("o-twice", "received")
@@ -30,10 +34,16 @@ async def test_s2_the_same_order_sent_twice_is_one_order_received_once(tmp_path:
 
         later = await e2e.statuses("o-twice", "completed")
 
-        assert [m.body["status"] for m in later] == ["completed"]
+        assert [(m.body["status"], m.body["step"]) for m in later] == [
+            ("in-progress", "reserve-stock"),
+            ("in-progress", "charge-payment"),
+            ("in-progress", "ship-order"),
+            ("completed", None),
+        ]
         # The client may hear `completed` before the app's sender has counted it.
         await eventually(
-            lambda: e2e.app_sent()[REPLIES] == 3, "the resubmission sent `received` once more"
+            lambda: e2e.app_sent()[REPLIES] == 6,
+            "`received` twice, three `in-progress` and `completed` sent",
         )
         assert await e2e.pending(REPLIES) == []
         record = await e2e.record("o-twice")
@@ -44,7 +54,8 @@ async def test_s2_the_same_order_sent_twice_is_one_order_received_once(tmp_path:
             0,
         )
         assert await e2e.instance("o-twice:2") is None
-        assert len(e2e.pipeline.fulfilment.ledger_entries("o-twice")) == 1
+        for service in STEP_SERVICES:
+            assert len(e2e.pipeline.services.ledger_entries(service, "o-twice")) == 1
         assert await e2e.pending(ORDERS, dead_letters=True) == []
 
 
@@ -127,7 +138,7 @@ async def test_invalid_messages_are_dead_lettered_with_what_is_wrong(tmp_path: P
 async def test_r1_only_allow_listed_reply_queues_get_status_messages(tmp_path: Path) -> None:
     """R1, R2: with REPLY_QUEUES naming another app's queue, an order that names
     `demo-replies` is refused at submission and that queue gets nothing; an order without a
-    reply_to is processed to the end and no status message goes anywhere."""
+    reply_to is processed to the end, every step, and no status message goes anywhere."""
     async with running_pipeline(tmp_path, settings={"REPLY_QUEUES": "partner-replies"}) as e2e:
         await e2e.submit(order_body("o-not-listed"), message_id="o-not-listed")
         await e2e.submit(order_body("o-silent"), message_id="o-silent", reply_to=None)
@@ -143,7 +154,9 @@ async def test_r1_only_allow_listed_reply_queues_get_status_messages(tmp_path: P
         )
         assert await e2e.record("o-not-listed") is None
         assert done.reply_to is None
+        for service in STEP_SERVICES:
+            assert len(e2e.pipeline.services.ledger_entries(service, "o-silent")) == 1
         assert await e2e.pending(REPLIES) == []
-        assert set(e2e.app_sent()) <= {"agent-requests", "agent-responses", ALERTS}, (
+        assert set(e2e.app_sent()) <= {*STEP_AGENT_REQUESTS, AGENT_RESPONSES, ALERTS}, (
             "no status message was sent to any queue"
         )
