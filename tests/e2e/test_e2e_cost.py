@@ -1,40 +1,49 @@
-"""What one fault-free order costs (issue 4's performance budget; S2, D3, D4, D6, E4, E5, R2).
+"""What one fault-free order of three steps costs (S2, D3, D4, D6, E4, E5, R2).
 
-At most 5 store writes (order, state record, claim, CompleteBy, Processed), 2 store reads (the
-starter's query page that served the record, the orchestration's load of the order) and 6
-Service Bus messages (submission, `received`, agent request and response, `completed`). The
-starter's and supervisor's polls of an empty store are the price of their cadence (U7), paid
-whether or not orders flow, so they are counted apart: queries that served no record.
+The aim for a happy order of the step workflow: at most 7 store writes, 2 store reads, and
+2 Service Bus messages per step plus the order's status messages and its submission.
+- Writes: the order and its state record (S2), the claim (D3), one fenced write per step
+  that sets its CompleteBy and records the step before it completed (D4, D6, C1), and the
+  last step's completion with Processed (E5).
+- Reads: the starter's query page that served the record (D1) and the orchestration's one
+  load of the order, which then travels with the attempt (D6).
+- Messages: per step the agent's request and its response (E1, E3); the statuses
+  `received`, `in-progress` per step and `completed` (R2); the client's submission.
+The starter's and supervisor's polls of an empty store are the price of their cadence (U7),
+paid whether or not orders flow, so they are counted apart: queries that served no record.
 """
 
 from pathlib import Path
 
 import bootstrap
 from domain.ports import OperationKind
+from domain.workflow import DEFAULT_ORDER_STEPS
 from tests.e2e.e2e_helpers import (
-    AGENT_REQUESTS,
     AGENT_RESPONSES,
     ORDERS,
     REPLIES,
+    STEP_AGENT_REQUESTS,
     order_body,
     running_pipeline,
 )
 from tests.support.waiting import eventually
 
-MAX_WRITES = 5
+STEPS = len(DEFAULT_ORDER_STEPS)
+STATUSES = 1 + STEPS + 1  # received, in-progress per step, completed
+MAX_WRITES = 7
 MAX_READS = 2
-MAX_MESSAGES = 6
+MAX_MESSAGES = 2 * STEPS + STATUSES + 1  # and the submission
 
 
 async def test_one_fault_free_order_stays_within_its_cost_budget(tmp_path: Path) -> None:
     async with running_pipeline(tmp_path) as e2e:
         await e2e.submit(order_body("o-cost"), message_id="o-cost")
         await e2e.statuses("o-cost", "completed")
-        await e2e.drained(AGENT_RESPONSES, "the agent's answer was consumed")
+        await e2e.drained(AGENT_RESPONSES, "the agents' answers were consumed")
         # The client may hear `completed` before the app's sender has counted it.
         await eventually(
-            lambda: sum(e2e.app_sent().values()) >= 4,
-            "the app counted received, request, response and completed",
+            lambda: e2e.app_sent()[REPLIES] >= STATUSES,
+            "the app counted every status it sent",
         )
 
         costs = bootstrap.services().metrics.snapshot()
@@ -47,5 +56,7 @@ async def test_one_fault_free_order_stays_within_its_cost_budget(tmp_path: Path)
     assert writes <= MAX_WRITES, f"store writes per order: {writes}; {costs}"
     assert point_reads + records_served_by_queries <= MAX_READS, f"store reads per order: {costs}"
     assert messages <= MAX_MESSAGES, f"Service Bus messages per order: {sent} + submission"
-    assert (sent[REPLIES], sent[AGENT_REQUESTS], sent[AGENT_RESPONSES]) == (2, 1, 1)
+    assert sent[REPLIES] == STATUSES
+    assert [sent[queue] for queue in STEP_AGENT_REQUESTS] == [1] * STEPS
+    assert sent[AGENT_RESPONSES] == STEPS
     assert e2e.sent_by_client == {ORDERS: 1}
