@@ -15,6 +15,7 @@ from azure.functions.timer import TimerRequest
 import bootstrap
 from domain.records import ProcessState
 from domain.transitions import claim, new_record
+from domain.workflow import DEFAULT_ORDER_STEPS
 from services.submission import Accepted, submit_order
 from tests.e2e.e2e_helpers import order_body, running_pipeline
 
@@ -26,7 +27,8 @@ def timer() -> TimerRequest:
 
 
 def submit(order_ids: list[str]) -> None:
-    """Accept orders straight through the submission service (no reply queue)."""
+    """Accept orders straight through the submission service (no reply queue), each to run
+    the ORDER_STEPS step workflow as a submitted order does."""
     app = bootstrap.services()
     for order_id in order_ids:
         body = order_body(order_id, items=[("sku-1", 1)])
@@ -38,16 +40,19 @@ def submit(order_ids: list[str]) -> None:
             states=app.states,
             reply_queues=app.settings.reply_queues,
             now=bootstrap.now(),
+            steps=app.settings.order_steps,
         )
         assert isinstance(result, Accepted)
 
 
 def expired_claims(order_ids: list[str]) -> None:
-    """State records whose first attempt was claimed a minute ago and expired since."""
+    """Step-workflow state records whose first attempt was claimed a minute ago and expired
+    since, before any step began."""
     app = bootstrap.services()
     past = bootstrap.now() - dt.timedelta(minutes=1)
     for order_id in order_ids:
-        created = app.states.create(new_record(order_id, None, past)).record
+        record = new_record(order_id, None, past, app.settings.order_steps)
+        created = app.states.create(record).record
         app.states.replace(claim(created, now=past, claim_deadline=past + dt.timedelta(seconds=1)))
 
 
@@ -61,8 +66,10 @@ async def test_two_starters_at_once_start_each_attempt_once_d3(tmp_path: Path) -
             host.invoke("start_pending_orders", timer()),
         )
         assert host.engine is not None
-        instances = sorted(status.instance_id for status in await host.engine.get_status_by())
+        started = await host.engine.get_status_by()
+        instances = sorted(status.instance_id for status in started)
         assert instances == [f"{order_id}:1" for order_id in order_ids]
+        assert {tuple(status.input["steps"]) for status in started} == {DEFAULT_ORDER_STEPS}
         records = [await e2e.record(order_id) for order_id in order_ids]
         assert all(record is not None and record.attempt == 1 for record in records)
 
