@@ -31,6 +31,7 @@ ACKNOWLEDGED_BOUND_SECONDS = 60.0
 # A receive holds its first message until its wait ends or 0.2 s pass (the SDK's further-pull
 # time): a short wait keeps that from adding to the latency the client measures.
 LISTEN_WAIT_SECONDS = 0.05
+IN_PROGRESS = "in-progress"
 TERMINAL_STATUSES = frozenset({"completed", "failed", "compensated", "compensation-failed"})
 MALFORMED_BODIES = (
     b"this is not JSON",
@@ -109,6 +110,8 @@ class ClientLog:
     submitted_at: dict[str, float] = field(default_factory=dict)
     finished_at: dict[str, float] = field(default_factory=dict)
     statuses: Counter[str] = field(default_factory=Counter)
+    steps: Counter[str] = field(default_factory=Counter)
+    """`in-progress` statuses by the step they name."""
 
     def to_document(self) -> dict[str, Any]:
         """The log as JSON-ready data (the client process hands it to the demo this way)."""
@@ -116,6 +119,7 @@ class ClientLog:
             "submitted_at": self.submitted_at,
             "finished_at": self.finished_at,
             "statuses": dict(self.statuses),
+            "steps": dict(self.steps),
         }
 
     @classmethod
@@ -124,6 +128,7 @@ class ClientLog:
             submitted_at={str(k): float(v) for k, v in document["submitted_at"].items()},
             finished_at={str(k): float(v) for k, v in document["finished_at"].items()},
             statuses=Counter({str(k): int(v) for k, v in document["statuses"].items()}),
+            steps=Counter({str(k): int(v) for k, v in document.get("steps", {}).items()}),
         )
 
     def latencies_ms(self) -> list[float]:
@@ -219,6 +224,8 @@ class DemoClient:
     def _record(self, status: dict[str, Any]) -> None:
         name = str(status.get("status"))
         self.log.statuses[name] += 1
+        if name == IN_PROGRESS:
+            self.log.steps[str(status.get("step"))] += 1
         order_id = str(status.get("orderId"))
         if name == "received":
             self._received.add(order_id)

@@ -1,5 +1,6 @@
 """The demo client is a well-behaved receiver of status messages (R2): a status delivered
-twice, as at-least-once delivery allows, is counted once."""
+twice, as at-least-once delivery allows, is counted once, and each `in-progress` status is
+counted under the step it names."""
 
 from __future__ import annotations
 
@@ -19,9 +20,10 @@ pytestmark = pytest.mark.asyncio
 TIMEOUT_SECONDS = 10.0
 
 
-def status(order_id: str, name: str) -> ServiceBusMessage:
-    body = json.dumps({"orderId": order_id, "status": name}).encode()
-    return ServiceBusMessage(body, message_id=f"{order_id}:{name}")
+def status(order_id: str, name: str, step: str | None = None) -> ServiceBusMessage:
+    body = json.dumps({"orderId": order_id, "status": name, "step": step}).encode()
+    message_id = f"{order_id}:{name}" if step is None else f"{order_id}:{name}:{step}"
+    return ServiceBusMessage(body, message_id=message_id)
 
 
 async def test_a_status_delivered_twice_is_counted_once() -> None:
@@ -49,4 +51,33 @@ async def test_a_status_delivered_twice_is_counted_once() -> None:
         await client.close()
 
     assert client.log.statuses == {"received": 1, "completed": 1}
+    assert list(client.log.finished_at) == ["o-1"]
+
+
+async def test_in_progress_statuses_are_counted_by_the_step_they_name_r2() -> None:
+    with running_broker([queue("replies"), queue("orders")]) as broker:
+        client = DemoClient(broker.connection_string, "orders", "replies")
+        await client.open()
+        stop = asyncio.Event()
+        listener = asyncio.create_task(client.listen(stop))
+        async with ServiceBusClient.from_connection_string(broker.connection_string) as sb:
+            async with sb.get_queue_sender("replies") as sender:
+                statuses = [
+                    status("o-1", "received"),
+                    status("o-1", "in-progress", "reserve-stock"),
+                    status("o-1", "in-progress", "charge-payment"),
+                    status("o-1", "compensated"),
+                    status("o-2", "received"),
+                    status("o-2", "in-progress", "reserve-stock"),
+                ]
+                await sender.send_messages(statuses, timeout=TIMEOUT_SECONDS)
+            await eventually(
+                lambda: sum(client.log.statuses.values()) == len(statuses), "every status"
+            )
+        stop.set()
+        await listener
+        await client.close()
+
+    assert client.log.statuses == {"received": 2, "in-progress": 3, "compensated": 1}
+    assert client.log.steps == {"reserve-stock": 2, "charge-payment": 1}
     assert list(client.log.finished_at) == ["o-1"]
