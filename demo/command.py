@@ -1,9 +1,11 @@
-"""``python -m devhost demo``: run the order pipeline locally under faults and report (issue 4).
+"""``python -m devhost demo``: run the order pipeline locally under faults and report.
 
-Exits 0 when no order was lost or stuck and no side effect happened twice, 1 otherwise.
-``--backend cosmos`` runs it on the Cosmos adapter against a local Cosmos DB API server it
-starts (issue 5); without ``--backend``, STATE_STORE and the Cosmos settings of the
-environment decide, so the same command runs against the emulator or an account.
+Exits 0 when every invariant of the report held (`demo.report`: nothing lost or stuck, no
+side effect twice, nothing left behind by a Compensated order, no step after compensation
+began), 1 otherwise, 2 when it could not run. ``--backend cosmos`` runs it on the Cosmos
+adapter against a local Cosmos DB API server it starts; without ``--backend``, STATE_STORE
+and the Cosmos settings of the environment decide, so the same command runs against the
+emulator or an account.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from devhost import event_loop
-from simulators.fulfilment import PRESETS
+from simulators.services import PRESET_NAMES
 
 
 def add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,17 +26,19 @@ def add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "demo",
         help="run the order pipeline locally end to end and report",
         description=(
-            "Start the embedded broker, the fulfilment simulator and the devhost with the app, "
-            "submit orders from a client app with its own reply queue, and report final "
-            "states, retries, dead letters, status messages, latency and cost per order."
+            "Start the embedded broker, the simulated remote services and the devhost with the "
+            "app, submit orders from a client app with its own reply queue, and report final "
+            "states, retries, compensations, dead letters, status messages, latency, cost per "
+            "order and the invariants, checked on the services' ledgers and the state store."
         ),
     )
     parser.add_argument("--orders", type=int, default=200, help="valid orders to submit")
     parser.add_argument(
         "--faults",
-        choices=sorted(PRESETS),
+        choices=PRESET_NAMES,
         default="default",
-        help="fault mix of the fulfilment service",
+        help="fault preset of the simulated services; except with none, a few orders also "
+        "follow scripted paths (Error, Compensated, CompensationFailed, supervisor retries)",
     )
     parser.add_argument("--seed", type=int, default=1, help="seed of the workload and faults")
     parser.add_argument("--report", type=Path, default=None, help="write the report as JSON")

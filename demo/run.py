@@ -1,11 +1,14 @@
 """``python -m devhost demo``: the order pipeline under load and faults, with a report.
 
-Starts the embedded broker, the fulfilment simulator (with the chosen fault mix) and the
-devhost running the app; the demo client, a process of its own as a client app would be
+Starts the embedded broker, the simulated remote services (stock, payment, shipping, and the
+fulfilment service of version-1 orders) with the chosen fault mix (`demo.showcase`: a preset
+plus, except under ``none``, scripted paths for a few orders) and the devhost running the
+app; the demo client, a process of its own as a client app would be
 (``demo.client_process``), submits the orders and listens on its reply queue while a
-progress bar shows how many have finished. When every order has reached a final status, or
-the settle time has passed, the report is built from the stores, the dead-letter queues, the
-simulator's ledger and what the client received.
+progress bar shows how many have finished, and a watch notes when orders begin compensating
+(``demo.watch``). When every order has reached a final status, or the settle time has
+passed, the report is built from the stores, the dead-letter and alert queues, the
+services' ledgers and what the client received (``demo.evidence``, ``demo.report``).
 """
 
 from __future__ import annotations
@@ -18,21 +21,32 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
-from azure.servicebus import ServiceBusSubQueue
-from azure.servicebus.aio import ServiceBusClient
+from azure.servicebus import ServiceBusReceivedMessage, ServiceBusSubQueue
+from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
 
 import bootstrap
 from demo.client import Workload
 from demo.client_process import ClientOutcome, ClientProcess, ClientSpec
+from demo.evidence import ServiceLedger, gather
 from demo.pipeline import DEMO_REPLY_QUEUE, Pipeline, local_pipeline
 from demo.report import FINAL_STATES, DemoReport, percentile
+from demo.showcase import STEP_SERVICES, FaultMix, fault_mix
+from demo.watch import CompensationWatch
 from domain.ports import StoreMetrics
-from simulators.fulfilment import FaultPlan
+from domain.records import StateRecord
+from simulators.services import FaultKind
 
 PEEK_TIMEOUT_SECONDS = 30.0
 POLL_SECONDS = 0.2
+# Every compensation step gets this deadline (C2): short, like STEP_TIMEOUT_SECONDS of the
+# local settings, so a stalled compensation is resumed within the run's settle time.
+DEMO_SETTINGS: dict[str, str] = {"COMPENSATION_TIMEOUT_SECONDS": "10"}
+# Answers after which the agent tries again, while its deadline allows (E9).
+RETRIED_FAULTS = (FaultKind.TRANSIENT.value, FaultKind.LOST_RESPONSE.value)
+SERVICES = ("fulfilment", *STEP_SERVICES)
 
 
 @dataclass(frozen=True)
@@ -54,21 +68,37 @@ class DemoOptions:
 
 async def run_demo(options: DemoOptions) -> DemoReport:
     workload = Workload.generate(options.orders, options.seed)
+    mix = fault_mix(options.faults, workload.order_ids, options.seed)
     with tempfile.TemporaryDirectory(prefix="demo-") as scratch:
         work_dir = options.work_dir or Path(scratch)
-        plan = FaultPlan.preset(options.faults)
         async with local_pipeline(
             work_dir,
-            faults=plan,
+            faults=mix.fulfilment,
+            service_faults=mix.services,
             seed=options.seed,
-            settings=options.settings,
+            settings={**DEMO_SETTINGS, **options.settings},
             worker_processes=options.worker_processes,
             broker_process=options.broker_process,
         ) as pipeline:
-            return await _run(pipeline, workload, options)
+            return await _run(pipeline, workload, mix, options)
 
 
-async def _run(pipeline: Pipeline, workload: Workload, options: DemoOptions) -> DemoReport:
+async def _run(
+    pipeline: Pipeline, workload: Workload, mix: FaultMix, options: DemoOptions
+) -> DemoReport:
+    settings = bootstrap.services().settings
+    watch = CompensationWatch(settings, workload.order_ids)
+    watch.start()
+    try:
+        outcome, duration = await _submit_and_settle(pipeline, workload, options)
+    finally:
+        seen_compensating = await asyncio.to_thread(watch.stop)
+    return await _report(pipeline, workload, outcome, duration, mix, seen_compensating, options)
+
+
+async def _submit_and_settle(
+    pipeline: Pipeline, workload: Workload, options: DemoOptions
+) -> tuple[ClientOutcome, float]:
     settings = bootstrap.services().settings
     client = ClientProcess(
         ClientSpec(
@@ -102,7 +132,7 @@ async def _run(pipeline: Pipeline, workload: Workload, options: DemoOptions) -> 
     # process), not to this loop's next look.
     finished = outcome.log.finished_at.values()
     ended = max(finished) if len(finished) >= total else stopped
-    return await _report(pipeline, workload, outcome, ended - outcome.started, options)
+    return outcome, ended - outcome.started
 
 
 async def _progress(client: ClientProcess, total: int, enabled: bool) -> None:
@@ -121,6 +151,8 @@ async def _report(
     workload: Workload,
     client: ClientOutcome,
     duration: float,
+    mix: FaultMix,
+    seen_compensating: Mapping[str, datetime],
     options: DemoOptions,
 ) -> DemoReport:
     app = bootstrap.services()
@@ -139,13 +171,24 @@ async def _report(
         for order_id, record in records.items()
         if record is not None and record.process_state.value not in FINAL_STATES
     )
+    services = pipeline.services
+    stats = {service: services.stats(service) for service in SERVICES}
+    evidence = gather(
+        records,
+        [
+            ServiceLedger(service, services.ledger_entries(service), services.tombstones(service))
+            for service in STEP_SERVICES
+        ],
+        seen_compensating=seen_compensating,
+        max_failures=app.settings.max_failures,
+        steps=app.settings.order_steps,
+    )
     usage = await pipeline.app_usage()
     cost = usage.store
-    stats = pipeline.fulfilment.stats()
     messages = client.sent + sum(usage.messages_sent.values())
     valid = max(1, len(workload.order_ids))
     latencies = client.log.latencies_ms()
-    reasons = await _dead_letter_reasons(pipeline.connection_string)
+    reasons, alerts = await _queues(pipeline.connection_string)
     return DemoReport(
         orders=len(workload.order_ids),
         final_states=dict(final_states),
@@ -154,19 +197,46 @@ async def _report(
         dead_lettered=sum(sum(by_reason.values()) for by_reason in reasons.values()),
         dead_letter_reasons=reasons,
         status_messages=dict(client.log.statuses),
-        double_side_effects=int(stats["double_side_effects"]),
+        in_progress_by_step=dict(client.log.steps),
+        operator_alerts=alerts,
+        double_side_effects={
+            service: int(stats[service]["double_side_effects"]) for service in SERVICES
+        },
         stale_writes_refused={
-            "fulfilment_service": int(stats["stale_writes_refused"]),
+            **{service: int(stats[service]["stale_writes_refused"]) for service in SERVICES},
             "state_store": cost.refused,
         },
+        actions_refused_after_undo=sum(
+            int(stats[service]["actions_refused_after_undo"]) for service in STEP_SERVICES
+        ),
+        agent_retries=sum(
+            int(stats[service]["faults_injected"][kind])
+            for service in SERVICES
+            for kind in RETRIED_FAULTS
+        ),
+        compensations=evidence.compensations,
+        net_effects=evidence.net_effects,
+        net_effect_orders=evidence.net_effect_orders,
+        steps_after_compensation=evidence.steps_after_compensation,
+        compensation_began=evidence.compensation_began,
         latency_ms={"p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95)},
+        step_latency_ms=evidence.step_latency_ms,
         per_order={
             "store_reads": round(cost.reads / valid, 2),
             "store_writes": round(cost.writes / valid, 2),
             "messages": round(messages / valid, 2),
             "request_charge": round(cost.request_charge / valid, 2),
         },
-        supervisor_retries=sum(max(0, r.attempt - 1) for r in records.values() if r is not None),
+        supervisor=evidence.supervisor,
+        scripted_paths=[
+            {
+                "orderId": order_id,
+                "path": path.path,
+                "expected": path.expected,
+                "reached": _state_of(records.get(order_id)),
+            }
+            for order_id, path in sorted(mix.scripted.items())
+        ],
         submitted={
             kind: workload.count(kind) for kind in ("order", "resend", "conflict", "malformed")
         },
@@ -175,28 +245,57 @@ async def _report(
             "faults": options.faults,
             "seed": options.seed,
             "state_store": app.settings.state_store,
+            "order_steps": list(app.settings.order_steps),
+            "max_failures": app.settings.max_failures,
         },
     )
 
 
-async def _dead_letter_reasons(connection_string: str) -> dict[str, dict[str, int]]:
+def _state_of(record: StateRecord | None) -> str:
+    return "lost" if record is None else record.process_state.value
+
+
+async def _queues(connection_string: str) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+    """Dead letters by queue and reason, and the operator alerts by kind."""
     settings = bootstrap.services().settings
     queues = (
         settings.orders_queue,
         settings.agent_requests_queue,
+        settings.stock_requests_queue,
+        settings.payment_requests_queue,
+        settings.shipping_requests_queue,
         settings.agent_responses_queue,
         settings.operator_alerts_queue,
         DEMO_REPLY_QUEUE,
     )
     async with ServiceBusClient.from_connection_string(connection_string) as client:
         # Opening a link costs a round of handshakes: peek every queue at once.
-        counted = await asyncio.gather(*(_reasons_on(client, queue) for queue in queues))
-    return {queue: reasons for queue, reasons in zip(queues, counted, strict=True) if reasons}
+        counted, alerts = await asyncio.gather(
+            asyncio.gather(*(_reasons_on(client, queue) for queue in queues)),
+            _alert_kinds(client, settings.operator_alerts_queue),
+        )
+    reasons = {queue: found for queue, found in zip(queues, counted, strict=True) if found}
+    return reasons, alerts
+
+
+async def _alert_kinds(client: ServiceBusClient, queue: str) -> dict[str, int]:
+    kinds: Counter[str] = Counter()
+    for message in await _peek_all(client.get_queue_receiver(queue)):
+        try:
+            kinds[str(json.loads(b"".join(message.body))["kind"])] += 1
+        except (ValueError, KeyError, TypeError):
+            kinds["unreadable"] += 1
+    return dict(kinds)
 
 
 async def _reasons_on(client: ServiceBusClient, queue: str) -> dict[str, int]:
-    reasons: Counter[str] = Counter()
     receiver = client.get_queue_receiver(queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER)
+    found = await _peek_all(receiver)
+    return dict(Counter(message.dead_letter_reason or "unspecified" for message in found))
+
+
+async def _peek_all(receiver: ServiceBusReceiver) -> list[ServiceBusReceivedMessage]:
+    messages: list[ServiceBusReceivedMessage] = []
     async with receiver:
         sequence = 0
         while True:
@@ -204,8 +303,8 @@ async def _reasons_on(client: ServiceBusClient, queue: str) -> dict[str, int]:
                 max_message_count=250, sequence_number=sequence, timeout=PEEK_TIMEOUT_SECONDS
             )
             if not batch:
-                return dict(reasons)
-            reasons.update(message.dead_letter_reason or "unspecified" for message in batch)
+                return messages
+            messages += batch
             sequence = (batch[-1].sequence_number or 0) + 1
 
 

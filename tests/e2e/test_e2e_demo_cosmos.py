@@ -1,9 +1,11 @@
-"""The demo on the Cosmos adapter (issue 5): `make demo BACKEND=cosmos` and the environment.
+"""The demo on the Cosmos adapter: `make demo BACKEND=cosmos` and the environment.
 
-`--backend cosmos` starts the local Cosmos DB API server itself; without it, the demo runs
-on whatever Cosmos DB the environment names (here a server the test starts, standing in for
-the emulator or an account), creates its containers there, and keeps a database only when
-COSMOS_DATABASE names it: otherwise each run has a fresh one and drops it.
+`--backend cosmos` starts the local Cosmos DB API server itself and runs the default fault
+mix there, every path included (supervisor retries and give-up, compensation, U2-U4, C1,
+C2); without it, the demo runs on whatever Cosmos DB the environment names (here a server
+the test starts, standing in for the emulator or an account), creates its containers there,
+and keeps a database only when COSMOS_DATABASE names it: otherwise each run has a fresh one
+and drops it.
 """
 
 from __future__ import annotations
@@ -24,12 +26,16 @@ from tests.support.cosmos_server import CosmosServer
 pytestmark = pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-DEMO_TIMEOUT_SECONDS = 120
+DEMO_TIMEOUT_SECONDS = 240
 SDK_TIMEOUT_SECONDS = 30
 
 
 def run_demo(
-    report_path: Path, orders: int, *arguments: str, environ: dict[str, str] | None = None
+    report_path: Path,
+    orders: int,
+    *arguments: str,
+    faults: str = "none",
+    environ: dict[str, str] | None = None,
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     """`python -m devhost demo` as a user runs it, with no store settings but `environ`'s."""
     outside = {
@@ -46,7 +52,7 @@ def run_demo(
             "--orders",
             str(orders),
             "--faults",
-            "none",
+            faults,
             "--no-progress",
             "--report",
             str(report_path),
@@ -63,13 +69,32 @@ def run_demo(
     return completed, json.loads(report_path.read_text(encoding="utf-8"))
 
 
-def test_backend_cosmos_runs_the_demo_on_a_cosmos_server_it_starts(tmp_path: Path) -> None:
-    completed, report = run_demo(tmp_path / "report.json", 20, "--backend", "cosmos", "--seed", "3")
+def test_backend_cosmos_runs_every_path_of_the_demo_on_a_cosmos_server_it_starts(
+    tmp_path: Path,
+) -> None:
+    completed, report = run_demo(
+        tmp_path / "report.json", 8, "--backend", "cosmos", "--seed", "3", faults="default"
+    )
 
     assert report["settings"]["state_store"] == "cosmos"
+    assert report["broken_invariants"] == []
     assert (report["lost"], report["stuck"], report["double_side_effects"]) == (0, 0, 0)
-    assert report["final_states"] == {"Processed": 20}
-    assert report["status_messages"] == {"received": 20, "completed": 20}
+    assert all(p["reached"] == p["expected"] for p in report["scripted_paths"])
+    states = report["final_states"]
+    assert {"Processed", "Error", "Compensated", "CompensationFailed"} <= set(states)
+    assert report["compensations"] == {
+        "started": states["Compensated"] + states["CompensationFailed"],
+        "completed": states["Compensated"],
+        "failed": states["CompensationFailed"],
+    }
+    assert all(effects["net"] == 0 for effects in report["net_effects"].values())
+    assert report["steps_after_compensation"] == 0
+    # The supervisor's sweeps over the Cosmos recovery index retried, gave up, resumed.
+    assert report["supervisor"]["retries"] >= 3
+    assert report["supervisor"]["gave_up"] >= 1
+    assert report["supervisor"]["compensations_resumed"] >= 1
+    assert report["status_messages"]["received"] == 8
+    assert sum(report["in_progress_by_step"].values()) == report["status_messages"]["in-progress"]
     assert report["per_order"]["request_charge"] > 0
     assert "request units" in completed.stdout
     assert "Result: passed" in completed.stdout
