@@ -99,6 +99,14 @@ def parse_utc(text: str) -> datetime:
     return parsed.astimezone(UTC)
 
 
+def _utc_or_none(moment: datetime | None) -> str | None:
+    return None if moment is None else format_utc(moment)
+
+
+def _parsed_or_none(text: object) -> datetime | None:
+    return None if text is None else parse_utc(str(text))
+
+
 @dataclass(frozen=True, order=True)
 class InstanceId:
     """Attempt-specific orchestration instance id `"{OrderID}:{attempt}"` (D2).
@@ -146,7 +154,7 @@ class StepStatus:
         return {
             "Name": self.name,
             "State": self.state.value,
-            "CompleteBy": None if self.complete_by is None else format_utc(self.complete_by),
+            "CompleteBy": _utc_or_none(self.complete_by),
             "Reference": self.reference,
         }
 
@@ -219,6 +227,8 @@ class StateRecord:
     steps: tuple[StepStatus, ...] = ()
     compensation_failures: int = 0
     """Compensation runs the supervisor found stalled (C2), counted apart from FailureCount."""
+    compensation_started_at: datetime | None = None
+    """When the order began compensating: no step may start a side effect after it (C1)."""
     schema_version: int = RECORD_SCHEMA_VERSION
     etag: str | None = field(default=None, compare=False)
 
@@ -260,6 +270,7 @@ class StateRecord:
             "WorkflowVersion": self.workflow_version,
             "Steps": [step.to_document() for step in self.steps],
             "CompensationFailures": self.compensation_failures,
+            "CompensationStartedAt": _utc_or_none(self.compensation_started_at),
             "CreatedAt": format_utc(self.created_at),
             "UpdatedAt": format_utc(self.updated_at),
         }
@@ -294,6 +305,7 @@ class StateRecord:
                 workflow_version=int(document.get("WorkflowVersion", WORKFLOW_ONE_STEP)),
                 steps=tuple(StepStatus.from_document(step) for step in document.get("Steps", [])),
                 compensation_failures=int(document.get("CompensationFailures", 0)),
+                compensation_started_at=_parsed_or_none(document.get("CompensationStartedAt")),
                 schema_version=int(version),
                 etag=etag,
             )

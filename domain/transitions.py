@@ -192,6 +192,7 @@ def give_up(
         attempt=attempt,
         current_step=None,
         last_error=reason,
+        compensation_started_at=now,
         steps=tuple(
             replace(step, state=StepState.FAILED, complete_by=None)
             if step.state is StepState.RUNNING
@@ -285,6 +286,7 @@ class FencedChange:
     complete_by: datetime | Keep | None = KEEP
     current_step: str | Keep | None = KEEP
     last_error: str | Keep | None = KEEP
+    compensation_started_at: datetime | Keep | None = KEEP
     steps: tuple[tuple[int, StepStatus], ...] = ()
     logged: CompletedStep | None = None
 
@@ -309,6 +311,7 @@ class FencedChange:
                 ("complete_by", self.complete_by),
                 ("current_step", self.current_step),
                 ("last_error", self.last_error),
+                ("compensation_started_at", self.compensation_started_at),
             )
             if value is not KEEP
         }
@@ -339,6 +342,8 @@ class FencedChange:
             sets.append((("CurrentStep",), self.current_step))
         if self.last_error is not KEEP:
             sets.append((("LastError",), self.last_error))
+        if self.compensation_started_at is not KEEP:
+            sets.append((("CompensationStartedAt",), _utc_or_none(self.compensation_started_at)))
         sets += [(("Steps", index), step.to_document()) for index, step in self.steps]
         sets.append((("UpdatedAt",), format_utc(self.updated_at)))
         return tuple(sets)
@@ -422,6 +427,7 @@ def begin_compensation(
         complete_by=complete_by,
         current_step=None,
         last_error=reason,
+        compensation_started_at=now,
     )
 
 

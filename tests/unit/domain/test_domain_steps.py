@@ -128,6 +128,7 @@ def test_a_failure_after_completed_steps_starts_compensating_c1_c2() -> None:
     assert record.process_state is ProcessState.COMPENSATING
     assert record.steps[2].state is StepState.FAILED
     assert record.complete_by == LATER
+    assert record.compensation_started_at == NOW
 
 
 def test_the_plan_undoes_the_step_in_doubt_then_the_log_newest_first_c1() -> None:
@@ -186,6 +187,7 @@ def test_giving_up_marks_the_running_step_in_doubt_for_compensation_u4_c1() -> N
         expired, now=LATER, reason="timed out 3 times", compensation_deadline=LATER
     )
     assert given_up.process_state is ProcessState.COMPENSATING
+    assert given_up.compensation_started_at == LATER
     assert given_up.steps[1] == StepStatus(STEPS[1], StepState.FAILED)
     assert transitions.compensation_plan(given_up)[0] == Undo(1, STEPS[1], None)
 
