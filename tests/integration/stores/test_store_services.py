@@ -756,3 +756,31 @@ def test_an_operator_resubmits_an_order_in_error_for_a_new_attempt_e8(
         resubmit_order(states, "o-1", T0 + timedelta(minutes=6))
     with pytest.raises(RecordNotFound, match="o-9"):
         resubmit_order(states, "o-9", T0)
+
+
+def test_giving_up_with_nothing_completed_names_the_step_in_doubt_e8_u4(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """Nothing completed, so nothing is undone and the order ends in Error; the step that was
+    running may hold a side effect whose answer was lost, and the operator hears which."""
+    states, _ = stores
+    settings = replace(SETTINGS, max_failures=1, retry_budget=2)
+    states.create(transitions.new_record("o-1", "replies-a", T0, ("reserve-stock",)))
+    instance = claim_one(states)
+    step_writes.begin_step(
+        states,
+        instance,
+        index=0,
+        name="reserve-stock",
+        done=None,
+        now=T0,
+        timeouts=settings.timeouts,
+        reply_queues=settings.reply_queues,
+    )
+    [gave_up] = sweep_at(states, T0 + timedelta(seconds=31), settings).recoveries
+    assert gave_up.kind is RecoveryKind.GAVE_UP
+    assert gave_up.alert is not None
+    assert gave_up.alert.body["reason"].endswith(
+        "; in doubt, left to undo: reserve-stock (by idempotency key)"
+    )
+    assert state_of(states, "o-1").process_state is ProcessState.ERROR
