@@ -45,4 +45,6 @@ async def test_calls_to_a_failing_service_never_exceed_the_retry_budget_c4(
         assert record.failure_count == 3
         charges = e2e.pipeline.services.stats("payment")["faults_injected"]["transient"]
         assert 3 <= charges <= RETRY_BUDGET
+        for service in ("stock", "payment", "shipping"):
+            assert e2e.pipeline.services.stats(service)["requests"] <= RETRY_BUDGET, service
         assert len(e2e.pipeline.services.ledger_entries("stock", "o-budget")) == 2
