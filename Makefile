@@ -14,7 +14,7 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-worker.tx
 	$(BIN)/pip install --quiet --no-deps --ignore-requires-python -r requirements-worker.txt
 	touch $@
 
-# The Cosmos DB API server the Cosmos adapter is tested against (issue 5).
+# The Cosmos DB API server (`@vercel/cosmosdb-server`) the Cosmos adapter is tested against.
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
@@ -39,8 +39,9 @@ demo: setup
 		--orders 200 --faults default --report report.json
 
 # Throughput benchmarks (not tests; they print medians and a summary table): the broker's
-# send + receive + complete rate (issue 2) and the fault-free pipeline at 1k and 5k orders
-# (issue 4, several minutes). Pass options with ARGS, e.g. `make bench-pipeline ARGS="--runs 1"`.
+# send + receive + complete rate (goal 2,000 msgs/s) and the fault-free pipeline at 1k and 5k
+# orders (goal 100 orders/s; several minutes). Pass options with ARGS, e.g.
+# `make bench-pipeline ARGS="--runs 1"`.
 bench: setup
 	$(BIN)/python -m bench
 

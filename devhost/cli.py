@@ -1,8 +1,8 @@
 """The devhost command line: a small dispatcher over subcommands.
 
-``servicebus`` runs the embedded Service Bus broker (issue 2), ``start`` runs a Functions app
-(issue 3) and ``demo`` the order pipeline end to end (issue 4). Each subcommand registers a
-parser builder in ``_SUBCOMMANDS`` whose parser sets ``run``.
+``servicebus`` runs the embedded Service Bus broker, ``start`` runs a Functions app (its
+triggers, orchestrations and activities) and ``demo`` the order pipeline end to end. Each
+subcommand registers a parser builder in ``_SUBCOMMANDS`` whose parser sets ``run``.
 """
 
 from __future__ import annotations

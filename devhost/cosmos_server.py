@@ -1,4 +1,4 @@
-"""Start and stop `@vercel/cosmosdb-server` (npm): a local Cosmos DB API server (issue 5).
+"""Start and stop `@vercel/cosmosdb-server` (npm): a local Cosmos DB API server.
 
 The Cosmos adapter tests run against it and `python -m devhost demo --backend cosmos`
 (`make demo BACKEND=cosmos`) runs the pipeline on it. The server speaks the Cosmos DB NoSQL

@@ -1,4 +1,4 @@
-"""``python -m devhost start``: run a Functions app locally until stopped (issue 3).
+"""``python -m devhost start``: run a Functions app locally until stopped.
 
     python -m devhost start --app function_app:app [--app-root .] [--data .devhost]
                             [--http-port 7071] [--broker-config servicebus.config.json

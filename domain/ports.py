@@ -1,7 +1,7 @@
 """Ports of the state store and the orders database (S2, D1, D3, D4, U1, U2, U6, C6).
 
 Two independent stores that share no transaction (S2, C6), shaped after what Cosmos DB
-offers so that its adapter (issue 5) fits without changing any caller:
+offers so that its adapter (`adapters.cosmos_store`) fits without changing any caller:
 
 - `create` is idempotent: it inserts, or on a conflict returns the existing document
   (Cosmos: create_item, then read on 409) - never an overwrite.

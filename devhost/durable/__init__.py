@@ -1,4 +1,4 @@
-"""The devhost's Durable Functions engine (issue 3): orchestrations through the SDK's own
+"""The devhost's Durable Functions engine: orchestrations through the SDK's own
 replay engine, SQLite state, at-least-once activities, virtual or real time, and the
 Durable extension's HTTP management API for the SDK's unchanged ``DurableOrchestrationClient``.
 """

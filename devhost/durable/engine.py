@@ -1,6 +1,6 @@
 """The devhost's Durable Functions engine: scheduler, activities, timers, client operations.
 
-Issue 3: orchestrations run through the SDK's own replay engine (``replay.py``), their
+Orchestrations run through the SDK's own replay engine (``replay.py``), their
 state lives in SQLite (``store.py``), activities run at least once with the worker's
 (de)serialisation in a bounded pool, timers follow an injectable clock (``clock.py``),
 and the client operations of the ``durableClient`` binding are async methods here.

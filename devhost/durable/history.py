@@ -1,4 +1,4 @@
-"""Durable Task history events in the JSON shape the Python SDK replays (issue 3).
+"""Durable Task history events in the JSON shape the Python SDK replays.
 
 The Durable extension hands the SDK a list of DTFx history events (PascalCase keys,
 ``EventType`` as an integer, ``Timestamp`` as ISO-8601 UTC).  This module owns that shape:

@@ -1,4 +1,4 @@
-"""The Durable extension's HTTP management API, emulated on the engine (issue 3).
+"""The Durable extension's HTTP management API, emulated on the engine.
 
 Functions get a ``df.DurableOrchestrationClient`` from the durableClient binding: the host
 hands them a JSON string of URLs (``client_binding_json``), and the unchanged SDK makes

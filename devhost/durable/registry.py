@@ -4,7 +4,7 @@ Built from the ``Function`` objects of ``app.get_functions()`` (which may be cal
 once per app, so the caller passes the list in).  Orchestrators are called with an
 ``azure.functions.OrchestrationContext`` and return the SDK's JSON state; activities get
 their input decoded and their output encoded by the worker's own
-``ActivityTriggerConverter`` (issue 3: "activityTrigger with the worker's (de)serialisation").
+``ActivityTriggerConverter``, as the host's activityTrigger binding does.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One orchestration episode through the SDK's own replay engine (issue 3).
+"""One orchestration episode through the SDK's own replay engine.
 
 An episode is what the Durable extension does when an orchestration's queue has messages:
 append ``OrchestratorStarted`` and the new events to the history, call the orchestrator

@@ -2,7 +2,8 @@
 
 Fields follow ``DurableOrchestrationStatus`` (name, instanceId, createdTime,
 lastUpdatedTime, input, output, runtimeStatus, customStatus, historyEvents) so the same
-record serves the engine's async API and the emulated HTTP management API (issue 3).
+record serves the engine's async API and the emulated HTTP management API
+(``management_http``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """SQLite persistence of the durable engine: instances, history, inbox, timers, work items.
 
-Issue 3's crash safety rests here: every state change of the engine happens inside one
+The engine's crash safety rests here: every state change of the engine happens inside one
 ``transaction()``, so a process killed at any point leaves either the state before or the
 state after a change.  Activities are at-least-once: a work item stays in
 ``activity_work`` until the transaction that puts its TaskCompleted/TaskFailed into the

@@ -1,4 +1,4 @@
-"""Action -> history translation, sequence ids and the determinism check (issue 3).
+"""Action -> history translation, sequence ids and the determinism check.
 
 The SDK returns the actions its replay produced (replay schema V2: one list, one entry per
 ``yield`` of a new task, compound tasks as WhenAll/WhenAny trees).  The Durable extension

@@ -6,7 +6,7 @@ state) and runs activities. The engine plays the host; what runs the code is a r
 one process (the default) tests start fast and share one clock. With language worker
 processes (``devhost.language_workers``, ``--worker-processes N``) the whole decision of an
 episode and every activity run there, so function code stops competing for one GIL with
-the triggers and the engine's bookkeeping (issue 4: throughput on two cores). The engine
+the triggers and the engine's bookkeeping (throughput on more than one core). The engine
 reads and commits in both cases; a worker only computes from what it was sent, so a worker
 that dies loses nothing.
 """

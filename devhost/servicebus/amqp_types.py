@@ -2,7 +2,8 @@
 
 The broker decodes only what Service Bus semantics require from a transfer (message id, TTL,
 scheduled time, section boundaries) and re-encodes deliveries by concatenating bytes, so that a
-message costs no full decode/encode round trip through proton (issue 2, throughput goal).
+message costs no full decode/encode round trip through proton (the broker's throughput goal,
+README: 2,000 msgs/s).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The broker's AMQP 1.0 endpoint: connections, links, credit, $cbs and $management (issue 2).
+"""The broker's AMQP 1.0 endpoint: connections, links, credit, $cbs and $management.
 
 Speaks the Service Bus protocol as the azure-servicebus SDK expects it (per-message work is in
 ``deliveries``):

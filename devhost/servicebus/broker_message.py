@@ -1,4 +1,4 @@
-"""A message as the broker's queue model holds it (issue 2).
+"""A message as the broker's queue model holds it.
 
 The payload is opaque here: it is the wire layer's encoding of the AMQP message. Everything the
 model decides on (sequence number, times, state, delivery count, lock, dead-letter metadata) lives

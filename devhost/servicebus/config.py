@@ -1,4 +1,4 @@
-"""Broker entities from the official Service Bus emulator's ``Config.json`` (issue 2).
+"""Broker entities from the official Service Bus emulator's ``Config.json``.
 
 A user's existing emulator config works unchanged: ``UserConfig`` -> ``Namespaces`` -> ``Queues`` ->
 ``Name`` + ``Properties``, ISO-8601 durations such as ``PT1M`` (and .NET TimeSpan text such as

@@ -1,6 +1,6 @@
 """Per-message work on the wire: sending deliveries, taking transfers, applying settlements.
 
-Implements issue 2's settlement rules as the azure-servicebus SDK expects them: PEEK_LOCK
+Implements Service Bus settlement rules as the azure-servicebus SDK expects them: PEEK_LOCK
 deliveries carry the lock token as their delivery tag (UUID bytes_le); a receiver's disposition is
 applied to the queue model and echoed back settled (accepted = complete, modified(failed) =
 abandon, modified(failed, undeliverable) = defer, rejected with com.microsoft:dead-letter =

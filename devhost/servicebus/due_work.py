@@ -1,4 +1,4 @@
-"""Work that falls due at a time, for the queue model (issue 2): lock expiry, scheduled
+"""Work that falls due at a time, for the queue model: lock expiry, scheduled
 activation and TTL expiry.
 
 All times are integer milliseconds since the Unix epoch from an injectable clock, so tests drive

@@ -1,4 +1,4 @@
-"""Duplicate detection by message id within a sliding time window (issue 2).
+"""Duplicate detection by message id within a sliding time window.
 
 Mirrors the service's RequiresDuplicateDetection: a message whose message_id was accepted less than
 DuplicateDetectionHistoryTimeWindow ago is a duplicate. The window is anchored at the first accepted

@@ -1,4 +1,4 @@
-"""The broker's queue model: messages, queues, dead-letter queues and the namespace (issue 2).
+"""The broker's queue model: messages, queues, dead-letter queues and the namespace.
 
 Wire-agnostic and single-threaded (the AMQP reactor thread owns it); it never calls back into the
 wire layer. Semantics follow the real Service Bus:

@@ -1,4 +1,4 @@
-"""Durability of the broker's queue model (issue 2: an acknowledged message is never lost).
+"""Durability of the broker's queue model: an acknowledged message is never lost.
 
 The model reports every mutation to a Journal before the model method returns; SqliteJournal
 commits it at once. SQLite in WAL mode with synchronous=NORMAL makes a committed transaction

@@ -1,4 +1,4 @@
-"""What the broker keeps about each attached AMQP link (issue 2).
+"""What the broker keeps about each attached AMQP link.
 
 The state object lives in the proton link's record (``link.servicebus_state``) so that every event
 finds it without a lookup table; a consumer's state is also the lock holder the queue model sees,

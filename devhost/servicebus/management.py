@@ -1,4 +1,4 @@
-"""The ``<entity>/$management`` request/response operations the azure-servicebus SDK uses (issue 2).
+"""The ``<entity>/$management`` request/response operations the azure-servicebus SDK uses.
 
 renew-lock, peek-message, schedule-message, cancel-scheduled-message, update-disposition and
 receive-by-sequence-number, answered with the real service's status codes and error conditions:

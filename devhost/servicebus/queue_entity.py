@@ -1,4 +1,4 @@
-"""One queue (or dead-letter sub-queue) of the broker's queue model (issue 2).
+"""One queue (or dead-letter sub-queue) of the broker's queue model.
 
 See entities.py for the semantics. Internally a queue keeps every message by sequence number, a
 min-heap of the sequence numbers available for receive (FIFO by sequence number; a message made

@@ -1,4 +1,4 @@
-"""The embedded Service Bus broker as a component: start, stop, serve in the foreground (issue 2).
+"""The embedded Service Bus broker as a component: start, stop, serve in the foreground.
 
 One background thread runs the IO loop and owns the queue model and every proton object. Other
 threads reach it only through IoLoop.call_threadsafe (stop), never by touching proton objects.

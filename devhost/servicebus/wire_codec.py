@@ -1,7 +1,7 @@
 """Service Bus messages on the wire: incoming transfers -> stored payloads -> outgoing deliveries.
 
-Implements the message-level part of issue 2: property round-trip (the bare message is stored
-byte for byte), the header's delivery-count (always written in full: the SDK reads an omitted
+Implements the message-level Service Bus semantics: property round-trip (the bare message is
+stored byte for byte), the header's delivery-count (always written in full: the SDK reads an omitted
 field as None), the broker's message annotations (sequence number, enqueued time, locked-until,
 message state, dead-letter source), dead-letter reason/description as application properties,
 message id / TTL / scheduled enqueue time extraction, and the SDK's batch envelopes.

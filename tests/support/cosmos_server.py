@@ -1,4 +1,4 @@
-"""The Cosmos DB API server the Cosmos tests run against (issue 5).
+"""The Cosmos DB API server the Cosmos tests run against.
 
 One launcher serves the tests, the benchmarks and the demo: `devhost.cosmos_server`. The
 tests start it on loopback and fail with "run make setup" when node or the npm package is

@@ -1,4 +1,4 @@
-"""The whole devhost on the example app: every trigger type, virtual time (issue 3).
+"""The whole devhost on the example app: every trigger type, virtual time.
 
 Service Bus starts an orchestration, HTTP reads and approves it through the durableClient
 binding, a timer trigger ticks, and under the VirtualClock a ten-minute durable timeout
@@ -80,7 +80,7 @@ async def waiting_for_approval(host: DevHost, job: str) -> bool:
     )
 
 
-# Issue 4: the same with the function code in a language worker process (HTTP stays here).
+# The same with the function code in a language worker process too (HTTP stays in the devhost).
 @pytest.mark.parametrize("host", [0, 1], indirect=True, ids=["in-devhost", "language-worker"])
 async def test_service_bus_http_and_durable_client_work_together(
     host: DevHost, broker: ServiceBusBroker

@@ -1,4 +1,4 @@
-"""serviceBusTrigger through the real SDK and the embedded broker (issue 3; S1, S3 settlement).
+"""serviceBusTrigger through the real SDK and the embedded broker (S1, S3 settlement).
 
 Plain bindings get an azure.functions.ServiceBusMessage; SDK-type bindings get the
 extension's ServiceBusReceivedMessage and settle it through ServiceBusMessageActions, which

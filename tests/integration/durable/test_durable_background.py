@@ -1,4 +1,4 @@
-"""Issue 3: the engine's background loop as a host drives it: real time by default, and
+"""The engine's background loop as a host drives it: real time by default, and
 virtual time that only a host-level scheduler moves (after asking whether anything is
 runnable and when the next timer is due)."""
 

@@ -1,4 +1,4 @@
-"""Issue 3: activities, custom status, task_all/task_any and failures, run through real
+"""Activities, custom status, task_all/task_any and failures, run through real
 orchestrator code."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 3, durableClient binding: the SDK's own DurableOrchestrationClient, unchanged,
+"""The durableClient binding: the SDK's own DurableOrchestrationClient, unchanged,
 against the emulated management API of a running engine."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 3: the client operations of the durableClient binding on the engine's async API."""
+"""The client operations of the durableClient binding on the engine's async API."""
 
 from __future__ import annotations
 

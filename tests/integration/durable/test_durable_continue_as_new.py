@@ -1,4 +1,4 @@
-"""Issue 3: continue_as_new starts a new generation; events raised meanwhile are kept."""
+"""continue_as_new starts a new generation; events raised meanwhile are kept."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Issue 3 crash safety with a real process kill: kill -9 `python -m devhost start`
+"""The engine's crash safety with a real process kill: kill -9 `python -m devhost start`
 mid-activity, start again on the same data, and the orchestration completes with its timer
 and its early event kept and the unfinished activity run again; with function code in the devhost
-and in a language worker process (issue 4)."""
+and in a language worker process (``--worker-processes 1``)."""
 
 from __future__ import annotations
 

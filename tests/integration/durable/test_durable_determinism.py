@@ -1,4 +1,4 @@
-"""Issue 3: changed orchestrator code fails that instance with a clear non-determinism
+"""Changed orchestrator code fails that instance with a clear non-determinism
 error; other instances go on."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 3: at-least-once activities and recovery of in-flight orchestrations by a new
+"""At-least-once activities and recovery of in-flight orchestrations by a new
 engine on the same database file (in-process; the real process kill is in
 test_durable_crash.py)."""
 

@@ -1,4 +1,4 @@
-"""Issue 3: call_activity_with_retry with DTFx semantics (first interval, backoff
+"""call_activity_with_retry with DTFx semantics (first interval, backoff
 coefficient, max interval, max attempts, retry timeout), on virtual time."""
 
 from __future__ import annotations

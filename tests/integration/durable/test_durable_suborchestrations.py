@@ -1,4 +1,4 @@
-"""Issue 3: sub-orchestrations with and without retry; failures surface in the parent."""
+"""Sub-orchestrations with and without retry; failures surface in the parent."""
 
 from __future__ import annotations
 

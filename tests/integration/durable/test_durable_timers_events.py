@@ -1,4 +1,4 @@
-"""Issue 3: durable timers (create, fire, cancel) and external events, including events
+"""Durable timers (create, fire, cancel) and external events, including events
 raised before the wait (SDK issue #507) and events for finished or unknown instances."""
 
 from __future__ import annotations

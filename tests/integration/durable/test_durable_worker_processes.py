@@ -1,4 +1,4 @@
-"""Issue 4: orchestrations and activities run in language worker processes behave exactly as
+"""Orchestrations and activities run in language worker processes behave exactly as
 in the devhost's own process, and a worker that dies costs a retry, never an event or an
 activity."""
 

@@ -1,4 +1,4 @@
-"""A real embedded broker per test, driven by the real azure-servicebus SDK (issue 2).
+"""A real embedded broker per test, driven by the real azure-servicebus SDK.
 
 Every SDK call carries a timeout (max_wait_time / timeout=) and every test a pytest-timeout:
 the SDK hangs forever when CBS fails, so a broken broker must fail tests, never hang them.

@@ -1,4 +1,4 @@
-"""Several senders and competing receivers, sync and async, on one queue (issue 2).
+"""Several senders and competing receivers, sync and async, on one queue.
 
 Every message is delivered and completed exactly once: none lost, none completed twice.
 """

@@ -1,4 +1,4 @@
-"""The broker's errors are the real service's, and one bad client never hurts the others (issue 2).
+"""The broker's errors are the real service's, and one bad client never hurts the others.
 
 Where the SDK would refuse to misbehave (oversized messages, malformed requests), a plain proton
 client plays the misbehaving peer.

@@ -1,4 +1,4 @@
-"""Peek-lock behaviour through the real SDK: expiry, renewal, lost locks, max delivery (issue 2).
+"""Peek-lock behaviour through the real SDK: expiry, renewal, lost locks, max delivery.
 
 The "short-lock" queue has LockDuration PT2S and MaxDeliveryCount 2, so expiry is real time but
 short; waits are bounded receives, never sleeps.

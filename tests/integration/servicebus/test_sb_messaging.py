@@ -1,4 +1,4 @@
-"""Send, receive and settle through the real SDK, sync and async (issue 2)."""
+"""Send, receive and settle through the real SDK, sync and async."""
 
 from __future__ import annotations
 

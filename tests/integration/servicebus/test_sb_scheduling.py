@@ -1,4 +1,4 @@
-"""Scheduled messages, TTL expiry and duplicate detection through the real SDK (issue 2)."""
+"""Scheduled messages, TTL expiry and duplicate detection through the real SDK."""
 
 from __future__ import annotations
 

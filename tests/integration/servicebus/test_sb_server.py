@@ -1,4 +1,4 @@
-"""The broker as a component and as a command: lifecycle, durability, CLI (issue 2)."""
+"""The broker as a component and as a command: lifecycle, durability, CLI."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The wire codec against real AMQP encodings (proton's), without a broker (issue 2)."""
+"""The wire codec against real AMQP encodings (proton's), without a broker."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Store contract: every StateStore/OrderStore backend passes this suite (S2, D1, D3, D4, U1, U2).
 
-Parametrised over the `store_factory` fixture (conftest.py): SQLite now, Cosmos in issue 5.
+Parametrised over the `store_factory` fixture (conftest.py): SQLite, and Cosmos against a local
+Cosmos DB API server.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Broker config from the official emulator's Config.json (issue 2): parsing, defaults, errors."""
+"""Broker config from the official emulator's Config.json: parsing, defaults, errors."""
 
 from __future__ import annotations
 

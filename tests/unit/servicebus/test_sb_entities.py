@@ -1,4 +1,4 @@
-"""The broker's queue model (issue 2), driven by a virtual clock: no sleeping, no wire."""
+"""The broker's queue model, driven by a virtual clock: no sleeping, no wire."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Durability of the queue model through SqliteJournal (issue 2).
+"""Durability of the queue model through SqliteJournal.
 
 A crash is simulated by dropping a Namespace without close() and recovering a new one from the
 same file; one test kills a real process with SIGKILL in the middle of its work.

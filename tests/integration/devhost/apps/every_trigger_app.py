@@ -1,4 +1,4 @@
-"""An example app with every trigger type the devhost runs (issue 3).
+"""An example app with every trigger type the devhost runs.
 
 A Service Bus message starts a job orchestration; the orchestration calls an activity, then
 races an approval event against a ten-minute durable timer. HTTP endpoints read a job's

@@ -1,5 +1,5 @@
 """Ordinary v2-model Durable Functions code exercising every Durable Task semantic the
-devhost engine must honour (issue 3).  Test knobs live in module-level state keyed by the
+devhost engine must honour.  Test knobs live in module-level state keyed by the
 orchestration input, so tests running in one process do not disturb each other.
 """
 
