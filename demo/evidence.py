@@ -1,19 +1,16 @@
 """The demo's evidence: what the state store and the services' ledgers show (C1, C2, C9, U4).
 
 Everything here is read from the final state records and from what each simulated service
-performed (its ledger of side effects and its tombstones, with their times), never from
-the app's own counters: the report proves the invariants with the evidence a user or an
-auditor would have.
+performed (its ledger of side effects, with their times), never from the app's own
+counters: the report proves the invariants with the evidence a user or an auditor would
+have.
 
 - Net effects (C1): for an order that ended ``Compensated``, every side effect a service
   performed for it was undone: actions minus compensations is zero at every service.
 - Steps after compensation (C1, E7): once an order began compensating, no service performs
-  another action for it. When it began is bounded from above by the earliest of: the
-  UpdatedAt of the first version of its record seen ``Compensating`` (`demo.watch`), the
-  first undo any service recorded for it (a compensation, or a tombstone: a key undone
-  with nothing to undo), and the UpdatedAt of its final record when that is a compensation
-  state. The first undo is of the newest step, the one in doubt, so an action performed
-  after it has no excuse. An upper bound may miss a violation, never invent one.
+  another action for it. It began at its record's CompensationStartedAt, set by the write
+  that moved it to Compensating (a step failing for good, or the supervisor giving up) and
+  kept after the compensation ends: an action performed at or after it is a violation.
 - Step latency: a step's time runs from the completion of the step before it (for the
   first step, from the order's acceptance) to its own completion, both from the record's
   compensation log; retries and supervisor retries within it are part of it.
@@ -31,7 +28,7 @@ from datetime import datetime
 
 from demo.report import percentile
 from domain.records import ProcessState, StateRecord
-from simulators.services import SERVICES, Role, SideEffect, Tombstone
+from simulators.services import SERVICES, Role, SideEffect
 
 COMPENSATION_STATES = frozenset(
     {ProcessState.COMPENSATING, ProcessState.COMPENSATED, ProcessState.COMPENSATION_FAILED}
@@ -40,11 +37,10 @@ COMPENSATION_STATES = frozenset(
 
 @dataclass(frozen=True)
 class ServiceLedger:
-    """What one simulated service performed: its side effects and its tombstones."""
+    """What one simulated service performed: its side effects, with their times."""
 
     service: str
     entries: Sequence[SideEffect]
-    tombstones: Sequence[Tombstone] = ()
 
 
 @dataclass
@@ -62,16 +58,15 @@ def gather(
     records: Mapping[str, StateRecord | None],
     ledgers: Iterable[ServiceLedger],
     *,
-    seen_compensating: Mapping[str, datetime],
     max_failures: int,
     steps: Sequence[str],
 ) -> Evidence:
-    """The evidence about `records` (by order id) in `ledgers`; `seen_compensating` is when a
-    watch first saw each order Compensating, `steps` the step names in workflow order."""
+    """The evidence about `records` (by order id) in `ledgers`; `steps` are the step names
+    in workflow order."""
     found = {order_id: record for order_id, record in records.items() if record is not None}
     ledgers = list(ledgers)
     entries = _by_order(ledgers)
-    began = _compensation_began(found, entries, _tombstones_by_order(ledgers), seen_compensating)
+    began = _compensation_began(found)
     return Evidence(
         compensations=_compensations(found.values()),
         supervisor=_supervisor(found.values(), max_failures),
@@ -95,38 +90,13 @@ def _by_order(ledgers: Iterable[ServiceLedger]) -> dict[str, list[tuple[str, Sid
     return by_order
 
 
-def _tombstones_by_order(ledgers: Iterable[ServiceLedger]) -> dict[str, list[Tombstone]]:
-    by_order: dict[str, list[Tombstone]] = defaultdict(list)
-    for ledger in ledgers:
-        for tombstone in ledger.tombstones:
-            by_order[tombstone.order_id].append(tombstone)
-    return by_order
-
-
-def _compensation_began(
-    records: Mapping[str, StateRecord],
-    entries: Mapping[str, list[tuple[str, SideEffect]]],
-    tombstones: Mapping[str, list[Tombstone]],
-    seen_compensating: Mapping[str, datetime],
-) -> dict[str, datetime]:
-    """For each order with any sign of compensation, the earliest time it shows."""
-    began: dict[str, datetime] = dict(seen_compensating)
-    signs = [
-        (order_id, record.updated_at)
+def _compensation_began(records: Mapping[str, StateRecord]) -> dict[str, datetime]:
+    """For each order that began compensating, its record's CompensationStartedAt."""
+    return {
+        order_id: record.compensation_started_at
         for order_id, record in records.items()
-        if record.process_state in COMPENSATION_STATES
-    ]
-    signs += [
-        (order_id, _at(entry.at))
-        for order_id, performed in entries.items()
-        for _, entry in performed
-        if entry.role is Role.COMPENSATION
-    ]
-    signs += [(t.order_id, _at(t.at)) for undone in tombstones.values() for t in undone]
-    for order_id, at in signs:
-        if order_id not in began or at < began[order_id]:
-            began[order_id] = at
-    return began
+        if record.compensation_started_at is not None
+    }
 
 
 def _actions_after(
@@ -134,10 +104,10 @@ def _actions_after(
 ) -> list[str]:
     return [
         f"{order_id}: {service} performed {entry.kind.value} {entry.resource_id} (attempt "
-        f"{entry.attempt}) at {entry.at}, after compensation began by {start.isoformat()}"
+        f"{entry.attempt}) at {entry.at}, after compensation began at {start.isoformat()}"
         for order_id, start in sorted(began.items())
         for service, entry in entries.get(order_id, ())
-        if entry.role is Role.ACTION and _at(entry.at) > start
+        if entry.role is Role.ACTION and _at(entry.at) >= start
     ]
 
 

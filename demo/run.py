@@ -5,10 +5,10 @@ fulfilment service of version-1 orders) with the chosen fault mix (`demo.showcas
 plus, except under ``none``, scripted paths for a few orders) and the devhost running the
 app; the demo client, a process of its own as a client app would be
 (``demo.client_process``), submits the orders and listens on its reply queue while a
-progress bar shows how many have finished, and a watch notes when orders begin compensating
-(``demo.watch``). When every order has reached a final status, or the settle time has
-passed, the report is built from the stores, the dead-letter and alert queues, the
-services' ledgers and what the client received (``demo.evidence``, ``demo.report``).
+progress bar shows how many have finished. When every order has reached a final status, or
+the settle time has passed, the report is built from the stores, the dead-letter and alert
+queues, the services' ledgers and what the client received (``demo.evidence``,
+``demo.report``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 from azure.servicebus import ServiceBusReceivedMessage, ServiceBusSubQueue
@@ -34,7 +33,6 @@ from demo.evidence import ServiceLedger, gather
 from demo.pipeline import DEMO_REPLY_QUEUE, Pipeline, local_pipeline
 from demo.report import FINAL_STATES, DemoReport, percentile
 from demo.showcase import STEP_SERVICES, FaultMix, fault_mix
-from demo.watch import CompensationWatch
 from domain.ports import StoreMetrics
 from domain.records import StateRecord
 from simulators.services import FaultKind
@@ -86,14 +84,8 @@ async def run_demo(options: DemoOptions) -> DemoReport:
 async def _run(
     pipeline: Pipeline, workload: Workload, mix: FaultMix, options: DemoOptions
 ) -> DemoReport:
-    settings = bootstrap.services().settings
-    watch = CompensationWatch(settings, workload.order_ids)
-    watch.start()
-    try:
-        outcome, duration = await _submit_and_settle(pipeline, workload, options)
-    finally:
-        seen_compensating = await asyncio.to_thread(watch.stop)
-    return await _report(pipeline, workload, outcome, duration, mix, seen_compensating, options)
+    outcome, duration = await _submit_and_settle(pipeline, workload, options)
+    return await _report(pipeline, workload, outcome, duration, mix, options)
 
 
 async def _submit_and_settle(
@@ -152,7 +144,6 @@ async def _report(
     client: ClientOutcome,
     duration: float,
     mix: FaultMix,
-    seen_compensating: Mapping[str, datetime],
     options: DemoOptions,
 ) -> DemoReport:
     app = bootstrap.services()
@@ -175,11 +166,7 @@ async def _report(
     stats = {service: services.stats(service) for service in SERVICES}
     evidence = gather(
         records,
-        [
-            ServiceLedger(service, services.ledger_entries(service), services.tombstones(service))
-            for service in STEP_SERVICES
-        ],
-        seen_compensating=seen_compensating,
+        [ServiceLedger(service, services.ledger_entries(service)) for service in STEP_SERVICES],
         max_failures=app.settings.max_failures,
         steps=app.settings.order_steps,
     )

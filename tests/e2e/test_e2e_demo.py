@@ -65,6 +65,8 @@ async def test_the_default_mix_shows_every_path_and_keeps_every_invariant(tmp_pa
     assert report.net_effects["stock"]["released"] >= 2  # both scripted Compensated orders
     assert report.net_effect_orders == []
     assert report.steps_after_compensation == []
+    # That check covers every order that compensated: each record carries its start.
+    assert len(report.compensation_began) == report.compensations["started"]
     assert sum(report.double_side_effects.values()) == 0
     # The supervisor retried twice for the lost shipment and once for the hung reservation,
     # gave the shipment up, and resumed the stalled refund; agents retried the 503s.

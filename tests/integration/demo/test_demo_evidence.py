@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from demo.evidence import Evidence, ServiceLedger, gather
+from demo.evidence import COMPENSATION_STATES, Evidence, ServiceLedger, gather
 from demo.report import DemoReport
 from domain.records import CompletedStep, ProcessState, StateRecord
 from domain.transitions import new_record
@@ -46,24 +46,27 @@ def ledgers(clock: Clock) -> dict[str, Ledger]:
 
 
 def record(
-    order_id: str, state: ProcessState, *, updated: float = 60.0, **fields: Any
+    order_id: str, state: ProcessState, *, began: float | None = None, **fields: Any
 ) -> StateRecord:
+    """A record in `state`; one in a compensation state began compensating `began` seconds
+    after T0 (its CompensationStartedAt), as the write that moved it there set it."""
+    assert (state in COMPENSATION_STATES) == (began is not None), "began iff compensating"
     fresh = new_record(order_id, "replies", T0, STEPS)
     return dataclasses.replace(
-        fresh, process_state=state, updated_at=T0 + dt.timedelta(seconds=updated), **fields
+        fresh,
+        process_state=state,
+        updated_at=T0 + dt.timedelta(seconds=60),
+        compensation_started_at=None if began is None else T0 + dt.timedelta(seconds=began),
+        **fields,
     )
 
 
 def evidence(
-    records: dict[str, StateRecord],
-    books: dict[str, Ledger],
-    seen: dict[str, dt.datetime] | None = None,
-    max_failures: int = 3,
+    records: dict[str, StateRecord], books: dict[str, Ledger], max_failures: int = 3
 ) -> Evidence:
     return gather(
         records,
-        [ServiceLedger(name, book.entries(), book.tombstones()) for name, book in books.items()],
-        seen_compensating=seen or {},
+        [ServiceLedger(name, book.entries()) for name, book in books.items()],
         max_failures=max_failures,
         steps=STEPS,
     )
@@ -79,18 +82,19 @@ def test_a_compensated_order_with_everything_undone_keeps_every_invariant(clock:
     assert reservation.resource is not None
     books["stock"].compensate(reservation.resource.resource_id, 1)
 
-    found = evidence({"o-1": record("o-1", ProcessState.COMPENSATED)}, books)
+    found = evidence({"o-1": record("o-1", ProcessState.COMPENSATED, began=1.5)}, books)
 
     assert found.steps_after_compensation == []
     assert found.net_effect_orders == []
     assert found.net_effects["stock"] == {"reserved": 1, "released": 1, "net": 0}
     assert found.net_effects["payment"] == {"charged": 0, "refunded": 0, "net": 0}
     assert found.compensations == {"started": 1, "completed": 1, "failed": 0}
-    # The tombstone at payment is the first undo: compensation had begun by then.
-    assert found.compensation_began == {"o-1": (T0 + dt.timedelta(seconds=2)).isoformat()}
+    assert found.compensation_began == {"o-1": (T0 + dt.timedelta(seconds=1.5)).isoformat()}
 
 
-def test_an_action_after_the_first_undo_is_a_step_after_compensation_c1_e7(clock: Clock) -> None:
+def test_an_action_after_compensation_began_is_a_step_after_compensation_c1_e7(
+    clock: Clock,
+) -> None:
     books = ledgers(clock)
     clock.at(1)
     books["stock"].perform("o-1", 1, ITEMS, "o-1/reserve-stock")
@@ -99,37 +103,45 @@ def test_an_action_after_the_first_undo_is_a_step_after_compensation_c1_e7(clock
     clock.at(3)
     books["shipping"].perform("o-1", 2, ITEMS, "o-1/ship-order")
 
-    found = evidence({"o-1": record("o-1", ProcessState.COMPENSATION_FAILED)}, books)
+    found = evidence({"o-1": record("o-1", ProcessState.COMPENSATION_FAILED, began=1.5)}, books)
 
     assert len(found.steps_after_compensation) == 1
     assert "o-1: shipping performed shipment" in found.steps_after_compensation[0]
 
 
-def test_the_watch_bounds_the_start_before_any_undo_c1(clock: Clock) -> None:
+def test_an_action_at_the_moment_compensation_began_is_a_step_after_it_c1_e7(
+    clock: Clock,
+) -> None:
     books = ledgers(clock)
     clock.at(1)
     books["stock"].perform("o-1", 1, ITEMS, "o-1/reserve-stock")
-    clock.at(3)
+    clock.at(2)
     books["payment"].perform("o-1", 1, MONEY, "o-1/charge-payment")
-    seen = {"o-1": T0 + dt.timedelta(seconds=2)}
 
-    found = evidence({"o-1": record("o-1", ProcessState.COMPENSATION_FAILED)}, books, seen)
+    found = evidence({"o-1": record("o-1", ProcessState.COMPENSATING, began=2.0)}, books)
 
     assert len(found.steps_after_compensation) == 1
     assert "payment performed payment" in found.steps_after_compensation[0]
 
 
-def test_the_final_record_bounds_the_start_when_nothing_else_does(clock: Clock) -> None:
+def test_actions_before_compensation_began_or_without_one_are_not_steps_after_it(
+    clock: Clock,
+) -> None:
     books = ledgers(clock)
     clock.at(1)
-    books["shipping"].perform("o-1", 1, ITEMS, "o-1/ship-order")
+    books["stock"].perform("o-1", 1, ITEMS, "o-1/reserve-stock")
+    books["stock"].perform("o-done", 1, ITEMS, "o-done/reserve-stock")
     clock.at(30)
-    books["stock"].perform("o-1", 5, ITEMS, "o-1/reserve-stock")
+    books["payment"].perform("o-done", 2, MONEY, "o-done/charge-payment")
+    records = {
+        "o-1": record("o-1", ProcessState.COMPENSATION_FAILED, began=2.0),
+        "o-done": record("o-done", ProcessState.PROCESSED),
+    }
 
-    found = evidence({"o-1": record("o-1", ProcessState.COMPENSATION_FAILED, updated=20.0)}, books)
+    found = evidence(records, books)
 
-    assert len(found.steps_after_compensation) == 1
-    assert "stock performed reservation" in found.steps_after_compensation[0]
+    assert found.steps_after_compensation == []
+    assert found.compensation_began == {"o-1": (T0 + dt.timedelta(seconds=2)).isoformat()}
 
 
 def test_a_compensated_order_that_left_a_side_effect_breaks_net_zero_c1(clock: Clock) -> None:
@@ -139,9 +151,9 @@ def test_a_compensated_order_that_left_a_side_effect_breaks_net_zero_c1(clock: C
     books["stock"].perform("o-operator", 1, ITEMS, "o-operator/reserve-stock")
     books["stock"].perform("o-done", 1, ITEMS, "o-done/reserve-stock")
     records = {
-        "o-left": record("o-left", ProcessState.COMPENSATED),
+        "o-left": record("o-left", ProcessState.COMPENSATED, began=2.0),
         # Left for an operator, as CompensationFailed says: not a broken invariant.
-        "o-operator": record("o-operator", ProcessState.COMPENSATION_FAILED),
+        "o-operator": record("o-operator", ProcessState.COMPENSATION_FAILED, began=2.0),
         "o-done": record("o-done", ProcessState.PROCESSED),
     }
 
@@ -156,8 +168,10 @@ def test_supervisor_work_is_read_from_the_records_u4_c2(clock: Clock) -> None:
     records = {
         "retried": record("retried", ProcessState.PROCESSED, failure_count=1),
         "given-up": record("given-up", ProcessState.ERROR, failure_count=3),
-        "resumed": record("resumed", ProcessState.COMPENSATED, compensation_failures=1),
-        "stalled": record("stalled", ProcessState.COMPENSATION_FAILED, compensation_failures=3),
+        "resumed": record("resumed", ProcessState.COMPENSATED, began=2.0, compensation_failures=1),
+        "stalled": record(
+            "stalled", ProcessState.COMPENSATION_FAILED, began=2.0, compensation_failures=3
+        ),
     }
 
     found = evidence(records, ledgers(clock), max_failures=3)
@@ -175,7 +189,7 @@ def test_step_latency_runs_from_the_step_before_it(clock: Clock) -> None:
         CompletedStep("reserve-stock", "res-1", T0 + dt.timedelta(seconds=1)),
         CompletedStep("charge-payment", "pay-1", T0 + dt.timedelta(seconds=3)),
     )
-    records = {"o-1": record("o-1", ProcessState.COMPENSATED, compensation_log=log)}
+    records = {"o-1": record("o-1", ProcessState.COMPENSATED, began=4.0, compensation_log=log)}
 
     found = evidence(records, ledgers(clock))
 
