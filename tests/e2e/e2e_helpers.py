@@ -27,7 +27,7 @@ from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver, ServiceBu
 
 import bootstrap
 from demo.pipeline import DEMO_REPLY_QUEUE, Pipeline, local_pipeline
-from devhost.durable.history import EventType, parse_timestamp
+from devhost.durable.history import EventType
 from devhost.durable.status import OrchestrationStatus
 from domain.contracts import Order
 from domain.records import StateRecord
@@ -386,37 +386,17 @@ async def running_step_pipeline(
 
 
 async def compensation_began_at(e2e: E2E, order_id: str) -> datetime:
-    """When the order began compensating (C1, C2), from the histories of its orchestration
-    instances: the time of the first write that moved it to Compensating. That is a failed
-    step's `fail_step` write that returned steps to undo (its time is the UpdatedAt it wrote)
-    or, when the supervisor gave up on an attempt, the creation of the compensation instance
-    it started right after its write - the earliest of them. Before it no undo can start;
-    after it no action may (`side_effects_against_compensation`)."""
+    """When the order began compensating (C1, C2): its state record's CompensationStartedAt,
+    set by the write that moved it to Compensating (a step failing for good, or the
+    supervisor giving up) and kept after the compensation ends. Before it no undo may start;
+    at or after it no action may (`side_effects_against_compensation`)."""
     record = await e2e.record(order_id)
     assert record is not None, f"no state record of {order_id!r}"
-    moments: list[datetime] = []
-    for attempt in range(1, record.attempt + 1):
-        status = await e2e.instance(f"{order_id}:{attempt}")
-        if status is None:
-            continue
-        if isinstance(status.input, dict) and status.input.get("undo") is not None:
-            moments.append(status.created_time)
-        events = status.history or []
-        compensating = {
-            event["TaskScheduledId"]
-            for event in events
-            if event["EventType"] == EventType.TASK_COMPLETED
-            and json.loads(event.get("Result") or "{}").get("undo")
-        }
-        moments.extend(
-            parse_timestamp(json.loads(event["Input"])["at"])
-            for event in events
-            if event["EventType"] == EventType.TASK_SCHEDULED
-            and event["Name"] == "fail_step"
-            and event["EventId"] in compensating
-        )
-    assert moments, f"no instance of {order_id!r} began compensating it"
-    return min(moments)
+    assert record.compensation_started_at is not None, (
+        f"the state record of {order_id!r} ({record.process_state.value}) has no "
+        "CompensationStartedAt: it never began compensating"
+    )
+    return record.compensation_started_at
 
 
 def side_effects_against_compensation(
