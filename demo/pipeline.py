@@ -5,10 +5,12 @@ The broker gets the app's entities from ``servicebus.config.json``; the devhost 
 simulated fulfilment service and a SQLite directory of the run's own. Tests and the demo use
 this one harness, so what the demo shows is what the tests check.
 
-The store settings (STATE_STORE, CosmosConnection, CosmosConnection__accountEndpoint and
-COSMOS_*) set in the process environment win over the local defaults, so one environment
-points a run at the official Cosmos DB emulator, an account or a running Cosmos API server;
-the ``settings`` argument wins over both. On Cosmos with an account key, a run gets a fresh
+The settings a run takes from the process environment (``pipeline_settings_from``) win over
+the local defaults: the store's (STATE_STORE, CosmosConnection,
+CosmosConnection__accountEndpoint and COSMOS_*), so one environment points a run at the
+official Cosmos DB emulator, an account or a running Cosmos API server, and the workflow's
+(ORDER_STEPS, the steps a new order runs, and AGENT_TRANSPORT, how its agents are reached).
+The ``settings`` argument wins over both. On Cosmos with an account key, a run gets a fresh
 database unless COSMOS_DATABASE is set, so it never sees an earlier run's orders, and drops
 it when it stops (with an identity the app cannot create databases: it uses COSMOS_DATABASE).
 """
@@ -75,12 +77,16 @@ def sample_settings() -> dict[str, str]:
     return {name: str(value) for name, value in document["Values"].items()}
 
 
-def store_settings_from(environ: Mapping[str, str]) -> dict[str, str]:
-    """The state store and Cosmos DB settings set in `environ`."""
+# The settings a local run takes from the environment by name, besides the Cosmos DB ones.
+ENVIRONMENT_SETTINGS = frozenset({"STATE_STORE", "ORDER_STEPS", "AGENT_TRANSPORT"})
+
+
+def pipeline_settings_from(environ: Mapping[str, str]) -> dict[str, str]:
+    """The settings of `environ` a local run takes: state store, Cosmos DB, steps, transport."""
     return {
         name: value
         for name, value in environ.items()
-        if name == "STATE_STORE" or name.startswith(("COSMOS_", CONNECTION_SETTING))
+        if name in ENVIRONMENT_SETTINGS or name.startswith(("COSMOS_", CONNECTION_SETTING))
     }
 
 
@@ -153,7 +159,7 @@ async def local_pipeline(
     runs the broker as a child process (Service Bus is a service apart) instead of a thread.
     """
     await asyncio.to_thread(work_dir.mkdir, parents=True, exist_ok=True)
-    chosen = {**store_settings_from(os.environ), **(settings or {})}
+    chosen = {**pipeline_settings_from(os.environ), **(settings or {})}
     scratch_database = None if "COSMOS_DATABASE" in chosen else _scratch_database(chosen)
     broker: ServiceBusBroker | BrokerProcess = (
         BrokerProcess(BROKER_CONFIG)

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from azure.cosmos import CosmosClient
 
-from demo.pipeline import store_settings_from
+from demo.pipeline import pipeline_settings_from
 from tests.support.cosmos_server import CosmosServer
 
 pytestmark = pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
@@ -37,11 +37,11 @@ def run_demo(
     faults: str = "none",
     environ: dict[str, str] | None = None,
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    """`python -m devhost demo` as a user runs it, with no store settings but `environ`'s."""
+    """`python -m devhost demo` as a user runs it, with no pipeline settings but `environ`'s."""
     outside = {
         name: value
         for name, value in os.environ.items()
-        if name not in store_settings_from(os.environ)
+        if name not in pipeline_settings_from(os.environ)
     }
     completed = subprocess.run(
         [
