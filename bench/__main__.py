@@ -1,4 +1,4 @@
-"""`python -m bench`: the throughput benchmarks behind `make bench` (issues 2 and 4).
+"""`python -m bench`: the throughput benchmarks behind `make bench`, the broker and the pipeline.
 
     python -m bench                      both, with their defaults
     python -m bench servicebus [ARGS]    bench.servicebus_throughput alone, ARGS passed on

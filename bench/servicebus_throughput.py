@@ -1,4 +1,4 @@
-"""Benchmark: send + receive + complete throughput of the embedded Service Bus broker (issue 2).
+"""Benchmark: send + receive + complete throughput of the embedded Service Bus broker.
 
 Each run starts the broker as its own process through the CLI (`python -m devhost
 servicebus`, ephemeral port, a temporary Config.json with one queue), then the real
