@@ -7,7 +7,6 @@ Each agent's calls go over HTTP to the running services, whose ledgers prove wha
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
@@ -26,21 +25,6 @@ T0 = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 POLICY = Settings(retry_budget=12, max_failures=3, agent_delivery_attempts=1).agent_policy
 ORDER = Order("o-1", "c-1", (OrderItem("sku-1", 2), OrderItem("sku-2", 1)), "EUR")
 AGENT_OF = {"reserve-stock": "stock", "charge-payment": "payment", "ship-order": "shipping"}
-TIMEOUT = aiohttp.ClientTimeout(total=10)
-
-
-@pytest.fixture
-async def services() -> AsyncIterator[SimulatedServices]:
-    running = SimulatedServices()
-    await running.start()
-    yield running
-    await running.stop()
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(timeout=TIMEOUT) as client_session:
-        yield client_session
 
 
 def request(step: str, attempt: int = 1, **changes: object) -> AgentRequest:
