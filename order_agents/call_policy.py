@@ -19,9 +19,15 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 
-from domain.agent_messages import AgentOutcome, AgentRequest, AgentResponse
+from domain.agent_messages import AgentOperation, AgentOutcome, AgentRequest, AgentResponse
 from domain.policies import AgentPolicy, CircuitBreaker, next_retry_delay
-from order_agents.service_client import Done, PermanentFailure, RemoteResult, Superseded
+from order_agents.service_client import (
+    Done,
+    PermanentFailure,
+    RemoteResult,
+    ServiceClient,
+    Superseded,
+)
 
 log = logging.getLogger("order_agents.call_policy")
 
@@ -101,3 +107,26 @@ def respond(
         detail=detail,
         reference=reference,
     )
+
+
+def request_call(client: ServiceClient, request: AgentRequest) -> Call:
+    """One try of the request at its service: the action, or for an ``undo`` its
+    compensation (C1)."""
+
+    async def call(timeout_seconds: float) -> RemoteResult:
+        if request.operation is AgentOperation.UNDO:
+            return await client.undo(
+                request.order,
+                reference=request.reference,
+                attempt=request.attempt,
+                idempotency_key=request.idempotency_key,
+                timeout_seconds=timeout_seconds,
+            )
+        return await client.perform(
+            request.order,
+            attempt=request.attempt,
+            idempotency_key=request.idempotency_key,
+            timeout_seconds=timeout_seconds,
+        )
+
+    return call

@@ -19,12 +19,12 @@ from azurefunctions.extensions.bindings.servicebus import (
 )
 
 import bootstrap
-from domain.agent_messages import AgentOperation, AgentRequest, AgentResponse
+from domain.agent_messages import AgentRequest, AgentResponse
 from domain.workflow import declaration
-from order_agents.call_policy import Call, run_agent
+from order_agents.call_policy import request_call, run_agent
 from order_agents.remote_services import STEP_SERVICES
 from order_agents.request_handling import serve_request
-from order_agents.service_client import RemoteResult, ServiceClient
+from order_agents.service_client import ServiceClient
 
 bp = df.Blueprint()
 
@@ -37,33 +37,11 @@ async def run_step_agent(request: AgentRequest) -> AgentResponse:
     client = ServiceClient(api, app.settings.service_url(agent), bootstrap.http_session())
     return await run_agent(
         request,
-        step_call(client, request),
+        request_call(client, request),
         app.breaker(api.name),
         app.settings.agent_policy,
         now=bootstrap.now,
     )
-
-
-def step_call(client: ServiceClient, request: AgentRequest) -> Call:
-    """One try of the request at its service: the step's action, or its undo (C1)."""
-
-    async def call(timeout_seconds: float) -> RemoteResult:
-        if request.operation is AgentOperation.UNDO:
-            return await client.undo(
-                request.order,
-                reference=request.reference,
-                attempt=request.attempt,
-                idempotency_key=request.idempotency_key,
-                timeout_seconds=timeout_seconds,
-            )
-        return await client.perform(
-            request.order,
-            attempt=request.attempt,
-            idempotency_key=request.idempotency_key,
-            timeout_seconds=timeout_seconds,
-        )
-
-    return call
 
 
 @bp.service_bus_queue_trigger(

@@ -18,10 +18,10 @@ from azurefunctions.extensions.bindings.servicebus import (
 
 import bootstrap
 from domain.agent_messages import AgentRequest, AgentResponse
-from order_agents.call_policy import run_agent
+from order_agents.call_policy import request_call, run_agent
 from order_agents.remote_services import FULFILMENT
 from order_agents.request_handling import serve_request
-from order_agents.service_client import RemoteResult, ServiceClient
+from order_agents.service_client import ServiceClient
 
 bp = df.Blueprint()
 
@@ -29,17 +29,12 @@ bp = df.Blueprint()
 async def fulfil(request: AgentRequest) -> AgentResponse:
     app = bootstrap.services()
     client = ServiceClient(FULFILMENT, app.settings.fulfilment_base_url, bootstrap.http_session())
-
-    async def call(timeout_seconds: float) -> RemoteResult:
-        return await client.perform(
-            request.order,
-            attempt=request.attempt,
-            idempotency_key=request.idempotency_key,
-            timeout_seconds=timeout_seconds,
-        )
-
     return await run_agent(
-        request, call, app.breaker(FULFILMENT.name), app.settings.agent_policy, now=bootstrap.now
+        request,
+        request_call(client, request),
+        app.breaker(FULFILMENT.name),
+        app.settings.agent_policy,
+        now=bootstrap.now,
     )
 
 

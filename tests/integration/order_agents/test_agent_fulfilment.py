@@ -14,9 +14,9 @@ from config import Settings
 from domain.agent_messages import AgentOutcome, AgentRequest
 from domain.contracts import Order, OrderItem
 from domain.policies import CircuitBreaker
-from order_agents.call_policy import run_agent
+from order_agents.call_policy import request_call, run_agent
 from order_agents.remote_services import FULFILMENT
-from order_agents.service_client import RemoteResult, ServiceClient
+from order_agents.service_client import ServiceClient
 from simulators.fulfilment import FaultKind, FaultPlan, FaultRule, FulfilmentService
 
 T0 = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
@@ -73,17 +73,9 @@ def breaker(time: FakeTime, threshold: int = 5) -> CircuitBreaker:
 async def run(
     client: ServiceClient, time: FakeTime, req: AgentRequest, guard: CircuitBreaker | None = None
 ) -> object:
-    async def call(timeout_seconds: float) -> RemoteResult:
-        return await client.perform(
-            req.order,
-            attempt=req.attempt,
-            idempotency_key=req.idempotency_key,
-            timeout_seconds=timeout_seconds,
-        )
-
     return await run_agent(
         req,
-        call,
+        request_call(client, req),
         guard or breaker(time),
         POLICY,
         now=time,

@@ -15,10 +15,9 @@ from config import Settings
 from domain.agent_messages import AgentOperation, AgentOutcome, AgentRequest, AgentResponse
 from domain.contracts import Order, OrderItem
 from domain.policies import CircuitBreaker
-from order_agents.call_policy import run_agent
+from order_agents.call_policy import request_call, run_agent
 from order_agents.remote_services import STEP_SERVICES
 from order_agents.service_client import ServiceClient
-from order_agents.step_agents import step_call
 from simulators.services import FaultKind, FaultPlan, FaultRule, SimulatedServices
 
 T0 = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
@@ -45,7 +44,7 @@ async def ask(
     client = ServiceClient(STEP_SERVICES[agent], services.url(agent), session)
     breaker = CircuitBreaker(failure_threshold=5, reset_seconds=30, clock=lambda: 0.0)
     return await run_agent(
-        req, step_call(client, req), breaker, POLICY, now=lambda: T0, jitter=lambda: 0.0
+        req, request_call(client, req), breaker, POLICY, now=lambda: T0, jitter=lambda: 0.0
     )
 
 
