@@ -10,7 +10,7 @@ to read, not declared here.
 The domain never sees this module: `Settings` hands the service layer domain values
 (`timeouts`, `starter_scan`, `supervisor_policy`, `agent_policy`, `budget`, `reply_queues`),
 and bootstrap.py hands the adapters their options. The values set the rules D3, E1, E2,
-E7, E9, R1, U2, U4, U5, U7, C2 and C4; C4's budget is checked here against MAX_FAILURES and
+E7, E9, R1, U2, U4, U5, U7, C2, C4 and C5; C4's budget is checked here against MAX_FAILURES and
 AGENT_DELIVERY_ATTEMPTS when the settings are read.
 """
 
@@ -355,6 +355,12 @@ class Settings:
     )
     starter_max_pages: int = _setting(
         "STARTER_MAX_PAGES", 20, _positive_int, "pages one starter run may read (D1)"
+    )
+    max_running_orders: int = _setting(
+        "MAX_RUNNING_ORDERS",
+        500,
+        _positive_int,
+        "orders Processing or Compensating at once; the starter claims no more (C5)",
     )
     supervisor_window_seconds: float = _setting(
         "SUPERVISOR_WINDOW_SECONDS",

@@ -5,7 +5,8 @@ Each claim is a conditional update made BEFORE its orchestration instance is sch
 the order was accepted with (C7) and, in the step workflow, starts at the first step the
 record does not show completed (C10). A crash between the claim and
 ``start_new`` leaves a Processing record with a provisional CompleteBy, which the
-supervisor recovers. The cadence is STARTER_SCHEDULE (U7).
+supervisor recovers. A run claims no more than leave MAX_RUNNING_ORDERS running (C5). The
+cadence is STARTER_SCHEDULE (U7).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ async def start_pending_orders(
         bootstrap.now(),
         bounds=app.settings.starter_scan,
         timeouts=app.settings.timeouts,
+        max_running=app.settings.max_running_orders,
     )
     # Each claim is already won, so the starts may go out together (bounded): one after
     # another, a large page of claims would take longer than the starter's cadence.
@@ -59,7 +61,9 @@ async def start_pending_orders(
 
     started = sum(await asyncio.gather(*(start(claim) for claim in run.claims)))
     log.info(
-        "starter run claims=%d started=%d pages=%d items_read=%d lost_races=%d stopped=%s",
+        "starter run running=%d claims=%d started=%d pages=%d items_read=%d lost_races=%d "
+        "stopped=%s",
+        run.running,
         len(run.claims),
         started,
         run.pages,

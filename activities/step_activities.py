@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
@@ -165,15 +164,13 @@ async def _with_request(
     )
     if write.agent_transport != AGENT_TRANSPORT_ACTIVITY:
         await send_agent_request(request, app.settings.agent_queue(declaration(step.name).agent))
-    return StepWritten(
-        applied=True, request=request.to_document(), order=order.to_document()
-    ).to_dict()
+    return StepWritten(applied=True, request=request.to_document()).to_dict()
 
 
 async def _reported(outcome: StepWriteOutcome) -> dict[str, Any]:
     if outcome.applied:
         await _send(outcome.statuses, outcome.alert)
-    undo = [asdict(StepRef(u.index, u.name, u.reference)) for u in outcome.undo]
+    undo = [StepRef(u.index, u.name, u.reference).to_dict() for u in outcome.undo]
     return StepWritten(applied=outcome.applied, undo=undo).to_dict()
 
 

@@ -106,6 +106,12 @@ _CLAIMABLE_QUERY = (
     "AND (IS_NULL(c.CompleteBy) OR c.CompleteBy <= @now)"
 )
 
+# One aggregate over the state container's index: its cost grows with the running records,
+# which the cap it serves keeps bounded (C5).
+_RUNNING_COUNT_QUERY = (
+    "SELECT VALUE COUNT(1) FROM c WHERE c.ProcessState IN (@processing, @compensating)"
+)
+
 
 def _encode_token(query: str, position: Mapping[str, Any]) -> str:
     raw = json.dumps({"q": query, **position}, separators=(",", ":")).encode()
@@ -482,6 +488,27 @@ class CosmosStateStore(StateStore):
         )
         next_page = None if not buckets else _encode_token("expired", {"b": buckets[0], "c": token})
         return Page(tuple(records), next_page, charge.total)
+
+    def count_running(self, *, at_most: int) -> int:
+        if at_most <= 0:
+            return 0
+        charge = RequestCharge()
+        with translate_errors("counting running state records", charge):
+            counts: list[Any] = list(
+                self._state.query_items(
+                    _RUNNING_COUNT_QUERY,
+                    parameters=[
+                        {"name": "@processing", "value": ProcessState.PROCESSING.value},
+                        {"name": "@compensating", "value": ProcessState.COMPENSATING.value},
+                    ],
+                    enable_cross_partition_query=True,
+                    response_hook=charge.hook,
+                    timeout=self._timeout,
+                )
+            )
+        self.metrics.record(OperationKind.QUERY, reads=1, request_charge=charge.total)
+        # One value, or one per partition where the server does not aggregate across them.
+        return min(sum(int(count) for count in counts), at_most)
 
     def _recheck(
         self,

@@ -243,6 +243,15 @@ class SqliteStateStore(StateStore):
         )
         return self._page(rows, limit, "expired")
 
+    def count_running(self, *, at_most: int) -> int:
+        # The LIMIT lets the count stop at the cap: the starter only asks whether there is room.
+        (count,) = self._db.execute(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM state WHERE ProcessState IN (?, ?) LIMIT ?)",
+            (*_RUNNING_STATES, max(at_most, 0)),
+        )[0]
+        self.metrics.record(OperationKind.QUERY, reads=1)
+        return int(count)
+
     def _page(self, rows: list[Any], limit: int, query: str) -> Page[StateRecord]:
         served = rows[:limit]
         self.metrics.record(OperationKind.QUERY, reads=1, items_read=len(served))

@@ -199,6 +199,14 @@ class StateStore(ABC):
         oldest deadline first (U1, U2, C2)."""
 
     @abstractmethod
+    def count_running(self, *, at_most: int) -> int:
+        """How many records are Processing or Compensating, counted up to `at_most` (C5).
+
+        The starter needs only whether there is room under its cap, so a store may stop
+        counting at `at_most` instead of reading every running record.
+        """
+
+    @abstractmethod
     def expire_finished(self, *, now: datetime, limit: int) -> int:
         """Remove up to `limit` finished records (and with them their compensation logs)
         last changed more than the store's retention before `now`; how many it removed (C3).

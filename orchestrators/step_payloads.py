@@ -22,6 +22,9 @@ class StepRef:
     name: str
     reference: str | None = None
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "name": self.name, "reference": self.reference}
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StepRef:
         return cls(**data)
@@ -94,7 +97,18 @@ class StepWrite:
         return parse_utc(self.at)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # Built by hand, not with asdict: the orchestrator calls this on every replay, and
+        # asdict deep-copies the order document each time (a fifth of a replay's cost).
+        return {
+            "order_id": self.order_id,
+            "attempt": self.attempt,
+            "at": self.at,
+            "step": None if self.step is None else self.step.to_dict(),
+            "done": None if self.done is None else self.done.to_dict(),
+            "reason": self.reason,
+            "order": self.order,
+            "agent_transport": self.agent_transport,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StepWrite:
@@ -111,20 +125,29 @@ class StepWrite:
 @dataclass(frozen=True)
 class StepWritten:
     """A step write's answer: whether the fence held; for a write that starts a step or an
-    undo, the agent request (already on its queue with the Service Bus transport) and the
-    order document; for a failure that turned into compensation, what to undo."""
+    undo, the agent request (already on its queue with the Service Bus transport), which
+    holds the order document; for a failure that turned into compensation, what to undo."""
 
     applied: bool
     request: dict[str, Any] | None = None
-    order: dict[str, Any] | None = None
     undo: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"applied": self.applied, "request": self.request, "undo": self.undo}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StepWritten:
-        return cls(**data)
+        # Histories written before the answer stopped repeating the order beside the request
+        # carry an "order" key: the request holds the same document.
+        return cls(data["applied"], data.get("request"), data.get("undo") or [])
+
+    @property
+    def order(self) -> dict[str, Any] | None:
+        """The order document the request carries, for the next step's request."""
+        if self.request is None:
+            return None
+        order: dict[str, Any] = self.request["order"]
+        return order
 
     @property
     def undo_steps(self) -> tuple[StepRef, ...]:

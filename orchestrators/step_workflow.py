@@ -30,8 +30,9 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from domain.agent_messages import AGENT_RESPONSE_EVENT, AgentOutcome, AgentRequest, AgentResponse
+from domain.agent_messages import AGENT_RESPONSE_EVENT, AgentOutcome, AgentResponse
 from domain.policies import AGENT_TRANSPORT_ACTIVITY
+from domain.records import parse_utc
 from orchestrators.one_step_workflow import STORE_RETRY
 from orchestrators.step_payloads import StepRef, StepsAttempt, StepWrite, StepWritten
 
@@ -128,8 +129,10 @@ def _agent_answer(
     context: df.DurableOrchestrationContext, request_document: dict[str, Any], transport: str
 ) -> Generator[Any, Any, AgentResponse | None]:
     """The agent's answer to this request, or None when its deadline came first (E2, E6)."""
-    request = AgentRequest.from_document(request_document)
-    timer = context.create_timer(request.deadline)
+    # The activity that sent the request built this document: its id and deadline are all
+    # the race needs, read without parsing the whole request on every replay.
+    request_id = str(request_document["requestId"])
+    timer = context.create_timer(parse_utc(str(request_document["deadline"])))
     if transport == AGENT_TRANSPORT_ACTIVITY:
         agent = context.call_activity(AGENT_ACTIVITY, request_document)
     else:
@@ -140,7 +143,7 @@ def _agent_answer(
         if winner == timer:
             return None
         response = AgentResponse.from_document(agent.result)
-        if response.request_id == request.request_id:
+        if response.request_id == request_id:
             timer.cancel()
             return response
         # Not the answer to this request (a stray or late event for this instance): wait on.

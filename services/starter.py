@@ -5,6 +5,12 @@ each with a conditional replace on the etag it was read with: Processing, the ne
 attempt's instance id in LockedBy, and a provisional CompleteBy. Only the claims this call
 won are returned; the Functions layer starts one orchestration per claim, with the claim's
 instance id, after the claim is stored. Two starters never win the same attempt (D3).
+
+Admission (C5): a run claims only the room left under the cap on running orders
+(Processing or Compensating), so a slow downstream leaves orders Pending - visible as
+backlog - instead of starting more attempts than the pipeline can finish before their
+deadlines. Two starters racing may overshoot the cap by one run's claims; the cap bounds
+work in progress, it is not a lock.
 """
 
 from __future__ import annotations
@@ -34,21 +40,33 @@ class StarterRun:
     items_read: int
     lost_races: int
     stopped: StopReason | None
+    running: int
+    """Orders running when the run began, counted up to the cap (C5)."""
 
 
 def claim_pending(
-    states: StateStore, now: datetime, *, bounds: ScanBounds, timeouts: Timeouts
+    states: StateStore,
+    now: datetime,
+    *,
+    bounds: ScanBounds,
+    timeouts: Timeouts,
+    max_running: int,
 ) -> StarterRun:
-    """Claim the due Pending records that one scan within `bounds` reads (D1-D3).
+    """Claim the due Pending records that one scan within `bounds` reads (D1-D3), no more
+    than leave `max_running` orders running (C5).
 
     Each claim gets the provisional CompleteBy of `timeouts` (D3).
     """
+    running = states.count_running(at_most=max_running)
+    room = max_running - running
+    if room <= 0:
+        return StarterRun((), 0, 0, 0, None, running)
     scan: BoundedScan[StateRecord] = BoundedScan(
         fetch=lambda size, token: states.query_claimable(
             now=now, page_size=size, continuation=token
         ),
         page_size=bounds.page_size,
-        max_items=bounds.max_items,
+        max_items=min(bounds.max_items, room),
         max_pages=bounds.max_pages,
     )
     claims: list[Claim] = []
@@ -63,4 +81,4 @@ def claim_pending(
             lost_races += 1
             continue
         claims.append(Claim(InstanceId(stored.order_id, stored.attempt), stored))
-    return StarterRun(tuple(claims), scan.pages, scan.items_read, lost_races, scan.stopped)
+    return StarterRun(tuple(claims), scan.pages, scan.items_read, lost_races, scan.stopped, running)

@@ -400,6 +400,27 @@ def test_records_with_the_same_deadline_page_without_loss_u2(
     assert sorted(flat(drain(fetch))) == [f"o-{index}" for index in range(7)]
 
 
+# --- running count (C5) ---------------------------------------------------------------------
+
+
+def test_running_count_covers_processing_and_compensating_records_up_to_the_cap_c5(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    assert states.count_running(at_most=10) == 0
+    for index in range(3):
+        stored(states, processing(f"running-{index}"))
+    stored(states, processing("undoing", process_state=ProcessState.COMPENSATING))
+    stored(states, pending("waiting"))
+    for state in (ProcessState.PROCESSED, ProcessState.ERROR, ProcessState.COMPENSATED):
+        stored(states, processing(f"done-{state.value}", process_state=state))
+
+    assert states.count_running(at_most=10) == 4
+    assert states.count_running(at_most=4) == 4
+    assert states.count_running(at_most=2) == 2
+    assert states.count_running(at_most=0) == 0
+
+
 # --- metrics -------------------------------------------------------------------------------
 
 

@@ -102,7 +102,13 @@ def accepted(stores: tuple[StateStore, OrderStore], order_id: str) -> Accepted:
 
 def claims_at(states: StateStore, now: datetime, settings: Settings = SETTINGS) -> StarterRun:
     """One starter run at `now` with the starter's settings (D1-D3)."""
-    return claim_pending(states, now, bounds=settings.starter_scan, timeouts=settings.timeouts)
+    return claim_pending(
+        states,
+        now,
+        bounds=settings.starter_scan,
+        timeouts=settings.timeouts,
+        max_running=settings.max_running_orders,
+    )
 
 
 def sweep_at(states: StateStore, now: datetime, settings: Settings = SETTINGS) -> SweepReport:
@@ -265,6 +271,37 @@ def test_the_starter_respects_its_claim_cap_d1(stores: tuple[StateStore, OrderSt
     assert len(run.claims) == 3
     assert run.stopped is StopReason.ITEM_CAP
     assert len(claims_at(states, T0).claims) == 4
+
+
+def test_the_starter_claims_only_the_room_under_the_running_cap_c5(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    for index in range(6):
+        accepted(stores, f"o-{index}")
+    capped = replace(SETTINGS, max_running_orders=4)
+    first = claims_at(states, T0, capped)
+    assert len(first.claims) == 4
+    assert first.running == 0
+    # At the cap: nothing more is claimed; the rest waits Pending, visible as backlog.
+    full = claims_at(states, T0, capped)
+    assert full.claims == ()
+    assert full.running == 4
+    waiting = [
+        f"o-{index}"
+        for index in range(6)
+        if not any(claim.instance_id.order_id == f"o-{index}" for claim in first.claims)
+    ]
+    assert [state_of(states, order_id).process_state for order_id in waiting] == [
+        ProcessState.PENDING
+    ] * 2
+    # A finished order frees one place, and only one.
+    done = first.claims[0].instance_id
+    start_step(states, done, step="fulfil", now=T0, timeouts=TIMEOUTS)
+    assert complete_order(states, done, now=T0, reply_queues=REPLIES).applied
+    freed = claims_at(states, T0, capped)
+    assert [claim.instance_id.order_id for claim in freed.claims] == waiting[:1]
+    assert freed.running == 3
 
 
 def test_racing_starters_never_claim_the_same_attempt_d3(store_factory: StoreFactory) -> None:
@@ -714,11 +751,17 @@ def test_a_fault_free_order_costs_at_most_five_writes_and_two_reads(
     assert orders.get("o-1") is not None
     start_step(states, instance, step="fulfil", now=T0, timeouts=TIMEOUTS)
     assert complete_order(states, instance, now=T0, reply_queues=REPLIES).applied
-    total = metrics.total()
-    assert (total.writes, total.reads) == (5, 2)
     snapshot = metrics.snapshot()
+    assert metrics.total().writes == 5
     assert snapshot[OperationKind.FENCED_UPDATE].writes == 2
-    assert snapshot[OperationKind.QUERY].reads == 1
+    # Reads of this order: the orders database once, and its record as one item the starter's
+    # claimable query served. The starter's running count (C5) is one query per starter run,
+    # whatever it claims, and serves no record.
+    point_reads = sum(
+        cost.reads for kind, cost in snapshot.items() if kind is not OperationKind.QUERY
+    )
+    assert point_reads + snapshot[OperationKind.QUERY].items_read == 2
+    assert snapshot[OperationKind.QUERY].reads == 2
 
 
 # --- orchestration reads and operator actions (D6, E8) -------------------------------------
