@@ -4,8 +4,8 @@
 for the one-step workflow, <AGENT>_REQUESTS_QUEUE for a step's agent) with a stable
 MessageId, so a re-run of the activity that sends it is removed by duplicate detection (E4).
 ``receive_agent_response`` is triggered by AGENT_RESPONSES_QUEUE and raises the
-orchestration's external event, carrying the request id as the stable event id the
-orchestrator checks (E3). A response for
+orchestration's external event, named after the request it answers (one name per request:
+``agent_response_event``) and carrying the request id the orchestrator checks (E3). A response for
 an instance that has finished or never existed is late or stray: it is logged and dropped
 (E6). A response that breaks the contract is dead-lettered with the reason.
 """
@@ -23,7 +23,6 @@ from azurefunctions.extensions.bindings.servicebus import (
 import bootstrap
 from adapters.message_settlement import body_bytes, complete, dead_letter
 from domain.agent_messages import (
-    AGENT_RESPONSE_EVENT,
     AgentMessageError,
     AgentRequest,
     AgentResponse,
@@ -72,7 +71,7 @@ async def receive_agent_response(
         )
         return
     try:
-        await client.raise_event(response.instance_id, AGENT_RESPONSE_EVENT, response.to_document())
+        await client.raise_event(response.instance_id, response.event_name, response.to_document())
     except Exception:
         status = await client.get_status(response.instance_id)
         if status.runtime_status is not None and status.runtime_status not in FINISHED:

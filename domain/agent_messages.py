@@ -24,6 +24,20 @@ from domain.records import InstanceId, format_utc, parse_utc
 
 AGENT_SCHEMA_VERSION = 1
 AGENT_RESPONSE_EVENT = "AgentResponse"
+"""The one event name of the first workflow version's single wait; its instances still in
+flight after an upgrade may hold a response raised under it (C7)."""
+
+
+def agent_response_event(request_id: str) -> str:
+    """The external event that brings the answer to `request_id` to its orchestration (E3).
+
+    One name per request, never waited on twice by one instance: the Python SDK hands an
+    event raised before its wait opened to every later wait of the same name
+    (azure-functions-durable-python#507), and agents often answer before the orchestrator
+    has opened its wait, so with one shared name a later step would take an earlier step's
+    answer again and again.
+    """
+    return f"{AGENT_RESPONSE_EVENT}:{request_id}"
 
 
 class AgentMessageError(ValueError):
@@ -121,6 +135,10 @@ class AgentResponse:
     @property
     def message_id(self) -> str:
         return f"{self.request_id}:response"
+
+    @property
+    def event_name(self) -> str:
+        return agent_response_event(self.request_id)
 
     def to_document(self) -> dict[str, Any]:
         return {

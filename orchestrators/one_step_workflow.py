@@ -25,7 +25,13 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from domain.agent_messages import AGENT_RESPONSE_EVENT, AgentOutcome, AgentRequest, AgentResponse
+from domain.agent_messages import (
+    AGENT_RESPONSE_EVENT,
+    AgentOutcome,
+    AgentRequest,
+    AgentResponse,
+    agent_response_event,
+)
 from domain.policies import AGENT_TRANSPORT_ACTIVITY
 from orchestrators.payloads import AttemptInput, StepCall, StepStarted
 
@@ -48,19 +54,21 @@ def one_step_workflow(
     request = AgentRequest.from_document(started.request)
     timer = context.create_timer(request.deadline)
     if attempt.agent_transport == AGENT_TRANSPORT_ACTIVITY:
-        agent = context.call_activity("fulfil_in_activity", started.request)
+        answers = [context.call_activity("fulfil_in_activity", started.request)]
     else:
-        # A response raised before this wait is buffered by Durable Functions, not lost.
-        agent = context.wait_for_external_event(AGENT_RESPONSE_EVENT)
-    while True:
-        winner = yield context.task_any([agent, timer])
-        if winner == timer:
-            return {"outcome": "timed-out"}
-        response = AgentResponse.from_document(agent.result)
-        if response.request_id == request.request_id:
-            break
-        # Not the answer to this request (a stray event for this instance): keep waiting.
-        agent = context.wait_for_external_event(AGENT_RESPONSE_EVENT)
+        # The answer comes under its request's own event name; an instance started before
+        # the names were per request may already hold it under the old shared name (C7).
+        # Each name is waited on once, so an early event reaches this wait alone (#507).
+        answers = [
+            context.wait_for_external_event(agent_response_event(request.request_id)),
+            context.wait_for_external_event(AGENT_RESPONSE_EVENT),
+        ]
+    winner = yield context.task_any([*answers, timer])
+    if winner == timer:
+        return {"outcome": "timed-out"}
+    response = AgentResponse.from_document(winner.result)
+    if response.request_id != request.request_id:
+        raise ValueError(f"the answer to {response.request_id} came for {request.request_id}")
     timer.cancel()
     done = StepCall.of(attempt.instance, context.current_utc_datetime, response.detail)
     if response.outcome is AgentOutcome.SUCCEEDED:

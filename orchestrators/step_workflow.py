@@ -30,7 +30,7 @@ from typing import Any
 
 import azure.durable_functions as df
 
-from domain.agent_messages import AGENT_RESPONSE_EVENT, AgentOutcome, AgentResponse
+from domain.agent_messages import AgentOutcome, AgentResponse, agent_response_event
 from domain.policies import AGENT_TRANSPORT_ACTIVITY
 from domain.records import parse_utc
 from orchestrators.one_step_workflow import STORE_RETRY
@@ -136,15 +136,14 @@ def _agent_answer(
     if transport == AGENT_TRANSPORT_ACTIVITY:
         agent = context.call_activity(AGENT_ACTIVITY, request_document)
     else:
-        # A response raised before this wait is buffered by Durable Functions, not lost.
-        agent = context.wait_for_external_event(AGENT_RESPONSE_EVENT)
-    while True:
-        winner = yield context.task_any([agent, timer])
-        if winner == timer:
-            return None
-        response = AgentResponse.from_document(agent.result)
-        if response.request_id == request_id:
-            timer.cancel()
-            return response
-        # Not the answer to this request (a stray or late event for this instance): wait on.
-        agent = context.wait_for_external_event(AGENT_RESPONSE_EVENT)
+        # The answer's own event name: one raised before this wait opened is buffered by the
+        # SDK for this wait alone (agent_response_event says why the name is per request).
+        agent = context.wait_for_external_event(agent_response_event(request_id))
+    winner = yield context.task_any([agent, timer])
+    if winner == timer:
+        return None
+    response = AgentResponse.from_document(agent.result)
+    if response.request_id != request_id:
+        raise ValueError(f"the answer to {response.request_id} came for request {request_id}")
+    timer.cancel()
+    return response
