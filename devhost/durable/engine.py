@@ -30,7 +30,6 @@ from azure.functions.decorators.function_app import Function
 
 from devhost.clock import Clock, RealClock, VirtualClock
 from devhost.durable.history import (
-    BufferedEvent,
     EventType,
     HistoryEvent,
     OrchestrationStatusCode,
@@ -89,15 +88,12 @@ class EngineStalledError(RuntimeError):
 
 @dataclass(frozen=True)
 class _PreparedEpisode:
-    """An episode read and ready to replay; its commit consumes exactly what was read.
-
-    Events raised since the last episode are offered to the replay as buffered events with
-    negative ids (their inbox message ids, negated); the commit buffers those no wait took.
-    """
+    """An episode read and ready to replay; its commit consumes exactly what was read."""
 
     record: InstanceRecord
     message_ids: list[int]
-    raised: list[BufferedEvent]
+    buffered_ids: list[int]
+    """Events raised before the instance started, which this episode's new events hold."""
     request: EpisodeRequest
     version: str | None
     """The orchestration version of the instance (its ExecutionStarted ``Version``)."""
@@ -486,24 +482,14 @@ class DurableEngine:
                 )
                 return
             self.store.remove_messages(prepared.message_ids)
-            delivered = set(outcome.delivered_buffer_ids)
-            for raised in prepared.raised:
-                if raised.buffer_id not in delivered:
-                    self.store.buffer_event(instance_id, raised.event)
-            outcome.delivered_buffer_ids = [i for i in outcome.delivered_buffer_ids if i > 0]
-            if (
-                prepared.request.new_events
-                or delivered
-                or outcome.runtime_status == RuntimeStatus.FAILED
-            ):
-                self._commit(prepared.record, outcome, prepared.version)
+            self.store.remove_buffered_events(prepared.buffered_ids)
+            self._commit(prepared.record, outcome, prepared.version)
 
-    def _consume_without_replay(
-        self, instance_id: str, messages: list[InboxMessage], raised: list[BufferedEvent]
-    ) -> None:
+    def _consume_without_replay(self, instance_id: str, messages: list[InboxMessage]) -> None:
         """Take the inbox with no replay: raised events go to the buffer, the rest is dropped."""
-        for event in raised:
-            self.store.buffer_event(instance_id, event.event)
+        for message in messages:
+            if message.event["EventType"] == EventType.EVENT_RAISED:
+                self.store.buffer_event(instance_id, message.event)
         self.store.remove_messages([m.message_id for m in messages])
 
     def _prepare_episode(self, instance_id: str) -> _PreparedEpisode | None:
@@ -527,32 +513,43 @@ class DurableEngine:
                 )
                 return None
             new_events: list[HistoryEvent] = []
-            raised: list[BufferedEvent] = []
             stale: list[int] = []
             for message in messages:
-                if message.event["EventType"] == EventType.EVENT_RAISED:
-                    raised.append(
-                        BufferedEvent(-message.message_id, message.event["Name"], message.event)
-                    )
-                elif message.execution_id == record.execution_id:
+                # Raised events join the history of the current generation in the order they
+                # arrived, a wait open for them or not: as on Azure, where the extension hands
+                # the SDK the raw history and the SDK buffers early events itself.
+                if (
+                    message.event["EventType"] == EventType.EVENT_RAISED
+                    or message.execution_id == record.execution_id
+                ):
                     new_events.append(message.event)
                 else:
                     stale.append(message.message_id)  # for an earlier generation
             past = self.store.history_json(instance_id)
-            if not new_events and not past:
+            if not past and not execution_version(new_events)[0]:
                 # Not started yet: raised events wait in the buffer for the first episode.
-                self._consume_without_replay(instance_id, messages, raised)
+                self._consume_without_replay(instance_id, messages)
                 return None
             self.store.remove_messages(stale)
             buffered = self.store.buffered_events(instance_id)
-            if not new_events and not buffered and not raised:
+            if not new_events and not buffered:
                 return None
+            # Events raised before the first episode follow its ExecutionStarted.
+            after_start = next(
+                (
+                    index + 1
+                    for index, event in enumerate(new_events)
+                    if event["EventType"] == EventType.EXECUTION_STARTED
+                ),
+                0,
+            )
+            new_events[after_start:after_start] = [event.event for event in buffered]
             version = self._instance_version(past, new_events)
             if not self.versioning.accepts(version):
                 if self.versioning.failure_strategy is VersionFailureStrategy.REJECT:
                     self._reject(record, version)
                     return None
-                self._consume_without_replay(instance_id, messages, raised)
+                self._consume_without_replay(instance_id, messages)
                 self._commit_failure_without_replay(
                     record, new_events, VERSION_MISMATCH_OUTPUT, self._version_detail(version)
                 )
@@ -560,7 +557,7 @@ class DurableEngine:
             try:
                 self.registry.orchestrator(record.name)
             except UnknownFunctionError as error:
-                self._consume_without_replay(instance_id, messages, raised)
+                self._consume_without_replay(instance_id, messages)
                 self._commit_failure_without_replay(record, new_events, str(error))
                 return None
         request = EpisodeRequest(
@@ -570,12 +567,13 @@ class DurableEngine:
             parent_instance_id=record.parent_instance_id,
             past_json=past,
             new_events=new_events,
-            buffered_events=[*buffered, *raised],
             now=self.clock.now(),
             default_version=self.versioning.default_version,
         )
         consumed = [m.message_id for m in messages if m.message_id not in stale]
-        return _PreparedEpisode(record, consumed, raised, request, version)
+        return _PreparedEpisode(
+            record, consumed, [event.buffer_id for event in buffered], request, version
+        )
 
     @staticmethod
     def _instance_version(past: list[str], new_events: list[HistoryEvent]) -> str | None:
@@ -611,7 +609,6 @@ class DurableEngine:
     def _commit(self, record: InstanceRecord, outcome: EpisodeOutcome, version: str | None) -> None:
         instance_id, execution_id = record.instance_id, record.execution_id
         now = self.clock.now()
-        self.store.remove_buffered_events(outcome.delivered_buffer_ids)
         self.store.append_history(instance_id, outcome.events)
         plan = outcome.translation
         for activity in plan.activities:
@@ -687,7 +684,9 @@ class DurableEngine:
         self, record: InstanceRecord, input_json: str | None, version: str | None
     ) -> None:
         """New generation: fresh history and execution id, the same orchestration version (as
-        DTFx: the SDK's continue_as_new names no new one); buffered events are kept."""
+        DTFx: the SDK's continue_as_new names no new one). Events the old generation's history
+        holds go with it, as the extension's ContinueAsNew does for an out-of-process app
+        (preserveUnprocessedEvents false); events raised from now on reach the new one."""
         self.store.delete_history(record.instance_id)
         self.store.clear_execution_state(record.instance_id)
         generation = replace(

@@ -144,7 +144,6 @@ class TranslationResult:
     cancelled_timer_ids: set[int] = field(default_factory=set)
     sub_orchestrations: list[SubOrchestrationRequest] = field(default_factory=list)
     immediate_failures: list[ImmediateFailure] = field(default_factory=list)
-    outstanding_waits: dict[str, int] = field(default_factory=dict)
     continue_as_new: bool = False
     continue_as_new_input: str | None = None
 
@@ -473,9 +472,6 @@ class _Simulation:
                 _describe(self.scheduled_in_history[first]),
                 "nothing (the code no longer schedules it at this point)",
             )
-        self.result.outstanding_waits = {
-            name: len(waits) for name, waits in self.open_waits.items() if waits
-        }
         return self.result
 
     def _deliver_event(self, event: HistoryEvent) -> None:

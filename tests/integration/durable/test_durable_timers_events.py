@@ -1,5 +1,6 @@
-"""Durable timers (create, fire, cancel) and external events, including events
-raised before the wait (SDK issue #507) and events for finished or unknown instances."""
+"""Durable timers (create, fire, cancel) and external events: in arrival order, an early one
+handed to every later wait of its name as the SDK does on Azure (SDK issue #507), and events
+for finished or unknown instances."""
 
 from __future__ import annotations
 
@@ -74,9 +75,12 @@ async def test_uncancelled_losing_timer_fires_without_disturbing_the_orchestrati
     assert status.output == ["event", "first", "second"]
 
 
-async def test_events_raised_before_the_waits_are_delivered_in_order_one_per_wait(
+async def test_events_raised_before_their_wait_are_handed_to_every_later_wait_sdk_507(
     engine: DurableEngine,
 ) -> None:
+    """As on Azure: the extension gives the SDK the raw history, and the SDK keeps one early
+    event per name (the last) and hands it to every later wait of that name
+    (azure-functions-durable-python#507). An app must wait on each event name once."""
     instance_id = await engine.start_new("sequential_events", "early-events")
     # All three arrive before the orchestration even ran its first activity.
     for value in ("x", "y", "z"):
@@ -84,23 +88,28 @@ async def test_events_raised_before_the_waits_are_delivered_in_order_one_per_wai
 
     status = await engine.run_until_complete(instance_id)
 
-    assert status.output == ["ready", "x", "y", "z"]
+    assert status.output == ["ready", "z", "z", "z"]
 
 
-async def test_early_event_is_consumed_by_one_wait_only(engine: DurableEngine) -> None:
+async def test_events_raised_once_their_wait_is_open_are_taken_one_per_wait(
+    engine: DurableEngine,
+) -> None:
     instance_id = await engine.start_new("sequential_events")
-    await engine.raise_event(instance_id, "Step", "only")
+    await engine.run_until_idle()
+    await engine.raise_event(instance_id, "Step", "first")
     await engine.run_until_idle()
 
     status = await engine.get_status(instance_id)
     assert status is not None
     assert status.runtime_status is RuntimeStatus.RUNNING
+    # Two at once: the first completes the open wait, whose code opens the next one before
+    # the second is replayed.
     await engine.raise_event(instance_id, "Step", "second")
     await engine.raise_event(instance_id, "Step", "third")
     await engine.run_until_idle()
     status = await engine.get_status(instance_id)
     assert status is not None
-    assert status.output == ["ready", "only", "second", "third"]
+    assert status.output == ["ready", "first", "second", "third"]
 
 
 async def test_concurrent_waits_for_one_name_each_take_one_event(engine: DurableEngine) -> None:
