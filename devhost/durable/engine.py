@@ -481,16 +481,21 @@ class DurableEngine:
                     instance_id,
                 )
                 return
-            self.store.remove_messages(prepared.message_ids)
-            self.store.remove_buffered_events(prepared.buffered_ids)
+            self._consume_into_history(prepared.message_ids, prepared.buffered_ids)
             self._commit(prepared.record, outcome, prepared.version)
 
     def _consume_without_replay(self, instance_id: str, messages: list[InboxMessage]) -> None:
-        """Take the inbox with no replay: raised events go to the buffer, the rest is dropped."""
+        """Take the inbox of an instance not started yet: raised events go to the buffer for
+        its first episode, the rest is dropped."""
         for message in messages:
             if message.event["EventType"] == EventType.EVENT_RAISED:
                 self.store.buffer_event(instance_id, message.event)
         self.store.remove_messages([m.message_id for m in messages])
+
+    def _consume_into_history(self, message_ids: list[int], buffer_ids: list[int]) -> None:
+        """Take the inbox messages and buffered events an episode's history now holds."""
+        self.store.remove_messages(message_ids)
+        self.store.remove_buffered_events(buffer_ids)
 
     def _prepare_episode(self, instance_id: str) -> _PreparedEpisode | None:
         """What the next episode replays; None when there is nothing to replay.
@@ -549,7 +554,11 @@ class DurableEngine:
                 if self.versioning.failure_strategy is VersionFailureStrategy.REJECT:
                     self._reject(record, version)
                     return None
-                self._consume_without_replay(instance_id, messages)
+                # The new events, raised ones and buffered ones included, go into the
+                # failed history: nothing is buffered again.
+                self._consume_into_history(
+                    [m.message_id for m in messages], [event.buffer_id for event in buffered]
+                )
                 self._commit_failure_without_replay(
                     record, new_events, VERSION_MISMATCH_OUTPUT, self._version_detail(version)
                 )
@@ -557,7 +566,9 @@ class DurableEngine:
             try:
                 self.registry.orchestrator(record.name)
             except UnknownFunctionError as error:
-                self._consume_without_replay(instance_id, messages)
+                self._consume_into_history(
+                    [m.message_id for m in messages], [event.buffer_id for event in buffered]
+                )
                 self._commit_failure_without_replay(record, new_events, str(error))
                 return None
         request = EpisodeRequest(
