@@ -175,6 +175,16 @@ class AgentResponse:
     def from_json(cls, text: str | bytes) -> AgentResponse:
         return cls.from_document(_decode(text))
 
+    @classmethod
+    def answering(cls, request_id: str, document: Any) -> AgentResponse:
+        """The response in `document`, which must answer `request_id` (E3)."""
+        response = cls.from_document(document)
+        if response.request_id != request_id:
+            raise AgentMessageError(
+                f"the answer to {response.request_id} came for request {request_id}"
+            )
+        return response
+
 
 def _decode(text: str | bytes) -> Any:
     try:

@@ -66,9 +66,7 @@ def one_step_workflow(
     winner = yield context.task_any([*answers, timer])
     if winner == timer:
         return {"outcome": "timed-out"}
-    response = AgentResponse.from_document(winner.result)
-    if response.request_id != request.request_id:
-        raise ValueError(f"the answer to {response.request_id} came for {request.request_id}")
+    response = AgentResponse.answering(request.request_id, winner.result)
     timer.cancel()
     done = StepCall.of(attempt.instance, context.current_utc_datetime, response.detail)
     if response.outcome is AgentOutcome.SUCCEEDED:

@@ -142,8 +142,6 @@ def _agent_answer(
     winner = yield context.task_any([agent, timer])
     if winner == timer:
         return None
-    response = AgentResponse.from_document(agent.result)
-    if response.request_id != request_id:
-        raise ValueError(f"the answer to {response.request_id} came for request {request_id}")
+    response = AgentResponse.answering(request_id, agent.result)
     timer.cancel()
     return response

@@ -78,3 +78,10 @@ def test_a_one_step_response_names_its_reference_fulfilment_id_c7() -> None:
         "fulfilmentId": "ful-3",
     }
     assert AgentResponse.from_document(document).reference == "ful-3"
+
+
+def test_an_answer_is_taken_only_for_the_request_it_answers_e3() -> None:
+    answer = AgentResponse("o-1:1:charge-payment", "o-1:1", AgentOutcome.SUCCEEDED, reference="p-1")
+    assert AgentResponse.answering("o-1:1:charge-payment", answer.to_document()) == answer
+    with pytest.raises(AgentMessageError, match="came for request o-1:1:ship-order"):
+        AgentResponse.answering("o-1:1:ship-order", answer.to_document())
