@@ -1,8 +1,10 @@
 """Connecting to Cosmos DB: connection, retries, errors and request charge (C4, C9, U2).
 
 - Connection (contracts.md): locally `CosmosConnection` is a connection string with an
-  account key; in Azure `CosmosConnection__accountEndpoint` names the account and
-  `DefaultAzureCredential` (azure-identity) authenticates, with no key anywhere.
+  account key; in Azure `CosmosConnection__accountEndpoint` names the account and an
+  identity authenticates, with no key anywhere: the one `CosmosConnection__credential`
+  and `CosmosConnection__clientId` pick, by the Functions host's rules
+  (`adapters/identity_connection.py`).
 - Retries within the end-to-end budget (C4): the SDK retries throttling (429) up to
   COSMOS_RETRY_TOTAL times, never waiting longer than COSMOS_RETRY_BACKOFF_MAX_SECONDS
   between tries, and retries refused connections. Every request gives up after
@@ -33,6 +35,7 @@ from azure.core.paging import ItemPaged, PageIterator
 from azure.cosmos import CosmosClient
 from azure.cosmos.exceptions import CosmosClientTimeoutError, CosmosHttpResponseError
 
+from adapters.identity_connection import identity_choice, sync_credential
 from config import SettingsError
 from domain.ports import StoreError, StoreUnavailable
 
@@ -87,9 +90,8 @@ def connect(environ: Mapping[str, str], options: CosmosOptions) -> tuple[CosmosC
                     f"{error}"
                 ) from None
         if endpoint:
-            from azure.identity import DefaultAzureCredential
-
-            return CosmosClient(endpoint, credential=DefaultAzureCredential(), **retry), False
+            credential = sync_credential(identity_choice(environ, CONNECTION_SETTING))
+            return CosmosClient(endpoint, credential=credential, **retry), False
     raise SettingsError(
         f"STATE_STORE=cosmos needs {CONNECTION_SETTING} (a connection string, locally) or "
         f"{ENDPOINT_SETTING} (the account endpoint, with a managed identity in Azure)"

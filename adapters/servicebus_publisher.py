@@ -14,7 +14,10 @@ broker restart, a network drop) is never reused, and sends work again once the n
 back. Each replacement is logged and counted in ``sender_restarts``.
 
 The connection is the app's ``ServiceBusConnection`` setting, a connection string locally or
-the identity form ``ServiceBusConnection__fullyQualifiedNamespace`` in Azure.
+the identity form ``ServiceBusConnection__fullyQualifiedNamespace`` in Azure, authenticated
+as the identity ``ServiceBusConnection__credential`` and ``__clientId`` pick, by the same
+rules the Functions host applies to the Service Bus triggers
+(``adapters/identity_connection.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
 from azure.servicebus.exceptions import MessageSizeExceededError
 
+from adapters.identity_connection import async_credential, identity_choice
 from domain.outgoing_messages import OutgoingMessage
 from domain.ports import MessagePublisher
 
@@ -54,9 +58,8 @@ def client_from_environment(environ: Mapping[str, str] | None = None) -> Service
         return ServiceBusClient.from_connection_string(connection_string)
     namespace = values.get(f"{CONNECTION_SETTING}__fullyQualifiedNamespace")
     if namespace:
-        from azure.identity.aio import DefaultAzureCredential
-
-        return ServiceBusClient(namespace, DefaultAzureCredential())
+        credential = async_credential(identity_choice(values, CONNECTION_SETTING))
+        return ServiceBusClient(namespace, credential)
     raise PublisherConfigurationError(
         f"set {CONNECTION_SETTING} (a connection string) or "
         f"{CONNECTION_SETTING}__fullyQualifiedNamespace (managed identity)"
