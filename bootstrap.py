@@ -6,6 +6,12 @@ orders database (``sqlite``, the embedded default, or ``cosmos``), and the adapt
 their options from the settings here. Everything is created once per worker process on
 first use. Tests and the devhost may replace the clock (``use_clock``) so that timer-driven
 code follows virtual time.
+
+Start-up (``check_settings``, run when function_app is imported) stops the app, with the
+setting to change, when a setting cannot work: a retry budget too small for its factors
+(C4), identity settings of a connection the app cannot honour, or on Azure the embedded
+SQLite store, which needs a writable, instance-local file (the deployed package is read-only
+and every instance would keep a database of its own). Locally nothing of this changes.
 """
 
 from __future__ import annotations
@@ -22,11 +28,13 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from adapters import cosmos_connection, servicebus_publisher
 from adapters.cosmos_connection import CosmosOptions
 from adapters.cosmos_store import open_cosmos_stores
+from adapters.identity_connection import identity_choice
 from adapters.servicebus_publisher import ServiceBusPublisher, client_from_environment
 from adapters.sqlite_store import open_sqlite_stores
-from config import Settings
+from config import Settings, SettingsError
 from domain.policies import CircuitBreaker
 from domain.ports import MessagePublisher, OperationCost, OrderStore, StateStore, StoreMetrics
 
@@ -59,12 +67,68 @@ _http_sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
 _clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)  # noqa: E731
 
 
+AZURE_HOSTING_SETTINGS = (
+    "WEBSITE_SKU",
+    "WEBSITE_INSTANCE_ID",
+    "CONTAINER_NAME",
+    "WEBSITE_SITE_NAME",
+)
+"""What the Functions host itself reads to tell its Azure plans apart, all set by the
+platform: WEBSITE_SKU is FlexConsumption on Flex Consumption, WEBSITE_INSTANCE_ID is set on
+App Service plans (Dedicated, Premium, Windows Consumption), CONTAINER_NAME on Linux
+Consumption, where the site's WEBSITE_SITE_NAME goes with it (CONTAINER_NAME alone is too
+common a name: other container platforms set it too). The devhost sets none of them, and
+Core Tools (FUNCTIONS_CORETOOLS_ENVIRONMENT) counts as local whatever else is set."""
+
+
+def azure_hosting(environ: Mapping[str, str]) -> str | None:
+    """The platform settings that show the app runs on Azure Functions, or None locally."""
+
+    def value(name: str) -> str:
+        return environ.get(name, "").strip()
+
+    if value("FUNCTIONS_CORETOOLS_ENVIRONMENT"):
+        return None
+    if value("WEBSITE_SKU").lower() == "flexconsumption":
+        return f"WEBSITE_SKU={value('WEBSITE_SKU')}"
+    if value("WEBSITE_INSTANCE_ID"):
+        return f"WEBSITE_INSTANCE_ID={value('WEBSITE_INSTANCE_ID')}"
+    if value("CONTAINER_NAME") and value("WEBSITE_SITE_NAME"):
+        site = value("WEBSITE_SITE_NAME")
+        return f"CONTAINER_NAME={value('CONTAINER_NAME')}, WEBSITE_SITE_NAME={site}"
+    return None
+
+
+def check_hosting(settings: Settings, environ: Mapping[str, str]) -> None:
+    """Refuse a state store that cannot work where the app runs: SQLite on Azure."""
+    hosting = azure_hosting(environ)
+    if hosting is None or settings.state_store != "sqlite":
+        return
+    cosmos = cosmos_connection.CONNECTION_SETTING
+    raise SettingsError(
+        f"STATE_STORE=sqlite cannot run on Azure Functions ({hosting}): the deployed package "
+        "is read-only and every instance would keep a database of its own. Set STATE_STORE=cosmos "
+        f"and {cosmos_connection.ENDPOINT_SETTING} (with {cosmos}__credential=managedidentity "
+        f"and {cosmos}__clientId for a user-assigned identity) or {cosmos} (a connection "
+        "string), and COSMOS_DATABASE, COSMOS_STATE_CONTAINER, COSMOS_ORDERS_CONTAINER and "
+        "COSMOS_DEADLINE_INDEX_CONTAINER if they differ from their defaults"
+    )
+
+
 def check_settings(environ: Mapping[str, str] = os.environ) -> Settings:
     """Read the app settings at start-up, so a bad one stops the app from loading instead of
-    failing its first invocation; the retry budget's arithmetic is checked and logged (C4)."""
+    failing its first invocation: the retry budget's arithmetic is checked and logged (C4),
+    the state store must suit where the app runs, and the identity of each identity-based
+    connection is chosen and logged."""
     settings = Settings.from_environ(environ)
+    check_hosting(settings, environ)
+    log = logging.getLogger("app.settings")
+    for connection in _identity_connections(settings, environ):
+        log.info(
+            "%s authenticates as %s", connection, identity_choice(environ, connection).describe()
+        )
     budget = settings.budget
-    logging.getLogger("app.settings").info(
+    log.info(
         "retry budget RETRY_BUDGET=%d covers MAX_FAILURES=%d attempts x "
         "AGENT_DELIVERY_ATTEMPTS=%d deliveries x %d agent tries = %d calls per request",
         settings.retry_budget,
@@ -74,6 +138,22 @@ def check_settings(environ: Mapping[str, str] = os.environ) -> Settings:
         budget.combined_max_tries,
     )
     return settings
+
+
+def _identity_connections(settings: Settings, environ: Mapping[str, str]) -> list[str]:
+    """The connections that authenticate with an identity rather than a connection string."""
+    connections = []
+    bus = servicebus_publisher.CONNECTION_SETTING
+    if not environ.get(bus) and environ.get(f"{bus}__fullyQualifiedNamespace"):
+        connections.append(bus)
+    cosmos = cosmos_connection.CONNECTION_SETTING
+    if (
+        settings.state_store == "cosmos"
+        and not environ.get(cosmos, "").strip()
+        and environ.get(cosmos_connection.ENDPOINT_SETTING, "").strip()
+    ):
+        connections.append(cosmos)
+    return connections
 
 
 def services() -> AppServices:
@@ -97,6 +177,7 @@ def open_stores(
 
     `environ` holds the Cosmos connection settings, which the adapter reads itself.
     """
+    check_hosting(settings, environ)
     if settings.state_store == "sqlite":
         return open_sqlite_stores(
             settings.sqlite_directory,
