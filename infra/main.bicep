@@ -1,0 +1,238 @@
+// The Azure deployment of the order-processing app (`azd up`): a Flex Consumption function app
+// with one user-assigned identity that reaches every service with Microsoft Entra ID, never a
+// key (no listKeys, no connection string with a secret, local auth off everywhere).
+//
+// - Service Bus: every queue of servicebus.config.json (one source of truth with the local
+//   broker) and one private reply queue per client app (R1, R2).
+// - Cosmos DB: the state store, orders database and deadline index (S2, U3), created from
+//   cosmos-containers.json, which is what adapters/cosmos_containers.py defines.
+// - Durable Functions on the Durable Task Scheduler (or, as an option, on Azure Storage).
+// - Log Analytics + Application Insights with Entra-only ingestion.
+// - Optionally a virtual network with private endpoints (vnetEnabled).
+targetScope = 'subscription'
+
+@minLength(1)
+@maxLength(64)
+@description('Name of the azd environment: part of every resource name, and a tag on each.')
+param environmentName string
+
+@minLength(1)
+@description('Region of every resource.')
+param location string
+
+@description('Object id of the deploying user or principal: given the operator roles (optional).')
+param principalId string = ''
+
+@allowed(['User', 'ServicePrincipal', 'Group'])
+@description('Kind of principal principalId names.')
+param principalType string = 'User'
+
+@description('Client apps that submit orders, as "name=principalObjectId" pairs separated by commas. Each gets the reply queue "<name>-replies", which only its principal may read; it may send to the orders queue (R1).')
+param clientApps string = ''
+
+@description('Base URL of the remote stock service (STOCK_SERVICE_URL).')
+param stockServiceUrl string = ''
+
+@description('Base URL of the remote payment service (PAYMENT_SERVICE_URL).')
+param paymentServiceUrl string = ''
+
+@description('Base URL of the remote shipping service (SHIPPING_SERVICE_URL).')
+param shippingServiceUrl string = ''
+
+@description('Base URL of the remote fulfilment service of version-1 orders (FULFILMENT_SERVICE_URL).')
+param fulfilmentServiceUrl string = ''
+
+@allowed([512, 2048, 4096])
+@description('Memory of one Flex Consumption instance, in MB.')
+param instanceMemoryMB int = 2048
+
+@minValue(40)
+@maxValue(1000)
+@description('Most instances the app scales out to.')
+param maximumInstanceCount int = 100
+
+@minValue(0)
+@maxValue(10)
+@description('Always-ready instances for the durable group and for each Service Bus-triggered function; 0 turns them off (cold starts after idle).')
+param alwaysReadyInstances int = 0
+
+@description('Put the app in a virtual network and reach storage, Service Bus (Premium) and Cosmos DB through private endpoints only.')
+param vnetEnabled bool = false
+
+@allowed(['dts', 'azureStorage'])
+@description('Durable Functions backend: the Durable Task Scheduler, or Azure Storage queues and tables.')
+param durableBackend string = 'dts'
+
+@allowed(['Standard', 'Premium'])
+@description('Service Bus tier; vnetEnabled always uses Premium, the only tier with private endpoints.')
+param serviceBusSku string = 'Standard'
+
+@description('Cosmos DB in serverless mode; false provisions autoscale throughput on the database.')
+param cosmosServerless bool = true
+
+@description('Give the app Data Owner (Manage) on the queues its functions are triggered by, so that the scale controller reads queue lengths; false gives Data Receiver only (less accurate scaling).')
+param serviceBusScaleByQueueLength bool = true
+
+var abbrs = loadJsonContent('./abbreviations.json')
+var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
+var tags = {
+  'azd-env-name': environmentName
+}
+var functionAppName = '${abbrs.webSitesFunctions}api-${resourceToken}'
+var deploymentContainerName = 'app-package-${resourceToken}'
+var useDts = durableBackend == 'dts'
+
+// "name=principalObjectId,name=principalObjectId" -> one entry per client app (R1).
+var clientAppEntries = filter(split(clientApps, ','), entry => !empty(trim(entry)))
+var clientAppList = [
+  for entry in clientAppEntries: {
+    name: trim(split(entry, '=')[0])
+    principalId: trim(split(entry, '=')[1])
+    replyQueue: '${trim(split(entry, '=')[0])}-replies'
+  }
+]
+var replyQueueNames = [for app in clientAppList: app.replyQueue]
+
+resource rg 'Microsoft.Resources/resourceGroups@2024-03-01' = {
+  name: '${abbrs.resourcesResourceGroups}${environmentName}'
+  location: location
+  tags: tags
+}
+
+module identity 'app/identity.bicep' = {
+  name: 'identity'
+  scope: rg
+  params: {
+    name: '${abbrs.managedIdentityUserAssignedIdentities}api-${resourceToken}'
+    location: location
+    tags: tags
+  }
+}
+
+module monitoring 'app/monitoring.bicep' = {
+  name: 'monitoring'
+  scope: rg
+  params: {
+    workspaceName: '${abbrs.operationalInsightsWorkspaces}${resourceToken}'
+    appInsightsName: '${abbrs.insightsComponents}${resourceToken}'
+    location: location
+    tags: tags
+    identityPrincipalId: identity.outputs.principalId
+    deployerPrincipalId: principalId
+    deployerPrincipalType: principalType
+  }
+}
+
+module storage 'app/storage.bicep' = {
+  name: 'storage'
+  scope: rg
+  params: {
+    name: '${abbrs.storageStorageAccounts}${resourceToken}'
+    location: location
+    tags: tags
+    deploymentContainerName: deploymentContainerName
+    identityPrincipalId: identity.outputs.principalId
+    durableOnStorage: !useDts
+    vnetEnabled: vnetEnabled
+  }
+}
+
+module dts 'app/dts.bicep' = if (useDts) {
+  name: 'dts'
+  scope: rg
+  params: {
+    name: '${abbrs.durableTaskSchedulers}${resourceToken}'
+    taskHubName: '${abbrs.durableTaskHubs}${resourceToken}'
+    location: location
+    tags: tags
+    identityPrincipalId: identity.outputs.principalId
+    deployerPrincipalId: principalId
+    deployerPrincipalType: principalType
+  }
+}
+
+module serviceBus 'app/servicebus.bicep' = {
+  name: 'servicebus'
+  scope: rg
+  params: {
+    name: '${abbrs.serviceBusNamespaces}${resourceToken}'
+    location: location
+    tags: tags
+    skuName: vnetEnabled ? 'Premium' : serviceBusSku
+    vnetEnabled: vnetEnabled
+    identityPrincipalId: identity.outputs.principalId
+    clientApps: clientAppList
+    scaleByQueueLength: serviceBusScaleByQueueLength
+    deployerPrincipalId: principalId
+    deployerPrincipalType: principalType
+  }
+}
+
+module cosmos 'app/cosmos.bicep' = {
+  name: 'cosmos'
+  scope: rg
+  params: {
+    name: '${abbrs.documentDBDatabaseAccounts}${resourceToken}'
+    location: location
+    tags: tags
+    serverless: cosmosServerless
+    vnetEnabled: vnetEnabled
+    identityPrincipalId: identity.outputs.principalId
+    deployerPrincipalId: principalId
+  }
+}
+
+module network 'app/network.bicep' = if (vnetEnabled) {
+  name: 'network'
+  scope: rg
+  params: {
+    vnetName: '${abbrs.networkVirtualNetworks}${resourceToken}'
+    endpointPrefix: '${abbrs.networkPrivateEndpoints}${resourceToken}'
+    location: location
+    tags: tags
+    storageAccountId: storage.outputs.id
+    durableOnStorage: !useDts
+    serviceBusNamespaceId: serviceBus.outputs.id
+    cosmosAccountId: cosmos.outputs.id
+  }
+}
+
+module functionApp 'app/function.bicep' = {
+  name: 'function'
+  scope: rg
+  params: {
+    name: functionAppName
+    planName: '${abbrs.webServerFarms}${resourceToken}'
+    location: location
+    tags: tags
+    identityId: identity.outputs.id
+    identityClientId: identity.outputs.clientId
+    storageAccountName: storage.outputs.name
+    deploymentContainerName: deploymentContainerName
+    appInsightsName: monitoring.outputs.appInsightsName
+    serviceBusNamespaceFqdn: serviceBus.outputs.fullyQualifiedNamespace
+    cosmosEndpoint: cosmos.outputs.endpoint
+    durableBackend: durableBackend
+    dtsEndpoint: useDts ? dts.outputs.endpoint : ''
+    taskHubName: useDts ? dts.outputs.taskHubName : ''
+    replyQueues: join(replyQueueNames, ',')
+    stockServiceUrl: stockServiceUrl
+    paymentServiceUrl: paymentServiceUrl
+    shippingServiceUrl: shippingServiceUrl
+    fulfilmentServiceUrl: fulfilmentServiceUrl
+    instanceMemoryMB: instanceMemoryMB
+    maximumInstanceCount: maximumInstanceCount
+    alwaysReadyInstances: alwaysReadyInstances
+    subnetId: vnetEnabled ? network.outputs.appSubnetId : ''
+  }
+}
+
+output AZURE_LOCATION string = location
+output AZURE_TENANT_ID string = tenant().tenantId
+output AZURE_RESOURCE_GROUP string = rg.name
+output AZURE_FUNCTION_NAME string = functionApp.outputs.name
+output SERVICE_API_NAME string = functionApp.outputs.name
+output SERVICEBUS_FULLY_QUALIFIED_NAMESPACE string = serviceBus.outputs.fullyQualifiedNamespace
+output ORDERS_QUEUE string = serviceBus.outputs.ordersQueue
+output CLIENT_REPLY_QUEUES string = join(replyQueueNames, ',')
+output COSMOS_ENDPOINT string = cosmos.outputs.endpoint
