@@ -88,7 +88,7 @@ class DevHost:
                 max_workers=EVENT_LOOP_EXECUTOR_THREADS, thread_name_prefix="asyncio"
             )
         )
-        config = HostConfig.load(self.options.app_root)
+        config = HostConfig.load(self.options.app_root, self.settings.values)
         self.functions = index_app(load_app(self.options.app, self.options.app_root), self.settings)
         self.options.data_dir.mkdir(parents=True, exist_ok=True)
         workers = self._workers = self._new_language_workers()
@@ -103,7 +103,7 @@ class DevHost:
             activities=workers,
             versioning=config.durable_task.versioning,
         )
-        self.management = ManagementApi(self.engine)
+        self.management = ManagementApi(self.engine, task_hub=config.durable_task.hub_name)
         await self.management.start()
         client_binding = self.management.client_binding_json()
         app_root = str(self.options.app_root.resolve())

@@ -6,6 +6,14 @@
 - ``extensions.durableTask``: maxConcurrentActivityFunctions, maxConcurrentOrchestratorFunctions,
   and orchestration versioning: defaultVersion, versionMatchStrategy, versionFailureStrategy
   (``devhost.durable.versioning``).
+- ``extensions.durableTask.hubName``, with ``%SETTING%`` resolved from the app settings as the
+  host does (a missing setting is an error naming it); the durableClient binding carries it.
+- ``extensions.durableTask.storageProvider``: the devhost keeps the histories in its own
+  SQLite backend whatever the provider, but refuses what the host refuses: a ``type`` other
+  than the providers the Durable extension knows (AzureStorage, the default; AzureManaged, the
+  Durable Task Scheduler; mssql; Netherite, matched ignoring case), and for AzureManaged an
+  unset app setting named by ``connectionStringName``
+  (default DURABLE_TASK_SCHEDULER_CONNECTION_STRING).
 """
 
 from __future__ import annotations
@@ -14,10 +22,12 @@ import datetime as dt
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devhost.durable.management_http import DEFAULT_TASK_HUB
 from devhost.durable.versioning import (
     Versioning,
     parse_failure_strategy,
@@ -26,6 +36,13 @@ from devhost.durable.versioning import (
 
 HOST_FILE = "host.json"
 _TIMESPAN = re.compile(r"^(?:(\d+)\.)?(\d{1,2}):(\d{2}):(\d{2})(?:\.(\d+))?$")
+_EXPRESSION = re.compile(r"%([^%]+)%")
+
+STORAGE_PROVIDERS = ("AzureStorage", "mssql", "Netherite", "AzureManaged")
+"""The Durable extension's storage provider types, in the order its error message lists them."""
+DEFAULT_STORAGE_PROVIDER = "AzureStorage"
+AZURE_MANAGED_CONNECTION = "DURABLE_TASK_SCHEDULER_CONNECTION_STRING"
+"""The AzureManaged provider's connection setting when ``connectionStringName`` is absent."""
 
 
 class HostConfigError(ValueError):
@@ -45,6 +62,9 @@ class DurableTaskOptions:
     max_concurrent_activities: int
     max_concurrent_orchestrations: int
     versioning: Versioning = field(default_factory=Versioning)
+    hub_name: str = DEFAULT_TASK_HUB
+    storage_provider: str = DEFAULT_STORAGE_PROVIDER
+    """The provider host.json names, spelled as the extension spells it."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +74,9 @@ class HostConfig:
     route_prefix: str = "api"
 
     @classmethod
-    def load(cls, app_root: Path) -> HostConfig:
+    def load(cls, app_root: Path, settings: Mapping[str, str] | None = None) -> HostConfig:
+        """host.json of ``app_root``; ``settings`` are the app settings its ``%NAME%``
+        expressions and connection names refer to."""
         path = app_root / HOST_FILE
         document: dict[str, Any] = {}
         if path.exists():
@@ -62,10 +84,16 @@ class HostConfig:
                 document = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, json.JSONDecodeError) as error:
                 raise HostConfigError(f"{path}: cannot read host.json: {error}") from error
-        return cls.parse(document, str(path))
+        return cls.parse(document, str(path), settings)
 
     @classmethod
-    def parse(cls, document: dict[str, Any], where: str = HOST_FILE) -> HostConfig:
+    def parse(
+        cls,
+        document: dict[str, Any],
+        where: str = HOST_FILE,
+        settings: Mapping[str, str] | None = None,
+    ) -> HostConfig:
+        values = {} if settings is None else settings
         extensions = _section(document, "extensions", where)
         service_bus = _section(extensions, "serviceBus", where)
         durable = _section(extensions, "durableTask", where)
@@ -88,6 +116,8 @@ class HostConfig:
                     durable.get("maxConcurrentOrchestratorFunctions", 10 * cores)
                 ),
                 versioning=_versioning(durable, where),
+                hub_name=_hub_name(durable, where, values),
+                storage_provider=_storage_provider(durable, where, values),
             ),
             route_prefix=str(http.get("routePrefix", "api")),
         )
@@ -113,6 +143,57 @@ def _versioning(durable: dict[str, Any], where: str) -> Versioning:
     except ValueError as error:
         raise HostConfigError(f"{where}: extensions.durableTask: {error}") from error
     return Versioning(default_version, match, failure)
+
+
+def _hub_name(durable: dict[str, Any], where: str, settings: Mapping[str, str]) -> str:
+    """hubName with each ``%NAME%`` replaced by the app setting NAME, as the host resolves it."""
+    raw = durable.get("hubName")
+    if raw is None:
+        return DEFAULT_TASK_HUB
+    if not isinstance(raw, str):
+        raise HostConfigError(f"{where}: extensions.durableTask.hubName must be a string")
+
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group(1)
+        value = settings.get(name)
+        if value is None or not value.strip():
+            raise HostConfigError(
+                f"{where}: extensions.durableTask.hubName {raw!r} names the app setting "
+                f"{name}, which is not set (local.settings.json Values or the environment)"
+            )
+        return value.strip()
+
+    hub = _EXPRESSION.sub(substitute, raw).strip()
+    if not hub:
+        raise HostConfigError(f"{where}: extensions.durableTask.hubName must not be empty")
+    return hub
+
+
+def _storage_provider(durable: dict[str, Any], where: str, settings: Mapping[str, str]) -> str:
+    """The provider's type as the extension spells it; what the host refuses is refused."""
+    provider = _section(durable, "storageProvider", where)
+    declared = provider.get("type")
+    if declared is None:
+        return DEFAULT_STORAGE_PROVIDER
+    known = {name.lower(): name for name in STORAGE_PROVIDERS}
+    kind = known.get(str(declared).lower())
+    if kind is None:
+        raise HostConfigError(
+            f"{where}: extensions.durableTask.storageProvider: Storage provider type "
+            f"({declared}) was not found. Available storage providers: "
+            f"{', '.join(STORAGE_PROVIDERS)}."
+        )
+    if kind == "AzureManaged":
+        connection = str(provider.get("connectionStringName") or AZURE_MANAGED_CONNECTION)
+        value = settings.get(connection)
+        if value is None or not value.strip():
+            raise HostConfigError(
+                f"{where}: extensions.durableTask.storageProvider type {declared} reads the "
+                f"Durable Task Scheduler connection string from the app setting {connection}, "
+                "which is not set (local.settings.json Values or the environment); locally "
+                "the emulator's is 'Endpoint=http://localhost:8080;Authentication=None'"
+            )
+    return kind
 
 
 def _section(document: dict[str, Any], name: str, where: str) -> dict[str, Any]:
