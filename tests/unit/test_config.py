@@ -26,12 +26,15 @@ HOST_AND_CONNECTION_SETTINGS = frozenset(
     {
         "FUNCTIONS_WORKER_RUNTIME",
         "AzureWebJobsStorage",
+        "DURABLE_TASK_SCHEDULER_CONNECTION_STRING",
+        "TASKHUB_NAME",
         "PYTHON_ISOLATE_WORKER_DEPENDENCIES",
         "ServiceBusConnection",
         "CosmosConnection",
     }
 )
-"""Read by the Functions host, the worker or the adapters' SDK clients, not parsed here."""
+"""Read by the Functions host (host.json names the Durable ones), the worker or the adapters'
+SDK clients, not parsed here."""
 
 SET_FOR_THE_LOCAL_RUN = frozenset(
     {
