@@ -2,16 +2,26 @@
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
+# checkov runs in a venv of its own: its dependency pins conflict with the app's.
+IAC_VENV := .venv-iac
+CHECKOV := checkov==3.3.30
 
 .PHONY: setup test lint typecheck pytest bench bench-servicebus bench-pipeline demo servicebus clean
 
-setup: $(VENV)/.installed node_modules/.installed
+setup: $(VENV)/.installed node_modules/.installed $(IAC_VENV)/.installed
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-worker.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements-dev.txt
 	$(BIN)/pip install --quiet --no-deps --ignore-requires-python -r requirements-worker.txt
+	touch $@
+
+# checkov, the IaC scanner tests/infra runs over infra/ (its pin: CHECKOV above).
+$(IAC_VENV)/.installed: Makefile
+	$(PYTHON) -m venv $(IAC_VENV)
+	$(IAC_VENV)/bin/pip install --quiet --upgrade pip
+	$(IAC_VENV)/bin/pip install --quiet $(CHECKOV)
 	touch $@
 
 # The Cosmos DB API server (`@vercel/cosmosdb-server`) the Cosmos adapter is tested against.
@@ -58,4 +68,4 @@ servicebus: setup
 	$(BIN)/python -m devhost servicebus --port 5672 --config servicebus.config.json --data .devhost/servicebus.sqlite
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(IAC_VENV) .mypy_cache .ruff_cache .pytest_cache

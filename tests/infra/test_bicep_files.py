@@ -1,0 +1,65 @@
+"""The azd project is complete: every Bicep file parses, every module and parameter it names
+exists, and the layout is the Flex Consumption quickstarts' (azure.yaml, infra/main.bicep at
+subscription scope, main.parameters.json, abbreviations.json, infra/app/*.bicep)."""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from tests.infra.bicep import APP, BICEP_FILES, INFRA, ROOT, body, module, parse
+
+
+def test_the_layout_is_the_quickstarts():
+    for path in ("azure.yaml", "infra/main.bicep", "infra/main.parameters.json"):
+        assert (ROOT / path).is_file(), path
+    assert json.loads((INFRA / "abbreviations.json").read_text(encoding="utf-8"))
+    assert sorted(APP.glob("*.bicep")), "no module in infra/app"
+    assert module("main")["globals"]["scope"]["value"] == "subscription"
+
+
+@pytest.mark.parametrize("path", BICEP_FILES, ids=lambda path: str(path.relative_to(INFRA)))
+def test_every_bicep_file_parses(path: Path):
+    parsed = parse(path)
+    assert parsed.get("resources") or parsed.get("modules"), f"{path} declares nothing"
+
+
+def test_pycep_parser_is_the_pinned_one():
+    pins = (ROOT / "requirements-dev.txt").read_text(encoding="utf-8")
+    assert f"pycep-parser=={version('pycep-parser')}" in pins
+
+
+def test_every_module_main_uses_exists_and_gets_only_parameters_it_declares():
+    main = module("main")
+    assert main["modules"]
+    for name, each in main["modules"].items():
+        path = INFRA / each["detail"]["path"]
+        assert path.is_file(), f"module {name}: {path} is missing"
+        declared = set(parse(path)["parameters"])
+        passed = set(body(each)["params"])
+        assert passed <= declared, f"module {name} gets undeclared {passed - declared}"
+        required = {p for p, spec in parse(path)["parameters"].items() if spec["default"] is None}
+        assert required <= passed, f"module {name} misses required {required - passed}"
+
+
+def test_main_parameters_json_sets_only_parameters_of_main_bicep():
+    document = json.loads((INFRA / "main.parameters.json").read_text(encoding="utf-8"))
+    assert set(document["parameters"]) <= set(module("main")["parameters"])
+    for name in ("environmentName", "location", "principalId"):
+        assert name in document["parameters"], name
+
+
+def test_azure_yaml_deploys_this_folder_to_the_site_tagged_api():
+    text = (ROOT / "azure.yaml").read_text(encoding="utf-8")
+    service = re.search(r"^services:\n  (\w+):\n((?:    .*\n)+)", text, re.MULTILINE)
+    assert service is not None
+    assert service.group(1) == "api"
+    fields = dict(re.findall(r"^    (\w+): (.+)$", service.group(2), re.MULTILINE))
+    assert fields == {"project": ".", "language": "python", "host": "function"}
+    site = body(module("function")["resources"]["site"])
+    assert site["tags"]["function"]["parameters"]["arg_2"] == {"'azd-service-name'": "api"}
+    assert (ROOT / fields["project"] / "requirements.txt").is_file()  # remote build needs it
