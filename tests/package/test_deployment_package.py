@@ -1,0 +1,142 @@
+"""The deployment package is the app alone, and it runs on what requirements.txt installs.
+
+The package is built as ``func`` and azd build it: the app's folder minus what
+``.funcignore`` excludes (gitignore syntax). It is copied to a fresh folder, a fresh virtual
+environment gets ``requirements.txt`` and nothing else (plus the Python worker library that
+the platform provides, installed as the Makefile does), and ``index_package.py`` imports
+``function_app`` there and indexes every function with the worker's code. So the deployed
+app needs nothing from devhost/, simulators/, demo/, tests/ or the development requirements.
+The package's size is printed.
+
+Slow (a virtual environment is installed, from pip's cache after the first run); ``make
+test`` runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pathspec  # installed with mypy (requirements-dev.txt)
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = Path(__file__).with_name("index_package.py")
+INSTALL_TIMEOUT_SECONDS = 900
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
+
+def package_files(root: Path) -> list[Path]:
+    """The files of ``root`` that ``.funcignore`` keeps, relative to ``root``."""
+    rules = (root / ".funcignore").read_text(encoding="utf-8").splitlines()
+    ignored = pathspec.GitIgnoreSpec.from_lines(rules)
+    kept: list[Path] = []
+    for directory, subdirectories, files in os.walk(root):
+        relative = Path(directory).relative_to(root)
+        subdirectories[:] = sorted(
+            name for name in subdirectories if not ignored.match_file(f"{relative / name}/")
+        )
+        kept.extend(
+            relative / name
+            for name in sorted(files)
+            if not ignored.match_file(str(relative / name))
+        )
+    return kept
+
+
+def run(command: list[str], *, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        command,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=INSTALL_TIMEOUT_SECONDS,
+        check=False,
+    )
+    assert done.returncode == 0, f"{' '.join(command)}\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+def test_the_package_is_the_app_alone() -> None:
+    files = {path.as_posix() for path in package_files(ROOT)}
+    assert {
+        "function_app.py",
+        "host.json",
+        "requirements.txt",
+        "bootstrap.py",
+        "config.py",
+    } <= files
+    tops = {path.split("/")[0] for path in files}
+    for excluded in ("devhost", "simulators", "demo", "bench", "tests", "docs", "infra"):
+        assert excluded not in tops
+    assert not any(path.endswith((".md", ".pyc")) or "local.settings" in path for path in files)
+
+
+def test_the_package_imports_and_indexes_on_requirements_txt_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    package = tmp_path / "package"
+    files = package_files(ROOT)
+    for relative in files:
+        (package / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / relative, package / relative)
+    size = sum((package / relative).stat().st_size for relative in files)
+
+    environment = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": os.environ.get("HOME", str(tmp_path)),
+        "PYTHONNOUSERSITE": "1",
+        **{
+            name: os.environ[name]
+            for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CACHE_DIR", "PIP_CONFIG_FILE")
+            if name in os.environ
+        },
+    }
+    python = shutil.which("python3.11") or sys.executable
+    venv = tmp_path / "venv"
+    run([python, "-m", "venv", str(venv)], cwd=tmp_path, env=environment)
+    pip = [
+        str(venv / "bin" / "python"),
+        "-m",
+        "pip",
+        "--disable-pip-version-check",
+        "install",
+        "--quiet",
+    ]
+    run([*pip, "-r", "requirements.txt"], cwd=package, env=environment)
+    (site_packages,) = venv.glob("lib/python*/site-packages")
+    dependencies = sum(path.stat().st_size for path in site_packages.rglob("*") if path.is_file())
+    run(
+        [
+            *pip,
+            "--no-deps",
+            "--ignore-requires-python",
+            "-r",
+            str(ROOT / "requirements-worker.txt"),
+        ],
+        cwd=package,
+        env=environment,
+    )
+    indexed = run(
+        [str(venv / "bin" / "python"), str(SCRIPT), str(package)], cwd=package, env=environment
+    )
+    answer = json.loads(indexed.stdout.strip().splitlines()[-1])
+    assert "error" not in answer, answer.get("error")
+
+    import function_app
+
+    expected = sorted(function.get_function_name() for function in function_app.app.get_functions())
+    assert answer["functions"] == expected
+    assert answer["outside"] == []
+    with capsys.disabled():
+        print(
+            f"\ndeployment package: {len(files)} files, {size:,} bytes ({size / 1024:.0f} KiB);"
+            f" requirements.txt installs {dependencies / 2**20:.0f} MiB;"
+            f" {len(expected)} functions indexed"
+        )
