@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -9,6 +10,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 START_BOUND_SECONDS = 60
+# The local settings a user copies to local.settings.json (the host-level ones included).
+SAMPLE_VALUES: dict[str, str] = json.loads(
+    (ROOT / "local.settings.sample.json").read_text(encoding="utf-8")
+)["Values"]
 
 
 def test_a_retry_budget_too_small_for_its_factors_stops_the_app_loading_c4(
@@ -25,6 +30,7 @@ def test_a_retry_budget_too_small_for_its_factors_stops_the_app_loading_c4(
         cwd=ROOT,
         env={
             **os.environ,
+            **SAMPLE_VALUES,
             "RETRY_BUDGET": "5",
             "MAX_FAILURES": "3",
             "AGENT_DELIVERY_ATTEMPTS": "2",
