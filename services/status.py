@@ -63,7 +63,9 @@ def rejection_for(
 ) -> StatusMessage | None:
     """The `rejected` status of an order admission control refused (C5, R2), for the reply
     queue its message named; the order has no state record, so none carries the queue.
-    No attempt: its message id is `"{orderId}:rejected:-"`, stable across resends."""
+    No attempt: its message id is `"{orderId}:rejected:-"`, stable across redeliveries of the
+    message - and across later submissions of the same order, whose rejection the reply
+    queue's duplicate detection then drops within its window."""
     if reply_to is None or not reply_queue_allowed(reply_to, reply_queues):
         return None
     return status_message(
