@@ -37,6 +37,7 @@ from adapters.sqlite_store import open_sqlite_stores
 from config import Settings, SettingsError
 from domain.policies import CircuitBreaker
 from domain.ports import MessagePublisher, OperationCost, OrderStore, StateStore, StoreMetrics
+from services.admission import BacklogGate
 
 
 @dataclass
@@ -45,6 +46,8 @@ class AppServices:
     states: StateStore
     orders: OrderStore
     metrics: StoreMetrics
+    admission: BacklogGate
+    """This process's view of the backlog against MAX_BACKLOG_ORDERS (C5)."""
     breakers: dict[str, CircuitBreaker] = field(default_factory=dict)
     """One circuit breaker per remote service, shared by the agents of this process (E9)."""
 
@@ -167,7 +170,16 @@ def services() -> AppServices:
 def _build(settings: Settings) -> AppServices:
     metrics = StoreMetrics()
     states, orders = open_stores(settings, metrics)
-    return AppServices(settings, states, orders, metrics)
+    return AppServices(settings, states, orders, metrics, backlog_gate(settings, states))
+
+
+def backlog_gate(settings: Settings, states: StateStore) -> BacklogGate:
+    """The admission check of submissions over `states`, with the C5 settings."""
+    return BacklogGate(
+        lambda at_most: states.count_backlog(at_most=at_most),
+        bound=settings.max_backlog_orders,
+        recount_seconds=settings.backlog_recount_seconds,
+    )
 
 
 def open_stores(

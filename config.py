@@ -11,7 +11,8 @@ The domain never sees this module: `Settings` hands the service layer domain val
 (`timeouts`, `starter_scan`, `supervisor_policy`, `agent_policy`, `budget`, `reply_queues`),
 and bootstrap.py hands the adapters their options. The values set the rules D3, E1, E2,
 E7, E9, R1, U2, U4, U5, U7, C2, C4 and C5; C4's budget is checked here against MAX_FAILURES and
-AGENT_DELIVERY_ATTEMPTS when the settings are read.
+AGENT_DELIVERY_ATTEMPTS, and C5's backlog bound against the running cap, when the settings
+are read.
 """
 
 from __future__ import annotations
@@ -362,6 +363,20 @@ class Settings:
         _positive_int,
         "orders Processing or Compensating at once; the starter claims no more (C5)",
     )
+    max_backlog_orders: int = _setting(
+        "MAX_BACKLOG_ORDERS",
+        10000,
+        _positive_int,
+        "orders Pending, Processing or Compensating at once; a new order above it is "
+        "answered `rejected` and not stored (C5)",
+    )
+    backlog_recount_seconds: float = _setting(
+        "BACKLOG_RECOUNT_SECONDS",
+        1.0,
+        _seconds,
+        "how long one instance's count of the backlog serves its submissions before it "
+        "counts again; between counts it adds the orders it accepted itself (C5)",
+    )
     supervisor_window_seconds: float = _setting(
         "SUPERVISOR_WINDOW_SECONDS",
         86400.0,
@@ -377,6 +392,14 @@ class Settings:
 
     def __post_init__(self) -> None:
         _ = self.budget  # C4: refuse a budget that leaves the agent no try, at startup
+        if self.max_backlog_orders < self.max_running_orders:
+            # C5: the backlog holds the running orders, so a smaller bound would reject new
+            # orders before the starter could ever reach its cap.
+            raise SettingsError(
+                f"MAX_BACKLOG_ORDERS={self.max_backlog_orders} is below MAX_RUNNING_ORDERS="
+                f"{self.max_running_orders}: the backlog counts the running orders too; raise "
+                "MAX_BACKLOG_ORDERS or lower MAX_RUNNING_ORDERS"
+            )
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> Settings:

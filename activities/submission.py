@@ -1,9 +1,11 @@
-"""Submission (S1-S4, C6, R1): the Service Bus trigger on ORDERS_QUEUE.
+"""Submission (S1-S4, C5, C6, R1): the Service Bus trigger on ORDERS_QUEUE.
 
 PeekLock (S1) with manual settlement: a valid message is written idempotently to the orders
 database and the state store, the ``received`` status goes to the app's reply queue, then
-the message is completed. An invalid or conflicting message is dead-lettered with a reason
-and an operator is alerted (S3); nothing reaches the stores. A store or broker fault raises,
+the message is completed. A new order while the backlog is at MAX_BACKLOG_ORDERS is
+answered ``rejected`` and its message completed, with nothing stored (C5). An invalid or
+conflicting message is dead-lettered with a reason and an operator is alerted (S3); nothing
+reaches the stores. A store or broker fault raises,
 so the host abandons the message and it is redelivered; the writes are idempotent (C6).
 """
 
@@ -21,7 +23,7 @@ from azurefunctions.extensions.bindings.servicebus import (
 import bootstrap
 from adapters.message_settlement import body_bytes, complete, dead_letter
 from domain.outgoing_messages import alert_outgoing, status_outgoing
-from services.submission import DeadLetter, submit_order
+from services.submission import DeadLetter, Rejected, submit_order
 
 bp = df.Blueprint()
 log = logging.getLogger("app.submission")
@@ -44,6 +46,7 @@ async def receive_order(
         message_id=str(message.message_id),
         orders=app.orders,
         states=app.states,
+        admission=app.admission,
         reply_queues=app.settings.reply_queues,
         now=bootstrap.now(),
         steps=app.settings.order_steps,
@@ -57,6 +60,18 @@ async def receive_order(
         await dead_letter(
             message_actions, message, reason=result.reason, description=result.description
         )
+        return
+    if isinstance(result, Rejected):
+        # Identifiers and counts only: the order's customer and items stay out of the log.
+        log.warning(
+            "order rejected order=%s backlog=%d bound=%d",
+            result.order.order_id,
+            result.backlog,
+            result.bound,
+        )
+        if result.status is not None:
+            await publisher.send(status_outgoing(result.status))
+        await complete(message_actions, message)
         return
     if result.status is not None:
         await publisher.send(status_outgoing(result.status))

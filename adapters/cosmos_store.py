@@ -106,11 +106,11 @@ _CLAIMABLE_QUERY = (
     "AND (IS_NULL(c.CompleteBy) OR c.CompleteBy <= @now)"
 )
 
-# One aggregate over the state container's index: its cost grows with the running records,
-# which the cap it serves keeps bounded (C5).
-_RUNNING_COUNT_QUERY = (
-    "SELECT VALUE COUNT(1) FROM c WHERE c.ProcessState IN (@processing, @compensating)"
-)
+# One aggregate over the state container's index each: its cost grows with the records it
+# counts, which the bound it serves keeps bounded - the running cap, the backlog bound (C5).
+_COUNT_QUERY = "SELECT VALUE COUNT(1) FROM c WHERE c.ProcessState IN ({states})"
+_RUNNING_STATES = (ProcessState.PROCESSING, ProcessState.COMPENSATING)
+_BACKLOG_STATES = (ProcessState.PENDING, *_RUNNING_STATES)
 
 
 def _encode_token(query: str, position: Mapping[str, Any]) -> str:
@@ -490,16 +490,23 @@ class CosmosStateStore(StateStore):
         return Page(tuple(records), next_page, charge.total)
 
     def count_running(self, *, at_most: int) -> int:
+        return self._count_in(_RUNNING_STATES, at_most, "counting running state records")
+
+    def count_backlog(self, *, at_most: int) -> int:
+        return self._count_in(_BACKLOG_STATES, at_most, "counting the backlog of state records")
+
+    def _count_in(self, states: tuple[ProcessState, ...], at_most: int, doing: str) -> int:
         if at_most <= 0:
             return 0
+        names = [f"@state{index}" for index in range(len(states))]
         charge = RequestCharge()
-        with translate_errors("counting running state records", charge):
+        with translate_errors(doing, charge):
             counts: list[Any] = list(
                 self._state.query_items(
-                    _RUNNING_COUNT_QUERY,
+                    _COUNT_QUERY.format(states=", ".join(names)),
                     parameters=[
-                        {"name": "@processing", "value": ProcessState.PROCESSING.value},
-                        {"name": "@compensating", "value": ProcessState.COMPENSATING.value},
+                        {"name": name, "value": state.value}
+                        for name, state in zip(names, states, strict=True)
                     ],
                     enable_cross_partition_query=True,
                     response_hook=charge.hook,

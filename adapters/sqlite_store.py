@@ -62,6 +62,7 @@ CREATE TABLE IF NOT EXISTS orders (
 """
 
 _RUNNING_STATES = (ProcessState.PROCESSING.value, ProcessState.COMPENSATING.value)
+_BACKLOG_STATES = (ProcessState.PENDING.value, *_RUNNING_STATES)
 
 
 def _json_path(path: DocumentPath) -> str:
@@ -244,10 +245,18 @@ class SqliteStateStore(StateStore):
         return self._page(rows, limit, "expired")
 
     def count_running(self, *, at_most: int) -> int:
-        # The LIMIT lets the count stop at the cap: the starter only asks whether there is room.
+        return self._count_in(_RUNNING_STATES, at_most)
+
+    def count_backlog(self, *, at_most: int) -> int:
+        return self._count_in(_BACKLOG_STATES, at_most)
+
+    def _count_in(self, states: tuple[str, ...], at_most: int) -> int:
+        # The LIMIT lets the count stop at the bound: callers only ask whether there is room.
+        # ProcessState leads both state indexes, so the count reads index entries only.
+        marks = ", ".join("?" for _ in states)
         (count,) = self._db.execute(
-            "SELECT COUNT(*) FROM (SELECT 1 FROM state WHERE ProcessState IN (?, ?) LIMIT ?)",
-            (*_RUNNING_STATES, max(at_most, 0)),
+            f"SELECT COUNT(*) FROM (SELECT 1 FROM state WHERE ProcessState IN ({marks}) LIMIT ?)",
+            (*states, max(at_most, 0)),
         )[0]
         self.metrics.record(OperationKind.QUERY, reads=1)
         return int(count)

@@ -32,6 +32,7 @@ ACKNOWLEDGED_BOUND_SECONDS = 60.0
 # time): a short wait keeps that from adding to the latency the client measures.
 LISTEN_WAIT_SECONDS = 0.05
 IN_PROGRESS = "in-progress"
+REJECTED = "rejected"
 TERMINAL_STATUSES = frozenset({"completed", "failed", "compensated", "compensation-failed"})
 MALFORMED_BODIES = (
     b"this is not JSON",
@@ -112,6 +113,13 @@ class ClientLog:
     statuses: Counter[str] = field(default_factory=Counter)
     steps: Counter[str] = field(default_factory=Counter)
     """`in-progress` statuses by the step they name."""
+    rejected: list[str] = field(default_factory=list)
+    """Orders answered `rejected` (admission control, C5): never stored, so never lost."""
+
+    @property
+    def answered(self) -> int:
+        """Orders that heard their last word: a final status, or `rejected`."""
+        return len(set(self.finished_at) | set(self.rejected))
 
     def to_document(self) -> dict[str, Any]:
         """The log as JSON-ready data (the client process hands it to the demo this way)."""
@@ -120,6 +128,7 @@ class ClientLog:
             "finished_at": self.finished_at,
             "statuses": dict(self.statuses),
             "steps": dict(self.steps),
+            "rejected": self.rejected,
         }
 
     @classmethod
@@ -129,6 +138,7 @@ class ClientLog:
             finished_at={str(k): float(v) for k, v in document["finished_at"].items()},
             statuses=Counter({str(k): int(v) for k, v in document["statuses"].items()}),
             steps=Counter({str(k): int(v) for k, v in document.get("steps", {}).items()}),
+            rejected=[str(order_id) for order_id in document.get("rejected", [])],
         )
 
     def latencies_ms(self) -> list[float]:
@@ -230,6 +240,8 @@ class DemoClient:
         if name == "received":
             self._received.add(order_id)
             self._heard.set()
+        if name == REJECTED and order_id not in self.log.rejected:
+            self.log.rejected.append(order_id)
         if name in TERMINAL_STATUSES and order_id not in self.log.finished_at:
             self.log.finished_at[order_id] = time.monotonic()
 

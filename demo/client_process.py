@@ -149,7 +149,7 @@ async def _progress(client: DemoClient, out: TextIO) -> None:
         statuses = dict(client.log.statuses)
         if statuses != shown:
             shown = statuses
-            _emit(out, {"finished": len(client.log.finished_at), "statuses": statuses})
+            _emit(out, {"finished": client.log.answered, "statuses": statuses})
         await asyncio.sleep(PROGRESS_SECONDS)
 
 

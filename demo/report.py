@@ -2,8 +2,8 @@
 
 The invariants the pattern exists to keep, each checked on evidence from the state store
 and the simulated services' ledgers (`demo.evidence`), never on the app's own counters:
-- no order is ``lost`` (submitted, but no state record) or ``stuck`` (no final state when
-  the settle time ran out);
+- no order is ``lost`` (submitted, but no state record, and not answered ``rejected`` by
+  admission control, C5) or ``stuck`` (no final state when the settle time ran out);
 - no side effect happened twice (``double_side_effects``: an action performed more than
   once for one order, at any service);
 - every order that ended ``Compensated`` left nothing behind (``net_effects``: actions minus
@@ -21,6 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 FINAL_STATES = frozenset({"Processed", "Error", "Compensated", "CompensationFailed"})
+
+
+def lost_orders(records: Mapping[str, object | None], rejected: Sequence[str]) -> list[str]:
+    """Orders with no state record that admission control did not reject (C5): lost."""
+    refused = set(rejected)
+    return sorted(o for o, record in records.items() if record is None and o not in refused)
 
 
 def percentile(values: Sequence[float], fraction: float) -> float | None:
@@ -59,6 +65,8 @@ class DemoReport:
     compensation_began: dict[str, str] = field(default_factory=dict)
     actions_refused_after_undo: int = 0
     operator_alerts: dict[str, int] = field(default_factory=dict)
+    rejected: list[str] = field(default_factory=list)
+    """Orders answered `rejected` (C5): refused at the backlog bound, stored nowhere."""
     scripted_paths: list[dict[str, Any]] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
 
@@ -107,6 +115,7 @@ class DemoReport:
             "lost": len(self.lost),
             "stuck": len(self.stuck),
             "lost_orders": self.lost,
+            "rejected": len(self.rejected),
             "stuck_orders": self.stuck,
             "dead_lettered": self.dead_lettered,
             "dead_letter_reasons": self.dead_letter_reasons,
@@ -147,6 +156,7 @@ class DemoReport:
             f"Orders: {self.orders} valid, submitted as {self.submitted}",
             f"Final states: {_pairs(self.final_states)}",
             f"Lost: {len(self.lost)}   Stuck: {len(self.stuck)}   "
+            f"Rejected at the backlog bound: {len(self.rejected)}   "
             f"Double side effects: {sum(self.double_side_effects.values())}",
             f"Agent retries: {self.agent_retries}   Supervisor: {_pairs(self.supervisor)}",
             f"Compensations: {_pairs(self.compensations)}   Actions refused after undo: "

@@ -31,7 +31,7 @@ from demo.client import Workload
 from demo.client_process import ClientOutcome, ClientProcess, ClientSpec
 from demo.evidence import ServiceLedger, gather
 from demo.pipeline import DEMO_REPLY_QUEUE, Pipeline, local_pipeline
-from demo.report import FINAL_STATES, DemoReport, percentile
+from demo.report import FINAL_STATES, DemoReport, lost_orders, percentile
 from demo.showcase import STEP_SERVICES, FaultMix, fault_mix
 from domain.ports import StoreMetrics
 from domain.records import StateRecord
@@ -156,7 +156,7 @@ async def _report(
         states.close()
         orders.close()
     final_states = Counter(r.process_state.value for r in records.values() if r is not None)
-    lost = sorted(order_id for order_id, record in records.items() if record is None)
+    lost = lost_orders(records, client.log.rejected)
     stuck = sorted(
         order_id
         for order_id, record in records.items()
@@ -180,6 +180,7 @@ async def _report(
         orders=len(workload.order_ids),
         final_states=dict(final_states),
         lost=lost,
+        rejected=sorted(client.log.rejected),
         stuck=stuck,
         dead_lettered=sum(sum(by_reason.values()) for by_reason in reasons.values()),
         dead_letter_reasons=reasons,

@@ -207,6 +207,17 @@ class StateStore(ABC):
         """
 
     @abstractmethod
+    def count_backlog(self, *, at_most: int) -> int:
+        """How many records are unfinished - Pending, Processing or Compensating - counted up
+        to `at_most` (C5).
+
+        Submission needs only whether the backlog reached its bound, so a store may stop
+        counting at `at_most`. Compensating records count: they are work the pipeline still
+        owes, and a failing downstream that leaves orders compensating must show as
+        back-pressure too.
+        """
+
+    @abstractmethod
     def expire_finished(self, *, now: datetime, limit: int) -> int:
         """Remove up to `limit` finished records (and with them their compensation logs)
         last changed more than the store's retention before `now`; how many it removed (C3).

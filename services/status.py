@@ -1,4 +1,4 @@
-"""Status replies and operator alerts: who is told what (R1, R2, S3, E8, U4, C2).
+"""Status replies and operator alerts: who is told what (R1, R2, S3, E8, U4, C2, C5).
 
 Status messages go only to the reply queue recorded in the state record, and only while
 that queue is still on the `REPLY_QUEUES` allow-list (R1): a queue removed from the list
@@ -50,6 +50,31 @@ def status_for(
         reason=reason,
         at=now,
         step=step,
+    )
+
+
+def rejection_for(
+    order_id: str,
+    reply_to: str | None,
+    *,
+    reason: str,
+    reply_queues: frozenset[str],
+    now: datetime,
+) -> StatusMessage | None:
+    """The `rejected` status of an order admission control refused (C5, R2), for the reply
+    queue its message named; the order has no state record, so none carries the queue.
+    No attempt: its message id is `"{orderId}:rejected:-"`, stable across redeliveries of the
+    message - and across later submissions of the same order, whose rejection the reply
+    queue's duplicate detection then drops within its window."""
+    if reply_to is None or not reply_queue_allowed(reply_to, reply_queues):
+        return None
+    return status_message(
+        queue=reply_to,
+        order_id=order_id,
+        status=OrderStatus.REJECTED,
+        attempt=None,
+        reason=reason,
+        at=now,
     )
 
 

@@ -1,4 +1,4 @@
-"""Submission of an order message (S1-S4, R1, C6).
+"""Submission of an order message (S1-S4, R1, C5, C6).
 
 Validate the message, then two independent idempotent writes keyed by OrderID: the order
 into the orders database, then the state record into the state store. A redelivered or
@@ -9,6 +9,14 @@ with a reason and an operator alert, and nothing is overwritten (S3).
 The order is written first, so a state record never exists without its order: a crash
 between the writes leaves an order without a record, which the message's redelivery
 completes.
+
+Admission control (C5): a new order takes a place in the backlog (`services.admission`).
+When the backlog is at its bound, an order with no state record is `Rejected`: nothing is
+written, the app answers `rejected` with the bound and the count, and the message is
+completed. An order already accepted is never rejected - its resend takes the idempotent
+path above (S2) - so the bound costs a point read only while the backlog is full. (An order
+whose first write landed but whose state record did not counts as new: it was never
+acknowledged, and its order document waits for a resend with the same data.)
 """
 
 from __future__ import annotations
@@ -30,7 +38,8 @@ from domain.contracts import (
 from domain.ports import OrderStore, StateStore
 from domain.records import StateRecord
 from domain.transitions import new_record
-from services.status import status_for
+from services.admission import BacklogGate, Full
+from services.status import rejection_for, status_for
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,18 @@ class DeadLetter:
     alert: OperatorAlert
 
 
+@dataclass(frozen=True)
+class Rejected:
+    """Admission control refused a new order (C5): nothing was written; complete the
+    message and send `status` (`rejected`, saying why) if there is one."""
+
+    order: Order
+    reason: str
+    backlog: int
+    bound: int
+    status: StatusMessage | None
+
+
 INVALID_MESSAGE_REASON = "InvalidMessage"
 ORDER_CONFLICT_REASON = "OrderConflict"
 
@@ -64,23 +85,53 @@ def submit_order(
     message_id: str,
     orders: OrderStore,
     states: StateStore,
+    admission: BacklogGate,
     reply_queues: frozenset[str],
     now: datetime,
     steps: Sequence[str] = (),
-) -> Accepted | DeadLetter:
+) -> Accepted | Rejected | DeadLetter:
     """Handle one submission message; `message_id` is the broker's id of that message.
 
-    `reply_queues` is the allow-list of reply queues an app may name (R1); `steps` the
-    workflow a new order runs (ORDER_STEPS), fixed in its record when it is accepted (C7).
+    `admission` holds the backlog bound (C5); `reply_queues` is the allow-list of reply
+    queues an app may name (R1); `steps` the workflow a new order runs (ORDER_STEPS), fixed
+    in its record when it is accepted (C7).
     """
     parsed = parse_submission(body, reply_to, reply_queues)
     if isinstance(parsed, InvalidSubmission):
         return _invalid(parsed, message_id, now)
     order = parsed.order
+    place = admission.reserve()
+    if isinstance(place, Full):
+        if states.get(order.order_id) is None:
+            return _rejected(order, parsed.reply_to, place, reply_queues, now)
+        # Accepted before: a resend is never refused, it is answered as before (S2).
+        return _write(order, parsed.reply_to, message_id, orders, states, reply_queues, now, steps)
+    stored = True  # a write that failed may have landed: keep its place until the next count
+    try:
+        result = _write(
+            order, parsed.reply_to, message_id, orders, states, reply_queues, now, steps
+        )
+        stored = isinstance(result, Accepted) and result.state_created
+        return result
+    finally:
+        admission.settle(place, stored=stored)
+
+
+def _write(
+    order: Order,
+    reply_to: str | None,
+    message_id: str,
+    orders: OrderStore,
+    states: StateStore,
+    reply_queues: frozenset[str],
+    now: datetime,
+    steps: Sequence[str],
+) -> Accepted | DeadLetter:
+    """The two idempotent writes (S2, S4), or the conflict that stops them (S3)."""
     stored_order = orders.create(order)
     if not stored_order.created and stored_order.record.immutable_data() != order.immutable_data():
         return _conflict(order, stored_order.record, message_id, now)
-    stored_state = states.create(new_record(order.order_id, parsed.reply_to, now, steps))
+    stored_state = states.create(new_record(order.order_id, reply_to, now, steps))
     return Accepted(
         order=order,
         record=stored_state.record,
@@ -88,6 +139,24 @@ def submit_order(
         state_created=stored_state.created,
         status=status_for(
             stored_state.record, OrderStatus.RECEIVED, reply_queues=reply_queues, now=now
+        ),
+    )
+
+
+def _rejected(
+    order: Order, reply_to: str | None, full: Full, reply_queues: frozenset[str], now: datetime
+) -> Rejected:
+    reason = (
+        f"backlog at its bound: {full.backlog} of at most {full.bound} orders are Pending, "
+        "Processing or Compensating; the order was not stored, submit it again later"
+    )
+    return Rejected(
+        order=order,
+        reason=reason,
+        backlog=full.backlog,
+        bound=full.bound,
+        status=rejection_for(
+            order.order_id, reply_to, reason=reason, reply_queues=reply_queues, now=now
         ),
     )
 

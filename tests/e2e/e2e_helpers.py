@@ -292,6 +292,28 @@ class E2E:
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
 
+    @contextlib.asynccontextmanager
+    async def watching_backlog(self) -> AsyncIterator[list[int]]:
+        """The state store's backlog (Pending, Processing, Compensating records, C5) while the
+        block runs, each change of it in order (polled every 50 ms, counted up to 10,000)."""
+        seen: list[int] = []
+        states = bootstrap.services().states
+
+        async def watch() -> None:
+            while True:
+                count = await asyncio.to_thread(states.count_backlog, at_most=10_000)
+                if not seen or seen[-1] != count:
+                    seen.append(count)
+                await asyncio.sleep(_WATCH_INTERVAL_SECONDS)
+
+        watcher = asyncio.create_task(watch())
+        try:
+            yield seen
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
     async def instance(self, instance_id: str) -> OrchestrationStatus | None:
         engine = self.pipeline.host.engine
         assert engine is not None, "the devhost's Durable engine is not running"

@@ -38,6 +38,7 @@ def submit(order_ids: list[str]) -> None:
             message_id=order_id,
             orders=app.orders,
             states=app.states,
+            admission=app.admission,
             reply_queues=app.settings.reply_queues,
             now=bootstrap.now(),
             steps=app.settings.order_steps,

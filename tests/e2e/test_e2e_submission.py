@@ -1,4 +1,5 @@
-"""Submission through the real pipeline (S1-S4, C6, R1): duplicates, conflicts, invalid messages.
+"""Submission through the real pipeline (S1-S4, C5, C6, R1): duplicates, conflicts, invalid
+messages, and the backlog bound.
 
 The service layer's rules over SQLite are tested in tests/integration/stores; these tests send
 real messages to the embedded broker and watch what the app's Service Bus trigger, stores and
@@ -8,6 +9,7 @@ replies do with them.
 from pathlib import Path
 
 from domain.records import ProcessState
+from simulators.services.faults import FaultKind, FaultPlan, FaultRule
 from tests.e2e.e2e_helpers import (
     AGENT_RESPONSES,
     ALERTS,
@@ -15,8 +17,10 @@ from tests.e2e.e2e_helpers import (
     REPLIES,
     STEP_AGENT_REQUESTS,
     STEP_SERVICES,
+    Delivered,
     order_body,
     running_pipeline,
+    running_step_pipeline,
 )
 from tests.support.waiting import eventually
 
@@ -160,3 +164,70 @@ async def test_r1_only_allow_listed_reply_queues_get_status_messages(tmp_path: P
         assert set(e2e.app_sent()) <= {*STEP_AGENT_REQUESTS, AGENT_RESPONSES, ALERTS}, (
             "no status message was sent to any queue"
         )
+
+
+async def test_c5_a_slow_downstream_keeps_the_backlog_bounded_and_the_excess_is_rejected(
+    tmp_path: Path,
+) -> None:
+    """C5: while the stock service takes 2 s per reservation, a burst of 10 orders meets a
+    backlog bound of 4 (2 running): the state store never holds more than 4 unfinished
+    orders, each order is answered either `received` or `rejected` (which says why), a
+    rejected order is stored nowhere and its message is completed, not dead-lettered, and
+    every accepted order completes. Once the backlog drains, a rejected order sent again is
+    accepted."""
+    slow_stock = FaultPlan(
+        rules=(FaultRule(FaultKind.LATENCY, operation="reserve", delay_seconds=2),)
+    )
+    bounds = {"MAX_RUNNING_ORDERS": "2", "MAX_BACKLOG_ORDERS": "4"}
+    order_ids = [f"o-burst-{index:02d}" for index in range(10)]
+
+    def answered(taken: list[Delivered]) -> bool:
+        final = {(m.body["orderId"], m.body["status"]) for m in taken}
+        return all(
+            (order_id, "rejected") in final or (order_id, "completed") in final
+            for order_id in order_ids
+        )
+
+    async with running_step_pipeline(
+        tmp_path, service_faults={"stock": slow_stock}, settings=bounds
+    ) as e2e:
+        async with e2e.watching_backlog() as backlog:
+            for order_id in order_ids:
+                await e2e.submit(order_body(order_id), message_id=order_id)
+            replies = await e2e.receive(
+                REPLIES, until=answered, what="`completed` or `rejected` for every order"
+            )
+            await e2e.drained(ORDERS, "every submission settled")
+
+        statuses = {
+            order_id: [m.body for m in replies if m.body["orderId"] == order_id]
+            for order_id in order_ids
+        }
+        rejected = sorted(o for o, bodies in statuses.items() if bodies[0]["status"] == "rejected")
+        accepted = sorted(set(order_ids) - set(rejected))
+        assert rejected, f"no order was rejected; the backlog went {backlog}"
+        # The first four fill the backlog; a place frees only when an order completes.
+        assert len(accepted) >= 4, statuses
+        assert max(backlog) <= 4, f"the backlog went {backlog}"
+        for order_id in rejected:
+            [rejection] = statuses[order_id]
+            assert rejection["reason"].startswith("backlog at its bound: 4 of at most 4 orders")
+            assert rejection["attempt"] is None
+            assert await e2e.record(order_id) is None
+            assert await e2e.stored_order(order_id) is None
+        for order_id in accepted:
+            bodies = statuses[order_id]
+            assert (bodies[0]["status"], bodies[-1]["status"]) == ("received", "completed")
+            record = await e2e.record(order_id)
+            assert record is not None
+            assert record.process_state is ProcessState.PROCESSED
+        assert await e2e.pending(ORDERS, dead_letters=True) == []
+        assert await e2e.pending(ALERTS) == []
+
+        again = rejected[0]
+        await e2e.submit(order_body(again), message_id=f"{again}-again")
+        later = await e2e.statuses(again, "completed")
+        assert later[0].body["status"] == "received"
+        record = await e2e.record(again)
+        assert record is not None
+        assert record.process_state is ProcessState.PROCESSED

@@ -184,6 +184,15 @@ def test_a_budget_that_leaves_the_agent_no_try_names_all_three_settings_c4() -> 
         Settings(retry_budget=2)
 
 
+def test_a_backlog_bound_below_the_running_cap_is_refused_naming_both_settings_c5() -> None:
+    with pytest.raises(SettingsError) as refused:
+        Settings.from_environ({"MAX_RUNNING_ORDERS": "50", "MAX_BACKLOG_ORDERS": "40"})
+    assert str(refused.value).startswith("MAX_BACKLOG_ORDERS=40 is below MAX_RUNNING_ORDERS=50")
+    settings = Settings.from_environ({"MAX_RUNNING_ORDERS": "50", "MAX_BACKLOG_ORDERS": "50"})
+    assert (settings.max_running_orders, settings.max_backlog_orders) == (50, 50)
+    assert Settings().max_backlog_orders > Settings().max_running_orders
+
+
 def test_blank_cosmos_adapter_settings_keep_their_defaults() -> None:
     blank = {
         declared.name: " " for declared in declarations() if declared.name.startswith("COSMOS_")

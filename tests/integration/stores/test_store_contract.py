@@ -421,6 +421,32 @@ def test_running_count_covers_processing_and_compensating_records_up_to_the_cap_
     assert states.count_running(at_most=0) == 0
 
 
+def test_backlog_count_covers_pending_processing_and_compensating_records_up_to_the_bound_c5(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    assert states.count_backlog(at_most=10) == 0
+    stored(states, pending("waiting-0"))
+    stored(states, pending("waiting-1"))
+    stored(states, processing("running"))
+    stored(states, processing("undoing", process_state=ProcessState.COMPENSATING))
+    finished = (
+        ProcessState.PROCESSED,
+        ProcessState.ERROR,
+        ProcessState.COMPENSATED,
+        ProcessState.COMPENSATION_FAILED,
+    )
+    for state in finished:
+        stored(states, processing(f"done-{state.value}", process_state=state))
+
+    assert states.count_backlog(at_most=10) == 4
+    assert states.count_backlog(at_most=4) == 4
+    assert states.count_backlog(at_most=3) == 3
+    assert states.count_backlog(at_most=0) == 0
+    # The running count is the part of the backlog the starter has claimed.
+    assert states.count_running(at_most=10) == 2
+
+
 # --- metrics -------------------------------------------------------------------------------
 
 

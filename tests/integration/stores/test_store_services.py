@@ -1,6 +1,7 @@
 """The service layer over real stores: submission, starter, fenced steps, supervisor.
 
-Rules: S1-S4, C6 (submission), D1-D3 (starter, racing starters in threads), D4/E5/E8/C1/C2
+Rules: S1-S4, C6 (submission), C5 (the backlog bound at submission, the running cap at the
+starter), D1-D3 (starter, racing starters in threads), D4/E5/E8/C1/C2
 (fenced writes of an attempt), U1-U6 (bounded sweeps, thresholds, concurrent supervisors),
 R1-R2 (status replies), and the cost target of a fault-free order.
 """
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+import bootstrap
 from config import Settings
 from domain import transitions
 from domain.contracts import AlertKind, Order
@@ -31,6 +33,7 @@ from domain.ports import (
 from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord
 from domain.transitions import IllegalTransition
 from services import step_writes
+from services.admission import BacklogGate
 from services.operator import load_order, resubmit_order
 from services.paging import StopReason
 from services.starter import StarterRun, claim_pending
@@ -41,6 +44,7 @@ from services.submission import (
     ORDER_CONFLICT_REASON,
     Accepted,
     DeadLetter,
+    Rejected,
     submit_order,
 )
 from services.supervisor import RecoveryKind, SweepReport, sweep
@@ -81,7 +85,9 @@ def submit(
     reply_to: str | None = "replies-a",
     now: datetime = T0,
     settings: Settings = SETTINGS,
-) -> Accepted | DeadLetter:
+    admission: BacklogGate | None = None,
+) -> Accepted | Rejected | DeadLetter:
+    """Submit through `admission`, or through a gate of the settings' bound of its own."""
     states, orders = stores
     return submit_order(
         order_body(order_id, currency),
@@ -89,6 +95,7 @@ def submit(
         message_id=order_id,
         orders=orders,
         states=states,
+        admission=admission or bootstrap.backlog_gate(settings, states),
         reply_queues=settings.reply_queues,
         now=now,
     )
@@ -212,6 +219,7 @@ def test_an_invalid_message_is_dead_lettered_before_touching_the_stores_s3_r1(
         message_id="msg-17",
         orders=orders,
         states=states,
+        admission=bootstrap.backlog_gate(SETTINGS, states),
         reply_queues=REPLIES,
         now=T0,
     )
@@ -240,6 +248,113 @@ def test_without_a_reply_queue_there_is_no_status_message_r1(
     result = submit(stores, "o-1", reply_to=None)
     assert isinstance(result, Accepted)
     assert result.status is None
+
+
+# --- admission: the backlog bound (C5) -----------------------------------------------------
+
+
+def counting_gate(states: StateStore, bound: int) -> BacklogGate:
+    """A gate that counts the store before every admission, so the bound is the store's."""
+    return BacklogGate(
+        lambda at_most: states.count_backlog(at_most=at_most), bound=bound, recount_seconds=0
+    )
+
+
+def test_at_the_backlog_bound_a_new_order_is_rejected_and_nothing_is_written_c5(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, orders = stores
+    gate = counting_gate(states, bound=3)
+    for index in range(3):
+        below = submit(stores, f"o-{index}", admission=gate)
+        assert isinstance(below, Accepted), below
+        assert below.state_created
+
+    result = submit(stores, "o-3", admission=gate)
+
+    assert isinstance(result, Rejected), result
+    assert (result.backlog, result.bound) == (3, 3)
+    assert states.get("o-3") is None
+    assert orders.get("o-3") is None
+    assert states.count_backlog(at_most=10) == 3
+    status = result.status
+    assert status is not None
+    assert status.queue == "replies-a"
+    assert status.message_id == "o-3:rejected:-"
+    assert status.correlation_id == "o-3"
+    assert status.subject == "rejected"
+    assert status.body["status"] == "rejected"
+    assert status.body["attempt"] is None
+    assert "backlog at its bound: 3 of at most 3 orders" in status.body["reason"]
+    assert "customer" not in status.body["reason"]
+    # Without a reply queue the order is refused all the same, with nobody to tell.
+    silent = submit(stores, "o-4", reply_to=None, admission=gate)
+    assert isinstance(silent, Rejected)
+    assert silent.status is None
+    assert states.get("o-4") is None
+
+
+def test_at_the_bound_an_accepted_order_is_never_rejected_and_bad_messages_still_dead_letter_c5(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    gate = counting_gate(states, bound=2)
+    first = submit(stores, "o-0", admission=gate)
+    assert isinstance(first, Accepted)
+    assert isinstance(submit(stores, "o-1", admission=gate), Accepted)
+
+    resent = submit(stores, "o-0", admission=gate)
+
+    assert isinstance(resent, Accepted), resent
+    assert not resent.state_created
+    assert resent.record == first.record
+    assert resent.status is not None
+    assert resent.status.message_id == "o-0:received:-"
+    conflicting = submit(stores, "o-1", currency="USD", admission=gate)
+    assert isinstance(conflicting, DeadLetter)
+    assert conflicting.reason == ORDER_CONFLICT_REASON
+    malformed = submit_order(
+        "{oops",
+        reply_to="replies-a",
+        message_id="msg-9",
+        orders=stores[1],
+        states=states,
+        admission=gate,
+        reply_queues=REPLIES,
+        now=T0,
+    )
+    assert isinstance(malformed, DeadLetter)
+    assert malformed.reason == INVALID_MESSAGE_REASON
+    assert states.count_backlog(at_most=10) == 2
+
+
+def test_an_order_rejected_at_the_bound_is_accepted_once_an_order_finishes_c5(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    gate = counting_gate(states, bound=2)
+    assert isinstance(submit(stores, "o-0", admission=gate), Accepted)
+    assert isinstance(submit(stores, "o-1", admission=gate), Accepted)
+    assert isinstance(submit(stores, "o-2", admission=gate), Rejected)
+
+    done = claim_one_of(states, "o-0")
+    start_step(states, done, step="fulfil", now=T0, timeouts=TIMEOUTS)
+    assert complete_order(states, done, now=T0, reply_queues=REPLIES).applied
+
+    again = submit(stores, "o-2", admission=gate)
+    assert isinstance(again, Accepted), again
+    assert again.state_created
+    assert state_of(states, "o-2").process_state is ProcessState.PENDING
+    assert isinstance(submit(stores, "o-3", admission=gate), Rejected)
+
+
+def claim_one_of(states: StateStore, order_id: str) -> InstanceId:
+    """Claim `order_id` among the claimable records, leaving the others Pending."""
+    record = state_of(states, order_id)
+    stored = states.replace(
+        transitions.claim(record, now=T0, claim_deadline=T0 + timedelta(seconds=60))
+    )
+    return InstanceId(stored.order_id, stored.attempt)
 
 
 # --- starter (D1-D3) -----------------------------------------------------------------------
@@ -756,12 +871,13 @@ def test_a_fault_free_order_costs_at_most_five_writes_and_two_reads(
     assert snapshot[OperationKind.FENCED_UPDATE].writes == 2
     # Reads of this order: the orders database once, and its record as one item the starter's
     # claimable query served. The starter's running count (C5) is one query per starter run,
-    # whatever it claims, and serves no record.
+    # whatever it claims, and the submission's backlog count (C5) one per recount interval,
+    # however many orders it admits (here the one order's); neither serves a record.
     point_reads = sum(
         cost.reads for kind, cost in snapshot.items() if kind is not OperationKind.QUERY
     )
     assert point_reads + snapshot[OperationKind.QUERY].items_read == 2
-    assert snapshot[OperationKind.QUERY].reads == 2
+    assert snapshot[OperationKind.QUERY].reads == 3
 
 
 # --- orchestration reads and operator actions (D6, E8) -------------------------------------
