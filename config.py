@@ -11,7 +11,8 @@ The domain never sees this module: `Settings` hands the service layer domain val
 (`timeouts`, `starter_scan`, `supervisor_policy`, `agent_policy`, `budget`, `reply_queues`),
 and bootstrap.py hands the adapters their options. The values set the rules D3, E1, E2,
 E7, E9, R1, U2, U4, U5, U7, C2, C4 and C5; C4's budget is checked here against MAX_FAILURES and
-AGENT_DELIVERY_ATTEMPTS, and C5's backlog bound against the running cap, when the settings
+AGENT_DELIVERY_ATTEMPTS, C5's backlog bound against the running cap and U2's catch-up window
+against the sweep window, when the settings
 are read.
 """
 
@@ -25,6 +26,7 @@ from domain.policies import (
     AGENT_TRANSPORT_ACTIVITY,
     AGENT_TRANSPORT_SERVICEBUS,
     AgentPolicy,
+    CatchUpWindowTooNarrow,
     RetryBudget,
     RetryBudgetTooSmall,
     ScanBounds,
@@ -287,6 +289,13 @@ class Settings:
         _ncrontab,
         "NCRONTAB cadence of the supervisor (U7)",
     )
+    supervisor_catchup_schedule: str = _setting(
+        "SUPERVISOR_CATCHUP_SCHEDULE",
+        "0 0 * * * *",
+        _ncrontab,
+        "NCRONTAB cadence of the supervisor's catch-up over deadlines older than its window "
+        "(U2, U7)",
+    )
     step_timeout_seconds: float = _setting(
         "STEP_TIMEOUT_SECONDS", 30.0, _seconds, "CompleteBy budget of one step (E2)"
     )
@@ -383,6 +392,13 @@ class Settings:
         _seconds,
         "how far back a sweep looks for expired deadlines (U2)",
     )
+    supervisor_catchup_window_seconds: int = _setting(
+        "SUPERVISOR_CATCHUP_WINDOW_SECONDS",
+        30 * 86400,
+        _whole_above_zero,
+        "how far back the catch-up looks for deadlines older than SUPERVISOR_WINDOW_SECONDS; "
+        "must be longer than it (U2)",
+    )
     supervisor_max_items: int = _setting(
         "SUPERVISOR_MAX_ITEMS", 500, _positive_int, "records one sweep may read (U2)"
     )
@@ -392,6 +408,7 @@ class Settings:
 
     def __post_init__(self) -> None:
         _ = self.budget  # C4: refuse a budget that leaves the agent no try, at startup
+        _ = self.supervisor_policy  # U2: refuse a catch-up that reaches no further, at startup
         if self.max_backlog_orders < self.max_running_orders:
             # C5: the backlog holds the running orders, so a smaller bound would reject new
             # orders before the starter could ever reach its cap.
@@ -438,16 +455,24 @@ class Settings:
 
     @property
     def supervisor_policy(self) -> SupervisorPolicy:
-        return SupervisorPolicy(
-            max_failures=self.max_failures,
-            retry_delay_seconds=self.retry_delay_seconds,
-            long_wait_after_failures=self.long_wait_after_failures,
-            long_retry_delay_seconds=self.long_retry_delay_seconds,
-            window_seconds=self.supervisor_window_seconds,
-            scan=ScanBounds(
-                self.store_page_size, self.supervisor_max_items, self.supervisor_max_pages
-            ),
-        )
+        try:
+            return SupervisorPolicy(
+                max_failures=self.max_failures,
+                retry_delay_seconds=self.retry_delay_seconds,
+                long_wait_after_failures=self.long_wait_after_failures,
+                long_retry_delay_seconds=self.long_retry_delay_seconds,
+                window_seconds=self.supervisor_window_seconds,
+                catch_up_window_seconds=self.supervisor_catchup_window_seconds,
+                scan=ScanBounds(
+                    self.store_page_size, self.supervisor_max_items, self.supervisor_max_pages
+                ),
+            )
+        except CatchUpWindowTooNarrow:
+            raise SettingsError(
+                f"SUPERVISOR_CATCHUP_WINDOW_SECONDS={self.supervisor_catchup_window_seconds:g} "
+                f"must be longer than SUPERVISOR_WINDOW_SECONDS="
+                f"{self.supervisor_window_seconds:g}: the catch-up looks past the sweep window"
+            ) from None
 
     @property
     def agent_policy(self) -> AgentPolicy:

@@ -228,12 +228,14 @@ def status_message(
 
 
 class AlertKind(StrEnum):
-    """`kind` of an operator alert (contracts.md, S3, E8, U4, C2)."""
+    """`kind` of an operator alert (contracts.md, S3, E8, U2, U4, C2)."""
 
     ORDER_CONFLICT = "order-conflict"
     ORDER_ERROR = "order-error"
     COMPENSATION_FAILED = "compensation-failed"
     INVALID_MESSAGE = "invalid-message"
+    ORDER_OVERDUE = "order-overdue"
+    """U2: the supervisor's catch-up found a deadline older than the sweep window."""
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,9 @@ a test, a benchmark) is not the domain's business.
   budget and its exponential backoff with full jitter from an injected random source, and
   never a try that would start past the deadline.
 - `CircuitBreaker` (E9): closed / open / half-open on an injected clock.
-- `SupervisorPolicy`, `supervisor_decision` (U2, U4, U5): how far back a sweep looks, and
-  whether to retry soon, retry after a longer wait, or give up.
+- `SupervisorPolicy`, `supervisor_decision` (U2, U4, U5): how far back a sweep looks, how
+  far back the slower catch-up looks beyond it, and whether to retry soon, retry after a
+  longer wait, or give up.
 - `ScanBounds` (U2): the page size, item cap and page cap of one scan of the state store.
 - `Timeouts` and the deadline helpers for claims, steps and compensation (D3, E2, C2).
 - The two agent transports an attempt may use (E1).
@@ -33,6 +34,10 @@ AGENT_TRANSPORT_ACTIVITY = "activity"
 
 class RetryBudgetTooSmall(ValueError):
     """The budget leaves the agent no try of its own (C4)."""
+
+
+class CatchUpWindowTooNarrow(ValueError):
+    """The catch-up would look at no deadline the sweep does not already look at (U2)."""
 
 
 @dataclass(frozen=True)
@@ -92,7 +97,9 @@ class SupervisorPolicy:
 
     `max_failures` expired attempts give the order up; from `long_wait_after_failures`
     failures on, a retry waits `long_retry_delay_seconds` instead of `retry_delay_seconds`.
-    A sweep reads at most `scan`, and only deadlines of the last `window_seconds`.
+    A sweep reads at most `scan`, and only deadlines of the last `window_seconds`; the
+    catch-up reads at most `scan` too, over the deadlines older than that window and at
+    most `catch_up_window_seconds` old (U2). The catch-up window must be the wider one.
     """
 
     max_failures: int
@@ -100,7 +107,15 @@ class SupervisorPolicy:
     long_wait_after_failures: int
     long_retry_delay_seconds: float
     window_seconds: float
+    catch_up_window_seconds: float
     scan: ScanBounds
+
+    def __post_init__(self) -> None:
+        if self.catch_up_window_seconds <= self.window_seconds:
+            raise CatchUpWindowTooNarrow(
+                f"the catch-up window of {self.catch_up_window_seconds:g} s does not reach "
+                f"past the sweep window of {self.window_seconds:g} s"
+            )
 
 
 @dataclass(frozen=True)
@@ -133,6 +148,18 @@ def compensation_deadline(now: datetime, timeouts: Timeouts) -> datetime:
 def sweep_window_start(now: datetime, policy: SupervisorPolicy) -> datetime:
     """Oldest CompleteBy a sweep looks at: the time bound of every sweep (U2)."""
     return now - timedelta(seconds=policy.window_seconds)
+
+
+CATCH_UP_GAP = timedelta(microseconds=1)
+"""The catch-up window ends this much before the sweep window starts, so the two never
+overlap: deadlines are stored to the microsecond."""
+
+
+def catch_up_window(now: datetime, policy: SupervisorPolicy) -> tuple[datetime, datetime]:
+    """The CompleteBy range, both ends included, that the catch-up looks at: older than
+    the sweep window, at most `catch_up_window_seconds` old (U2)."""
+    start = now - timedelta(seconds=policy.catch_up_window_seconds)
+    return start, sweep_window_start(now, policy) - CATCH_UP_GAP
 
 
 def full_jitter_delay(

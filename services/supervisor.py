@@ -1,4 +1,4 @@
-"""The supervisor's sweep (U1-U7, C2).
+"""The supervisor's sweep and its catch-up (U1-U7, C2).
 
 One sweep looks at records whose attempt (or compensation) is running past its CompleteBy,
 inside a bounded window, with an item cap, a page cap and continuation-token paging (U2).
@@ -8,15 +8,33 @@ the same record only one write succeeds, so a failure is never counted twice (U6
 sweep only requests recovery - a retry through the starter, or compensation - and never
 does the work itself. It reports what it read, wrote and spent.
 
+The window keeps every sweep cheap, but a record whose deadline fell behind it - the app
+was down longer than the window, or sweeps capped by their item and page limits fell
+behind a backlog - would never be looked at again. `catch_up` is the slower sweep that
+finds those (U2: never silently stuck): on its own cadence, it reads the deadlines older
+than the sweep window and at most SUPERVISOR_CATCHUP_WINDOW_SECONDS old, with the same
+caps and paging, through the same store query, so on Cosmos DB it reads only the deadline
+index's buckets of that range, one single-partition query each (U3). Each record it finds
+is both recovered and alerted:
+- recovered by the very rules of the sweep (retry below MAX_FAILURES, give up or
+  compensate at it; U4, U5, C2), because a late find is still an expired attempt, and an
+  order an operator must recover by hand is one the pattern failed to recover;
+- alerted with an `order-overdue` alert naming the order, its deadline and the recovery
+  requested, because a deadline that escaped the window means the supervisor fell behind
+  (an outage, or a backlog beyond its caps): the order is late already, and the operator
+  must hear of it, and of the cause, even when the retry then succeeds.
+A record older than the catch-up window is beyond both; the window bounds what the
+catch-up may cost, and the deployment chooses it longer than any outage it expects.
+
 Each sweep also has the store remove finished records past their retention, bounded by the
-same item cap (C3; Cosmos DB's TTL does this itself). A crashed sweep needs no hand-over:
-recovered records leave the query, so the next tick continues with what is left (U6). The
-cadence is the SUPERVISOR_SCHEDULE setting (U7).
+same item cap (C3; Cosmos DB's TTL does this itself). A crashed sweep or catch-up needs no
+hand-over: recovered records leave the query, so the next tick continues with what is left
+(U6). The cadences are the SUPERVISOR_SCHEDULE and SUPERVISOR_CATCHUP_SCHEDULE settings (U7).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
@@ -26,12 +44,13 @@ from domain.policies import (
     GiveUp,
     SupervisorPolicy,
     Timeouts,
+    catch_up_window,
     compensation_deadline,
     supervisor_decision,
     sweep_window_start,
 )
 from domain.ports import PreconditionFailed, StateStore
-from domain.records import InstanceId, ProcessState, StateRecord
+from domain.records import InstanceId, ProcessState, StateRecord, format_utc
 from services.paging import BoundedScan, StopReason
 from services.status import alert_for, left_to_undo, status_for
 
@@ -47,8 +66,9 @@ class RecoveryKind(StrEnum):
 
 @dataclass(frozen=True)
 class Recovery:
-    """One recovery this sweep won. Send `status` and `alert` when set; start the
-    compensation orchestration `compensation_instance` with `undo` when set (C1, C2)."""
+    """One recovery this sweep won. Send `status` and every alert of `alerts` when set;
+    start the compensation orchestration `compensation_instance` with `undo` when set (C1,
+    C2)."""
 
     kind: RecoveryKind
     expired_instance: str
@@ -58,13 +78,22 @@ class Recovery:
     compensation_instance: InstanceId | None = None
     undo: tuple[transitions.Undo, ...] = ()
     """For a compensation instance: what it undoes, in order (C1)."""
+    overdue_alert: OperatorAlert | None = None
+    """Set when the catch-up found the record past the sweep window (U2)."""
+
+    @property
+    def alerts(self) -> tuple[OperatorAlert, ...]:
+        """Every operator alert of this recovery: the recovery's own, then `overdue_alert`."""
+        return tuple(alert for alert in (self.alert, self.overdue_alert) if alert is not None)
 
 
 @dataclass(frozen=True)
 class SweepReport:
-    """What one sweep did and cost (U2)."""
+    """What one sweep (or catch-up) did and cost (U2): the CompleteBy range it looked at,
+    `window_start` to `window_end`, both included."""
 
     window_start: datetime
+    window_end: datetime
     now: datetime
     pages: int
     items_read: int
@@ -93,10 +122,60 @@ def sweep(
     A give-up that starts compensation gets the compensation deadline of `timeouts`; status
     messages go only to reply queues on the allow-list `reply_queues` (R1).
     """
-    window_start = sweep_window_start(now, policy)
+    report = _recover_expired(
+        states,
+        now,
+        sweep_window_start(now, policy),
+        now,
+        policy=policy,
+        timeouts=timeouts,
+        reply_queues=reply_queues,
+        overdue=False,
+    )
+    finished_removed = states.expire_finished(now=now, limit=policy.scan.max_items)
+    return replace(report, finished_removed=finished_removed)
+
+
+def catch_up(
+    states: StateStore,
+    now: datetime,
+    *,
+    policy: SupervisorPolicy,
+    timeouts: Timeouts,
+    reply_queues: frozenset[str],
+) -> SweepReport:
+    """Run one bounded catch-up at `now` over the deadlines older than the sweep window
+    (U2): each record found is recovered as `sweep` would (U4, U5, U6, C2) and carries an
+    `order-overdue` alert (`Recovery.overdue_alert`)."""
+    window_start, window_end = catch_up_window(now, policy)
+    return _recover_expired(
+        states,
+        now,
+        window_start,
+        window_end,
+        policy=policy,
+        timeouts=timeouts,
+        reply_queues=reply_queues,
+        overdue=True,
+    )
+
+
+def _recover_expired(
+    states: StateStore,
+    now: datetime,
+    window_start: datetime,
+    window_end: datetime,
+    *,
+    policy: SupervisorPolicy,
+    timeouts: Timeouts,
+    reply_queues: frozenset[str],
+    overdue: bool,
+) -> SweepReport:
+    """One bounded scan of the records expired with a CompleteBy in [window_start,
+    window_end], each recovered with a conditional replace (U2, U4, U6)."""
     scan: BoundedScan[StateRecord] = BoundedScan(
         fetch=lambda size, token: states.query_expired(
-            window_start=window_start, now=now, page_size=size, continuation=token
+            window_start=window_start, now=window_end, page_size=size, continuation=token
         ),
         page_size=policy.scan.page_size,
         max_items=policy.scan.max_items,
@@ -114,10 +193,13 @@ def sweep(
         except PreconditionFailed:
             lost_races += 1
             continue
-        recoveries.append(_recovery(kind, expired, stored, reply_queues, now))
-    finished_removed = states.expire_finished(now=now, limit=policy.scan.max_items)
+        recovery = _recovery(kind, expired, stored, reply_queues, now)
+        if overdue:
+            recovery = replace(recovery, overdue_alert=_overdue_alert(expired, kind, policy, now))
+        recoveries.append(recovery)
     return SweepReport(
         window_start=window_start,
+        window_end=window_end,
         now=now,
         pages=scan.pages,
         items_read=scan.items_read,
@@ -126,8 +208,22 @@ def sweep(
         request_charge=scan.request_charge,
         stopped=scan.stopped,
         recoveries=tuple(recoveries),
-        finished_removed=finished_removed,
     )
+
+
+def _overdue_alert(
+    expired: StateRecord, kind: RecoveryKind, policy: SupervisorPolicy, now: datetime
+) -> OperatorAlert:
+    """The alert of a record the catch-up found (U2): the order, its deadline, how late,
+    and the recovery requested. Its message id names the expired attempt."""
+    deadline = expired.complete_by
+    late = "" if deadline is None else f" {format_utc(deadline)}, {now - deadline} ago"
+    reason = (
+        f"{expired.process_state.value} past its CompleteBy{late}, beyond the supervisor's "
+        f"window of {policy.window_seconds:g} s (SUPERVISOR_WINDOW_SECONDS): found by the "
+        f"catch-up, which requested {kind.value}"
+    )
+    return alert_for(expired, AlertKind.ORDER_OVERDUE, reason=reason, now=now)
 
 
 def _plan(

@@ -1,11 +1,16 @@
-"""The supervisor's timer trigger (U1-U7).
+"""The supervisor's timer triggers: the sweep and its catch-up (U1-U7).
 
-Each tick runs one bounded sweep (window, item cap, page cap, continuation tokens; U2) and
-logs what it read, wrote and spent. Recoveries are conditional updates on the expired
-LockedBy (U4, U6): retries go back to the starter, give-ups get an operator alert and a
-``failed`` status or, when steps completed, a compensation instance that undoes them (C1); a
-stalled compensation is resumed where it stopped, and past the threshold reported (C2).
-The cadence is SUPERVISOR_SCHEDULE (U7).
+Each tick of `supervise_orders` runs one bounded sweep (window, item cap, page cap,
+continuation tokens; U2) and logs what it read, wrote and spent. Recoveries are conditional
+updates on the expired LockedBy (U4, U6): retries go back to the starter, give-ups get an
+operator alert and a ``failed`` status or, when steps completed, a compensation instance
+that undoes them (C1); a stalled compensation is resumed where it stopped, and past the
+threshold reported (C2). The cadence is SUPERVISOR_SCHEDULE (U7).
+
+Each tick of `catch_up_orders` runs one bounded catch-up over the deadlines older than the
+sweep window (U2, `services.supervisor.catch_up`): what it finds is recovered the same way
+and reported with an `order-overdue` operator alert naming the order, so a record that
+escaped the window is never silently stuck. Its cadence is SUPERVISOR_CATCHUP_SCHEDULE (U7).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import bootstrap
 from domain.outgoing_messages import alert_outgoing, status_outgoing
 from orchestrators.order_workflow import ORCHESTRATOR, orchestration_version
 from orchestrators.step_payloads import StepRef, StepsAttempt
-from services.supervisor import Recovery, RecoveryKind, sweep
+from services.supervisor import Recovery, RecoveryKind, SweepReport, catch_up, sweep
 
 bp = df.Blueprint()
 log = logging.getLogger("app.supervisor")
@@ -38,14 +43,7 @@ async def supervise_orders(timer: func.TimerRequest, client: df.DurableOrchestra
         timeouts=app.settings.timeouts,
         reply_queues=app.settings.reply_queues,
     )
-    publisher = bootstrap.publisher()
-    for recovery in report.recoveries:
-        if recovery.alert is not None:
-            await publisher.send(alert_outgoing(recovery.alert, app.settings.operator_alerts_queue))
-        if recovery.status is not None:
-            await publisher.send(status_outgoing(recovery.status))
-        if recovery.compensation_instance is not None:
-            await _start_compensation(client, recovery, app.settings.agent_transport)
+    await _request_recoveries(report, client)
     log.info(
         "sweep window_start=%s pages=%d items_read=%d writes=%d lost_races=%d "
         "request_charge=%.2f stopped=%s retries=%d long_waits=%d gave_up=%d "
@@ -65,6 +63,55 @@ async def supervise_orders(timer: func.TimerRequest, client: df.DurableOrchestra
         report.count(RecoveryKind.COMPENSATION_STALLED),
         report.finished_removed,
     )
+
+
+@bp.timer_trigger(schedule="%SUPERVISOR_CATCHUP_SCHEDULE%", arg_name="timer")
+@bp.durable_client_input(client_name="client")
+async def catch_up_orders(timer: func.TimerRequest, client: df.DurableOrchestrationClient) -> None:
+    app = bootstrap.services()
+    report = await asyncio.to_thread(
+        catch_up,
+        app.states,
+        bootstrap.now(),
+        policy=app.settings.supervisor_policy,
+        timeouts=app.settings.timeouts,
+        reply_queues=app.settings.reply_queues,
+    )
+    await _request_recoveries(report, client)
+    for recovery in report.recoveries:
+        log.warning(
+            "catch-up found order=%s expired_instance=%s requested=%s",
+            recovery.record.order_id,
+            recovery.expired_instance,
+            recovery.kind.value,
+        )
+    log.info(
+        "catch-up window_start=%s window_end=%s pages=%d items_read=%d writes=%d "
+        "lost_races=%d request_charge=%.2f stopped=%s overdue=%d",
+        report.window_start.isoformat(),
+        report.window_end.isoformat(),
+        report.pages,
+        report.items_read,
+        report.writes,
+        report.lost_races,
+        report.request_charge,
+        report.stopped,
+        len(report.recoveries),
+    )
+
+
+async def _request_recoveries(report: SweepReport, client: df.DurableOrchestrationClient) -> None:
+    """Send what the recoveries of `report` say - alerts, status messages - and start the
+    compensations they requested (U4, C1, C2)."""
+    settings = bootstrap.services().settings
+    publisher = bootstrap.publisher()
+    for recovery in report.recoveries:
+        for alert in recovery.alerts:
+            await publisher.send(alert_outgoing(alert, settings.operator_alerts_queue))
+        if recovery.status is not None:
+            await publisher.send(status_outgoing(recovery.status))
+        if recovery.compensation_instance is not None:
+            await _start_compensation(client, recovery, settings.agent_transport)
 
 
 async def _start_compensation(

@@ -1,5 +1,6 @@
 """Failures through the real pipeline: E8 permanent errors, E6 timer first, U4 supervisor
-retries and give-up, D4/E5 stale attempts with E7 fencing and idempotency at the target.
+retries and give-up, U2 the catch-up of an order stuck past the sweep window, D4/E5 stale
+attempts with E7 fencing and idempotency at the target.
 
 Each step service's fault rules target one order (and one attempt), so each test shows one
 failure mode at one step of the three; step timeouts are short so every recovery happens
@@ -9,13 +10,16 @@ step, where nothing is left to undo.
 """
 
 import logging
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from azure.functions.timer import TimerRequest
 
+import bootstrap
 from domain.agent_messages import AgentOutcome, AgentResponse
-from domain.records import ProcessState, StepState
+from domain.records import ProcessState, StepState, format_utc
 from simulators.services import FaultKind, FaultPlan, FaultRule, SideEffectKind
 from tests.e2e.e2e_helpers import (
     AGENT_RESPONSES,
@@ -275,3 +279,60 @@ def _stale_success(instance_id: str, step: str, reference: str) -> str:
         outcome=AgentOutcome.SUCCEEDED,
         reference=reference,
     ).to_json()
+
+
+async def test_u2_an_order_stuck_past_the_sweep_window_is_recovered_and_alerted_by_the_catch_up(
+    tmp_path: Path,
+) -> None:
+    """U2: the first attempt hangs at the stock service and its deadline passes while the
+    supervisor is down, until it is older than the sweep window (1 s here). A sweep no
+    longer sees it; the catch-up does: it retries the order by the sweep's rule (U4) and
+    names it in an `order-overdue` alert; attempt 2 completes and the app hears so."""
+    stock = faults_for(FaultRule(FaultKind.HANG, order_id="o-late", operation="reserve", attempt=1))
+    settings = {
+        **QUICK_RECOVERY,
+        "SUPERVISOR_SCHEDULE": "0 0 0 1 1 *",
+        "SUPERVISOR_CATCHUP_SCHEDULE": "0 0 0 1 1 *",
+        "SUPERVISOR_WINDOW_SECONDS": "1",
+    }
+    async with running_step_pipeline(
+        tmp_path, service_faults={"stock": stock}, settings=settings
+    ) as e2e:
+        host = e2e.pipeline.host
+        await e2e.submit(order_body("o-late"), message_id="o-late")
+        window = timedelta(seconds=1)
+
+        stuck = await e2e.wait_for_record(
+            "o-late",
+            lambda r: (
+                r.process_state is ProcessState.PROCESSING
+                and r.complete_by is not None
+                and r.complete_by < bootstrap.now() - window
+            ),
+            "attempt 1 expired longer ago than the sweep window",
+        )
+        await host.invoke("supervise_orders", TimerRequest(past_due=False))
+        assert await e2e.record("o-late") == stuck, "the sweep does not see it"
+        assert await e2e.peek(ALERTS) == []
+
+        await host.invoke("catch_up_orders", TimerRequest(past_due=False))
+
+        [alert] = await e2e.count_of(ALERTS, 1)
+        assert (alert.body["kind"], alert.body["orderId"], alert.body["attempt"]) == (
+            "order-overdue",
+            "o-late",
+            1,
+        )
+        assert stuck.complete_by is not None
+        assert format_utc(stuck.complete_by) in alert.body["reason"]
+        assert "requested retry" in alert.body["reason"]
+        replies = await e2e.statuses("o-late", "completed")
+        assert replies[-1].body["attempt"] == 2
+        record = await e2e.record("o-late")
+        assert record is not None
+        assert (record.process_state, record.failure_count, record.locked_by) == (
+            ProcessState.PROCESSED,
+            1,
+            "o-late:2",
+        )
+        assert _effects(e2e, "stock", "o-late") == [(SideEffectKind.RESERVATION, 2)]

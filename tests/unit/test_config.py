@@ -193,6 +193,17 @@ def test_a_backlog_bound_below_the_running_cap_is_refused_naming_both_settings_c
     assert Settings().max_backlog_orders > Settings().max_running_orders
 
 
+def test_a_catch_up_window_within_the_sweep_window_is_refused_naming_both_u2() -> None:
+    with pytest.raises(SettingsError) as refused:
+        Settings.from_environ(
+            {"SUPERVISOR_WINDOW_SECONDS": "7200", "SUPERVISOR_CATCHUP_WINDOW_SECONDS": "7200"}
+        )
+    assert str(refused.value) == (
+        "SUPERVISOR_CATCHUP_WINDOW_SECONDS=7200 must be longer than "
+        "SUPERVISOR_WINDOW_SECONDS=7200: the catch-up looks past the sweep window"
+    )
+
+
 def test_blank_cosmos_adapter_settings_keep_their_defaults() -> None:
     blank = {
         declared.name: " " for declared in declarations() if declared.name.startswith("COSMOS_")
@@ -221,6 +232,7 @@ def test_the_service_layer_gets_the_settings_as_domain_values() -> None:
             "SUPERVISOR_MAX_ITEMS": "50",
             "SUPERVISOR_MAX_PAGES": "4",
             "SUPERVISOR_WINDOW_SECONDS": "3600",
+            "SUPERVISOR_CATCHUP_WINDOW_SECONDS": "86400",
             "MAX_FAILURES": "4",
             "RETRY_DELAY_SECONDS": "2",
             "LONG_WAIT_AFTER_FAILURES": "3",
@@ -239,6 +251,7 @@ def test_the_service_layer_gets_the_settings_as_domain_values() -> None:
         long_wait_after_failures=3,
         long_retry_delay_seconds=60,
         window_seconds=3600,
+        catch_up_window_seconds=86400,
         scan=ScanBounds(page_size=10, max_items=50, max_pages=4),
     )
     assert settings.agent_policy == AgentPolicy(

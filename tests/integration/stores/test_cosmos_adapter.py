@@ -33,7 +33,7 @@ from devhost import cosmos_server as cosmos_server_module
 from domain import transitions
 from domain.ports import OperationKind, PreconditionFailed, StoreMetrics, StoreUnavailable
 from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord
-from services.supervisor import sweep
+from services.supervisor import catch_up, sweep
 from tests.integration.stores.store_backends import cosmos_environ
 from tests.support.cosmos_server import CosmosServer, CosmosServerMissing
 
@@ -284,6 +284,58 @@ def test_expired_pages_resume_across_buckets_in_deadline_order_u2(cosmos: Cosmos
             break
         assert pages < 20
     assert seen == ["o-3", "o-2", "o-1", "o-0"]
+
+
+def test_the_catch_up_reads_only_the_index_buckets_of_its_window_u2_u3(
+    cosmos: Cosmos, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The catch-up reads the deadline index bucket by bucket, each bucket of its window
+    once - single-partition queries, none of the sweep window's, none older - and finds
+    the record that expired days ago through its entry alone."""
+    settings = replace(
+        cosmos.settings,
+        supervisor_window_seconds=86400,
+        supervisor_catchup_window_seconds=7 * 86400,
+    )
+    for order_id, deadline in [
+        ("live", NOW + timedelta(minutes=5)),
+        ("recent", NOW - timedelta(hours=2)),
+        ("overdue", NOW - timedelta(days=3)),
+        ("ancient", NOW - timedelta(days=40)),
+    ]:
+        create(cosmos.states, running(order_id, deadline))
+    queried: list[str] = []
+    real_page = deadline_index.DeadlineIndex.page
+
+    def counted_page(
+        index: deadline_index.DeadlineIndex, bucket: str, **kwargs: Any
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        queried.append(bucket)
+        return real_page(index, bucket, **kwargs)
+
+    monkeypatch.setattr(deadline_index.DeadlineIndex, "page", counted_page)
+    before = cosmos.metrics.snapshot().get(OperationKind.QUERY)
+
+    report = catch_up(
+        cosmos.states,
+        NOW,
+        policy=settings.supervisor_policy,
+        timeouts=settings.timeouts,
+        reply_queues=settings.reply_queues,
+    )
+
+    assert [r.record.order_id for r in report.recoveries] == ["overdue"]
+    assert queried == deadline_index.buckets_between(NOW - timedelta(days=7), report.window_end)
+    assert len(queried) == 6 * 24
+    assert deadline_index.bucket_of(NOW - timedelta(days=1)) not in queried
+    assert report.items_read == 1
+    assert report.pages <= settings.supervisor_max_pages
+    assert report.request_charge > 0
+    query = cosmos.metrics.snapshot()[OperationKind.QUERY]
+    assert query.items_read - (0 if before is None else before.items_read) == 1
+    for order_id in ("live", "recent", "ancient"):
+        assert cosmos.states.get(order_id) is not None
+        assert cosmos.state_document(order_id)["ProcessState"] == ProcessState.PROCESSING.value
 
 
 # --- request charge (U2, C9) ---------------------------------------------------------------

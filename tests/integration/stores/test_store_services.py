@@ -30,7 +30,7 @@ from domain.ports import (
     StateStore,
     StoreMetrics,
 )
-from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord
+from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord, format_utc
 from domain.transitions import IllegalTransition
 from services import step_writes
 from services.admission import BacklogGate
@@ -47,7 +47,7 @@ from services.submission import (
     Rejected,
     submit_order,
 )
-from services.supervisor import RecoveryKind, SweepReport, sweep
+from services.supervisor import RecoveryKind, SweepReport, catch_up, sweep
 from tests.integration.stores.store_backends import StoreFactory
 
 T0 = datetime(2026, 9, 1, 10, 0, tzinfo=UTC)
@@ -703,6 +703,101 @@ def test_a_sweep_ignores_records_outside_its_window_u2(
     report = sweep_at(states, far_later)
     assert report.items_read == 0
     assert report.recoveries == ()
+
+
+def catch_up_at(states: StateStore, now: datetime, settings: Settings = SETTINGS) -> SweepReport:
+    """One supervisor catch-up at `now` with the supervisor's settings (U2)."""
+    return catch_up(
+        states,
+        now,
+        policy=settings.supervisor_policy,
+        timeouts=settings.timeouts,
+        reply_queues=settings.reply_queues,
+    )
+
+
+def test_the_catch_up_recovers_a_record_expired_before_the_window_and_alerts_u2(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """A claim whose deadline passed two days before `now` (the supervisor was down) is out
+    of every sweep's window; the catch-up finds it, retries it like a sweep would and names
+    it in an `order-overdue` alert. One at its last failure is given up, with both alerts.
+    An expired record inside the window and a live one are the catch-up's business not."""
+    states, _ = stores
+    window = timedelta(seconds=SETTINGS.supervisor_window_seconds)
+    now = T0 + window + timedelta(days=2)
+    for order_id in ("o-old", "o-old-last-try"):
+        accepted(stores, order_id)
+    assert len(claims_at(states, T0).claims) == 2
+    last_try = state_of(states, "o-old-last-try")
+    states.replace(replace(last_try, failure_count=SETTINGS.max_failures - 1))
+    missed = sweep_at(states, now)
+    assert (missed.items_read, missed.recoveries) == (0, ())
+    for order_id, claimed_at in [
+        ("o-recent", now - timedelta(minutes=5)),
+        ("o-live", now - timedelta(seconds=10)),
+    ]:
+        assert isinstance(submit(stores, order_id, now=claimed_at), Accepted)
+        assert len(claims_at(states, claimed_at).claims) == 1
+    untouched = {order_id: state_of(states, order_id) for order_id in ("o-recent", "o-live")}
+
+    report = catch_up_at(states, now)
+
+    assert report.window_end < now - window
+    by_order = {r.record.order_id: r for r in report.recoveries}
+    assert sorted(by_order) == ["o-old", "o-old-last-try"]
+    retried, gave_up = by_order["o-old"], by_order["o-old-last-try"]
+    assert retried.kind is RecoveryKind.RETRY
+    old = state_of(states, "o-old")
+    assert (old.process_state, old.failure_count, old.locked_by) == (ProcessState.PENDING, 1, None)
+    assert retried.alert is None
+    [overdue] = retried.alerts
+    assert overdue.body["kind"] == AlertKind.ORDER_OVERDUE.value == "order-overdue"
+    assert (overdue.body["orderId"], overdue.body["attempt"]) == ("o-old", 1)
+    assert overdue.message_id == "order-overdue:o-old:1"
+    deadline = T0 + timedelta(seconds=SETTINGS.claim_timeout_seconds)
+    assert format_utc(deadline) in overdue.body["reason"]
+    assert "SUPERVISOR_WINDOW_SECONDS" in overdue.body["reason"]
+    assert "requested retry" in overdue.body["reason"]
+    assert gave_up.kind is RecoveryKind.GAVE_UP
+    assert [alert.body["kind"] for alert in gave_up.alerts] == ["order-error", "order-overdue"]
+    assert state_of(states, "o-old-last-try").process_state is ProcessState.ERROR
+    assert {order_id: state_of(states, order_id) for order_id in untouched} == untouched
+    assert [r.record.order_id for r in claims_at(states, now).claims] == ["o-old"]
+    assert catch_up_at(states, now).recoveries == ()
+
+
+def test_the_catch_up_is_bounded_and_the_next_one_continues_u2(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """The catch-up reads under the sweep's item and page caps; what one run leaves, the
+    next one finds, until every overdue record is recovered."""
+    states, _ = stores
+    expired_orders(stores, 12)
+    settings = replace(
+        SETTINGS,
+        store_page_size=2,
+        supervisor_max_items=5,
+        supervisor_window_seconds=86400,
+        supervisor_catchup_window_seconds=3 * 86400,
+    )
+    now = T0 + timedelta(days=2)
+    paged = catch_up_at(states, now, replace(settings, supervisor_max_pages=2))
+    assert (paged.items_read, paged.pages, paged.stopped) == (4, 2, StopReason.PAGE_CAP)
+    runs = [len(paged.recoveries)]
+    for _ in range(5):
+        report = catch_up_at(states, now, settings)
+        assert report.items_read <= 5
+        assert report.pages <= settings.supervisor_max_pages
+        runs.append(len(report.recoveries))
+        if report.stopped is StopReason.EXHAUSTED:
+            break
+    assert runs == [4, 5, 3]
+    assert all(len(r.alerts) == 1 for r in report.recoveries)
+    assert all(
+        state_of(states, f"o-{index:03}").process_state is ProcessState.PENDING
+        for index in range(12)
+    )
 
 
 def test_below_the_threshold_an_order_is_retried_and_at_it_given_up_with_an_alert_u4(

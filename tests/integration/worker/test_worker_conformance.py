@@ -52,6 +52,7 @@ ORDER_APP_FUNCTIONS = {
     "shipping_agent": "serviceBusTrigger",
     "run_agent_in_activity": "activityTrigger",
     "supervise_orders": "timerTrigger",
+    "catch_up_orders": "timerTrigger",
 }
 # Every app module the devhost's tests run (tests/**/apps/*_app.py).
 DEVHOST_TEST_APPS = sorted((ROOT / "tests").glob("**/apps/**/*_app.py"))
@@ -109,7 +110,8 @@ def test_service_bus_triggers_get_the_sdk_type_message_and_the_settlement_client
 
 
 @pytest.mark.parametrize(
-    "name", ["start_pending_orders", "receive_agent_response", "supervise_orders"]
+    "name",
+    ["start_pending_orders", "receive_agent_response", "supervise_orders", "catch_up_orders"],
 )
 def test_starters_get_a_durable_client_binding(
     order_app: dict[str, dict[str, Any]], name: str
@@ -129,6 +131,7 @@ def test_settings_stay_expressions_for_the_host_to_resolve(
     }
     assert queues == {"%ORDERS_QUEUE%", "%AGENT_REQUESTS_QUEUE%"}
     assert trigger_of(order_app["supervise_orders"])["schedule"] == "%SUPERVISOR_SCHEDULE%"
+    assert trigger_of(order_app["catch_up_orders"])["schedule"] == "%SUPERVISOR_CATCHUP_SCHEDULE%"
 
 
 def test_the_host_accepts_the_order_app_with_the_sample_settings() -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from domain.policies import (
     BreakerState,
+    CatchUpWindowTooNarrow,
     CircuitBreaker,
     GiveUp,
     Retry,
@@ -17,6 +18,7 @@ from domain.policies import (
     ScanBounds,
     SupervisorPolicy,
     Timeouts,
+    catch_up_window,
     claim_deadline,
     compensation_deadline,
     full_jitter_delay,
@@ -37,6 +39,7 @@ def supervisor_policy(
     retry_delay_seconds: float = 1.0,
     long_retry_delay_seconds: float = 30.0,
     window_seconds: float = 86400.0,
+    catch_up_window_seconds: float = 30 * 86400.0,
 ) -> SupervisorPolicy:
     return SupervisorPolicy(
         max_failures=max_failures,
@@ -44,6 +47,7 @@ def supervisor_policy(
         long_wait_after_failures=long_wait_after_failures,
         long_retry_delay_seconds=long_retry_delay_seconds,
         window_seconds=window_seconds,
+        catch_up_window_seconds=catch_up_window_seconds,
         scan=SCAN,
     )
 
@@ -211,3 +215,22 @@ def test_deadlines_follow_their_timeouts_and_the_sweep_window_d3_e2_u2() -> None
     assert compensation_deadline(NOW, timeouts) == NOW + timedelta(seconds=90)
     policy = supervisor_policy(max_failures=3, long_wait_after_failures=2, window_seconds=3600)
     assert sweep_window_start(NOW, policy) == NOW - timedelta(hours=1)
+
+
+def test_the_catch_up_looks_only_past_the_sweep_window_up_to_its_own_u2() -> None:
+    policy = supervisor_policy(
+        max_failures=3,
+        long_wait_after_failures=2,
+        window_seconds=3600,
+        catch_up_window_seconds=2 * 86400,
+    )
+    start, end = catch_up_window(NOW, policy)
+    assert start == NOW - timedelta(days=2)
+    assert end == sweep_window_start(NOW, policy) - timedelta(microseconds=1)
+    with pytest.raises(CatchUpWindowTooNarrow):
+        supervisor_policy(
+            max_failures=3,
+            long_wait_after_failures=2,
+            window_seconds=3600,
+            catch_up_window_seconds=3600,
+        )
