@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 import azure.durable_functions as df
 import azure.functions as func
@@ -34,16 +35,7 @@ log = logging.getLogger("app.supervisor")
 @bp.timer_trigger(schedule="%SUPERVISOR_SCHEDULE%", arg_name="timer")
 @bp.durable_client_input(client_name="client")
 async def supervise_orders(timer: func.TimerRequest, client: df.DurableOrchestrationClient) -> None:
-    app = bootstrap.services()
-    report = await asyncio.to_thread(
-        sweep,
-        app.states,
-        bootstrap.now(),
-        policy=app.settings.supervisor_policy,
-        timeouts=app.settings.timeouts,
-        reply_queues=app.settings.reply_queues,
-    )
-    await _request_recoveries(report, client)
+    report = await _scan_and_recover(sweep, client)
     log.info(
         "sweep window_start=%s pages=%d items_read=%d writes=%d lost_races=%d "
         "request_charge=%.2f stopped=%s retries=%d long_waits=%d gave_up=%d "
@@ -68,16 +60,7 @@ async def supervise_orders(timer: func.TimerRequest, client: df.DurableOrchestra
 @bp.timer_trigger(schedule="%SUPERVISOR_CATCHUP_SCHEDULE%", arg_name="timer")
 @bp.durable_client_input(client_name="client")
 async def catch_up_orders(timer: func.TimerRequest, client: df.DurableOrchestrationClient) -> None:
-    app = bootstrap.services()
-    report = await asyncio.to_thread(
-        catch_up,
-        app.states,
-        bootstrap.now(),
-        policy=app.settings.supervisor_policy,
-        timeouts=app.settings.timeouts,
-        reply_queues=app.settings.reply_queues,
-    )
-    await _request_recoveries(report, client)
+    report = await _scan_and_recover(catch_up, client)
     for recovery in report.recoveries:
         log.warning(
             "catch-up found order=%s expired_instance=%s requested=%s",
@@ -98,6 +81,24 @@ async def catch_up_orders(timer: func.TimerRequest, client: df.DurableOrchestrat
         report.stopped,
         len(report.recoveries),
     )
+
+
+async def _scan_and_recover(
+    scan: Callable[..., SweepReport], client: df.DurableOrchestrationClient
+) -> SweepReport:
+    """Run one bounded `scan` (the sweep or its catch-up) off the event loop with the app's
+    settings, then carry out the recoveries it decided."""
+    app = bootstrap.services()
+    report = await asyncio.to_thread(
+        scan,
+        app.states,
+        bootstrap.now(),
+        policy=app.settings.supervisor_policy,
+        timeouts=app.settings.timeouts,
+        reply_queues=app.settings.reply_queues,
+    )
+    await _request_recoveries(report, client)
+    return report
 
 
 async def _request_recoveries(report: SweepReport, client: df.DurableOrchestrationClient) -> None:
