@@ -9,6 +9,11 @@ Time comes from one Clock. Under a VirtualClock, ``skip_time`` jumps to the earl
 (a durable timer or a timer trigger) once no work is runnable, so tests of timeouts and
 schedules take milliseconds; under the RealClock (the default for ``devhost start``) nothing
 is skipped.
+
+Every invocation is traced as the host traces it (``telemetry.py``, C9). With the
+``DEVHOST_TELEMETRY_EXPORT`` setting (a file, or ``console``) the devhost and its language
+workers export traces and metrics as OTLP JSON lines, and ``PYTHON_ENABLE_OPENTELEMETRY``
+defaults to true so the workers hand the app its invocation's trace context.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 
 from azure.durable_functions.models.utils import http_utils
 
+from devhost import telemetry
 from devhost.clock import Clock, RealClock, VirtualClock
 from devhost.durable import DurableEngine
 from devhost.durable.management_http import ManagementApi
@@ -82,7 +88,14 @@ class DevHost:
         self._restore_environment: Callable[[], None] = lambda: None
 
     async def start(self) -> None:
+        destination = telemetry.export_destination(self.settings.values)
+        if destination is not None:
+            self.settings = AppSettings(
+                {telemetry.ENABLE_OPENTELEMETRY_SETTING: "true", **self.settings.values}
+            )
         self._restore_environment = self.settings.export()
+        if destination is not None:
+            telemetry.configure(destination, service_name="devhost")
         asyncio.get_running_loop().set_default_executor(
             concurrent.futures.ThreadPoolExecutor(
                 max_workers=EVENT_LOOP_EXECUTOR_THREADS, thread_name_prefix="asyncio"
@@ -289,6 +302,7 @@ class DevHost:
         # The Durable SDK keeps one aiohttp session per process; it belongs to this loop.
         await http_utils._close_session()
         self._restore_environment()
+        telemetry.shutdown()
         if self._invoker is not None:
             self._invoker.close()
         if self._http_invoker is not None and self._http_invoker is not self._invoker:

@@ -4,7 +4,9 @@ Sync functions run on a bounded thread pool (the worker's PYTHON_THREADPOOL_THRE
 async ones on the host's event loop. A parameter named ``context`` receives the invocation
 context, and each input binding the host provides (``durableClient``: the client binding
 JSON) is filled in by type. Each invocation is logged with its function name and invocation
-id so a failure can be traced to the trigger that caused it.
+id so a failure can be traced to the trigger that caused it, and runs inside the host's span of
+it (``devhost.telemetry.host_span``), child of the trace context its trigger carried;
+``context.trace_context`` is that span's (C9).
 
 ``FunctionInvoker`` calls in this process; ``WorkerFunctionInvoker`` sends the same arguments
 to a language worker process (``devhost/language_workers.py``), where arguments that cannot
@@ -26,7 +28,10 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from opentelemetry.trace import SpanKind
+
 from devhost.indexing import IndexedFunction
+from devhost.telemetry import TraceContext, host_span
 
 log = logging.getLogger("devhost.invocation")
 
@@ -39,7 +44,7 @@ class InvocationContext:
     function_name: str
     function_directory: str
     retry_context: None = None
-    trace_context: None = None
+    trace_context: TraceContext | None = None
     thread_local_storage: Any = field(default=None, compare=False)
 
 
@@ -48,6 +53,12 @@ def _takes_context(user_function: Callable[..., Any]) -> bool:
     """Whether the function has a ``context`` parameter (asked once per function, not per call)."""
     return "context" in inspect.signature(user_function).parameters
 
+
+# The host's span kind per trigger (OpenTelemetry's FaaS conventions).
+_SPAN_KINDS = {
+    "httpTrigger": SpanKind.SERVER,
+    "serviceBusTrigger": SpanKind.CONSUMER,
+}
 
 # The event loop's default executor, where async function code sends blocking calls
 # (asyncio.to_thread): sized for every invocation that may be in flight at once.
@@ -96,8 +107,35 @@ class FunctionInvoker:
             max_workers=max_threads or default_thread_count(), thread_name_prefix="function"
         )
 
-    async def invoke(self, function: IndexedFunction, arguments: Mapping[str, Any]) -> Any:
-        kwargs, invocation_id = self._arguments(function, arguments)
+    async def invoke(
+        self,
+        function: IndexedFunction,
+        arguments: Mapping[str, Any],
+        parent: Mapping[str, str] | None = None,
+    ) -> Any:
+        """Call ``function``; ``parent`` is the W3C trace context its trigger carried (a new
+        trace without one)."""
+        invocation_id = str(uuid.uuid4())
+        with host_span(
+            function.name,
+            parent=parent,
+            kind=_SPAN_KINDS.get(function.trigger_type, SpanKind.INTERNAL),
+            attributes={
+                "faas.name": function.name,
+                "faas.trigger": function.trigger_type,
+                "faas.invocation_id": invocation_id,
+            },
+        ) as trace_context:
+            return await self._invoke(function, arguments, invocation_id, trace_context)
+
+    async def _invoke(
+        self,
+        function: IndexedFunction,
+        arguments: Mapping[str, Any],
+        invocation_id: str,
+        trace_context: TraceContext,
+    ) -> Any:
+        kwargs = self._arguments(function, arguments, invocation_id, trace_context)
         log.debug("invoking function=%s invocation_id=%s", function.name, invocation_id)
         try:
             return await self._call(function, kwargs)
@@ -117,8 +155,12 @@ class FunctionInvoker:
             raise
 
     def _arguments(
-        self, function: IndexedFunction, arguments: Mapping[str, Any]
-    ) -> tuple[dict[str, Any], str]:
+        self,
+        function: IndexedFunction,
+        arguments: Mapping[str, Any],
+        invocation_id: str,
+        trace_context: TraceContext,
+    ) -> dict[str, Any]:
         """The trigger's arguments plus the host-provided input bindings and ``context``."""
         user_function = function.user_function
         kwargs = dict(arguments)
@@ -126,12 +168,14 @@ class FunctionInvoker:
             provide = self._input_bindings.get(str(binding["type"]))
             if provide is not None and binding is not function.trigger:
                 kwargs.setdefault(str(binding["name"]), provide())
-        invocation_id = str(uuid.uuid4())
         if _takes_context(user_function):
             kwargs.setdefault(
-                "context", InvocationContext(invocation_id, function.name, self._app_root)
+                "context",
+                InvocationContext(
+                    invocation_id, function.name, self._app_root, trace_context=trace_context
+                ),
             )
-        return kwargs, invocation_id
+        return kwargs
 
     async def _call(self, function: IndexedFunction, kwargs: dict[str, Any]) -> Any:
         return await call_user_function(

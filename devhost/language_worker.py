@@ -12,6 +12,12 @@ Python worker does and answers the devhost's requests, read from stdin as frames
 - ``call``: call ``module:function`` without arguments -> its result (the demo reads the
   app's own counters this way).
 
+Every request also carries the W3C trace context of the host's span of it (C9). With
+``PYTHON_ENABLE_OPENTELEMETRY`` true the worker attaches it before calling the function, as the
+Python worker does (``azure_functions_runtime.otel.configure_opentelemetry``), so spans the app
+starts are its children; with ``DEVHOST_TELEMETRY_EXPORT`` set the worker exports its own traces
+and metrics there (``devhost.telemetry``) and flushes them when the devhost closes its stdin.
+
 The answer is ``(id, "ok", result)`` or ``(id, "error", summary, details)``. Requests run
 concurrently on the worker's event loop (sync functions on its thread pool), as invocations
 do in the Python worker. The gRPC address of the host's settlement service comes on the
@@ -35,14 +41,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from azure_functions_runtime import otel
+from azure_functions_runtime.utils.app_setting_manager import is_envvar_true
 from dateutil.parser import parse as dateutil_parse
 
-from devhost import event_loop
+from devhost import event_loop, telemetry
 from devhost.durable.registry import FunctionRegistry
 from devhost.durable.workers import InProcessActivities, InProcessOrchestrators
 from devhost.indexing import IndexedFunction, index_app, load_app
 from devhost.invocation import (
     EVENT_LOOP_EXECUTOR_THREADS,
+    InvocationContext,
     call_user_function,
     default_thread_count,
     materialized,
@@ -130,7 +139,10 @@ class LanguageWorker:
             task.cancel()
 
     async def _answer(self, request: tuple[Any, ...]) -> None:
-        kind, request_id, *payload = request
+        kind, request_id, carrier, *payload = request
+        # Each request runs in its own task, hence in its own copy of the context: what is
+        # attached here is this invocation's alone.
+        attach_trace_context(carrier)
         try:
             result = await self._run(kind, payload)
             answer: tuple[Any, ...] = (request_id, "ok", result)
@@ -158,7 +170,29 @@ class LanguageWorker:
         raise ValueError(f"unknown request kind {kind!r}")
 
 
+def attach_trace_context(carrier: dict[str, str]) -> None:
+    """Make the host's span of this invocation the current context, with the Python worker's
+    own code, when ``PYTHON_ENABLE_OPENTELEMETRY`` is on (``otel.update_opentelemetry_status``
+    ran at start-up); otherwise nothing is attached, as in the worker."""
+    if not carrier or not otel.otel_manager.get_otel_libs_available():
+        return
+    context = InvocationContext("", "", "", trace_context=telemetry.trace_context_of(carrier))
+    otel.configure_opentelemetry(context)
+
+
+def _start_telemetry() -> None:
+    """What the Python worker does at start-up with ``PYTHON_ENABLE_OPENTELEMETRY``, and the
+    devhost's local export when ``DEVHOST_TELEMETRY_EXPORT`` is set."""
+    if is_envvar_true(telemetry.ENABLE_OPENTELEMETRY_SETTING):
+        otel.otel_manager.set_otel_libs_available(True)
+        otel.update_opentelemetry_status()
+    destination = telemetry.export_destination(os.environ)
+    if destination is not None:
+        telemetry.configure(destination, service_name="devhost-language-worker")
+
+
 async def _serve(app: str, app_root: str, answers: BinaryIO) -> None:
+    _start_telemetry()
     functions = index_app(load_app(app, Path(app_root)), AppSettings(dict(os.environ)))
     remember_sdk_pure_functions()
     loop = asyncio.get_running_loop()
@@ -168,8 +202,10 @@ async def _serve(app: str, app_root: str, answers: BinaryIO) -> None:
     )
     await LanguageWorker(functions, answers).serve(requests)
     # The devhost is gone: nothing can receive a result any more, and a function blocked in
-    # a thread must not keep this process alive as an orphan.
+    # a thread must not keep this process alive as an orphan. What telemetry is buffered is
+    # written first.
     answers.flush()
+    telemetry.shutdown()
     os._exit(0)
 
 

@@ -8,7 +8,10 @@ and answered on its stdout, matched by id; the least busy worker gets the next o
 start on first use, with the environment (the app settings the devhost exported) and the
 host's gRPC settlement address on their command line, as the host starts the Python worker.
 A worker that dies fails its requests in flight with ``WorkerUnavailableError`` and is
-started again on the next request, as the host restarts a crashed language worker.
+started again on the next request, as the host restarts a crashed language worker. Each
+request carries the trace context current where it was made (the host's span of the
+invocation, C9), as the host sends it in the InvocationRequest. Closing a worker closes its
+stdin first so it can flush its telemetry, and kills it only if it does not exit in time.
 """
 
 from __future__ import annotations
@@ -24,9 +27,12 @@ from typing import Any
 from devhost.durable.replay import EpisodeOutcome, EpisodeRequest
 from devhost.durable.workers import WorkerUnavailableError
 from devhost.invocation import FunctionError
+from devhost.telemetry import current_carrier
 from devhost.worker_frames import FRAME_HEADER, decode_payload, encode_frame
 
 logger = logging.getLogger(__name__)
+
+EXIT_GRACE_SECONDS = 5.0
 
 
 class LanguageWorkers:
@@ -136,7 +142,7 @@ class _Worker:
         answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.pending[request_id] = answer
         try:
-            self._stdin.write(encode_frame((kind, request_id, *payload)))
+            self._stdin.write(encode_frame((kind, request_id, current_carrier(), *payload)))
             await self._stdin.drain()
             return await answer
         except (ConnectionError, BrokenPipeError) as error:
@@ -176,5 +182,10 @@ class _Worker:
         self._lost("the devhost stopped it", expected=True)
         self._reader.cancel()
         if self._process.returncode is None:
-            self._process.kill()
+            # End of its requests: the worker flushes its telemetry and exits by itself.
+            self._stdin.close()
+            try:
+                await asyncio.wait_for(self._process.wait(), EXIT_GRACE_SECONDS)
+            except TimeoutError:
+                self._process.kill()
         await self._process.wait()

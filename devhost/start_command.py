@@ -3,12 +3,15 @@
     python -m devhost start --app function_app:app [--app-root .] [--data .devhost]
                             [--http-port 7071] [--broker-config servicebus.config.json
                             [--broker-port 5672] [--broker-data .devhost/servicebus.sqlite]]
+                            [--telemetry-export telemetry.jsonl|console]
 
 With ``--broker-config`` the embedded Service Bus broker starts in the same process and
 ``ServiceBusConnection`` points at it; without it, ``ServiceBusConnection`` from
 local.settings.json or the environment is used (a broker started with ``python -m devhost
 servicebus``, or a real namespace). Real time; orchestration histories, timer schedules and
 (with ``--broker-data``) queued messages survive a kill -9 and resume on the next start.
+``--telemetry-export`` (the ``DEVHOST_TELEMETRY_EXPORT`` setting) writes the traces and metrics
+of the devhost and its workers as OTLP JSON lines to a file, or to the console (C9).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from devhost import event_loop
 from devhost.host import DevHost, HostOptions
 from devhost.indexing import IndexingError
 from devhost.settings import AppSettings, SettingsError
+from devhost.telemetry import EXPORT_SETTING
 
 SERVICE_BUS_CONNECTION = "ServiceBusConnection"
 
@@ -60,6 +64,15 @@ def add_start(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
             "(default 0: in the devhost's own process; HTTP functions always run there)"
         ),
     )
+    parser.add_argument(
+        "--telemetry-export",
+        default=None,
+        metavar="FILE|console",
+        help=(
+            "export the traces and metrics of the devhost and its language workers as OTLP "
+            f"JSON lines to FILE, or to standard error with 'console' (setting {EXPORT_SETTING})"
+        ),
+    )
     parser.set_defaults(run=run_start)
 
 
@@ -92,6 +105,8 @@ async def _serve(args: argparse.Namespace) -> int:
         broker.start()
         values[SERVICE_BUS_CONNECTION] = broker.connection_string
         print(f"servicebus listening on {broker.host}:{broker.port}", flush=True)
+    if args.telemetry_export:
+        values[EXPORT_SETTING] = args.telemetry_export
     options = HostOptions(
         app=args.app,
         app_root=app_root,

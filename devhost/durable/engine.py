@@ -8,7 +8,8 @@ and the client operations of the ``durableClient`` binding are async methods her
 The engine makes no assumption about how functions are triggered: a host drives it either
 with the background loop (``start``/``stop``) or step by step (``run_until_idle``,
 ``advance_to_next_timer``), deciding itself when virtual time may jump
-(``has_runnable_work``, ``next_timer_at``).  One engine per database file.
+(``has_runnable_work``, ``next_timer_at``).  One engine per database file. Each episode and
+activity runs inside a host span, child of the trace context the instance started with (C9).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import json
 import logging
 import traceback
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
@@ -69,6 +70,7 @@ from devhost.durable.workers import (
     WorkerUnavailableError,
 )
 from devhost.invocation import FunctionError
+from devhost.telemetry import host_span
 
 logger = logging.getLogger(__name__)
 
@@ -153,8 +155,13 @@ class DurableEngine:
         instance_id: str | None = None,
         input: Any = None,
         version: str | None = None,
+        trace_parent: Mapping[str, str] | None = None,
     ) -> str:
         """Schedule a new instance of orchestrator ``name``; return its instance id.
+
+        ``trace_parent`` is the W3C carrier the durable client sent (its ``traceparent`` and
+        ``tracestate`` headers): every episode and activity of the instance, and of its
+        sub-orchestrations, is traced as its child (C9).
 
         A non-terminal instance with the same id is an error (as in Durable Functions);
         a terminal one is replaced, history included. The instance's orchestration version
@@ -172,6 +179,7 @@ class DurableEngine:
                 self.store.delete_instance(instance_id)
             version = self.versioning.version_for_new_instance(version)
             self._create_instance(instance_id, name, input_json, None, version)
+            self.store.set_trace_context(instance_id, trace_parent or {})
         logger.info(
             "orchestration scheduled instance_id=%s name=%s version=%s", instance_id, name, version
         )
@@ -473,7 +481,16 @@ class DurableEngine:
         prepared = self._prepare_episode(instance_id)
         if prepared is None:
             return
-        outcome = await self._orchestrators.run_episode(prepared.request)
+        with host_span(
+            prepared.record.name,
+            parent=self.store.trace_context(instance_id),
+            attributes={
+                "faas.name": prepared.record.name,
+                "faas.trigger": "orchestrationTrigger",
+                "durable.instance_id": instance_id,
+            },
+        ):
+            outcome = await self._orchestrators.run_episode(prepared.request)
         with self.store.transaction():
             if self.store.get_instance(instance_id) != prepared.record:
                 logger.info(
@@ -797,6 +814,9 @@ class DurableEngine:
             (parent.instance_id, parent.execution_id, request.task_id),
             request.version,
         )
+        self.store.set_trace_context(
+            request.instance_id, self.store.trace_context(parent.instance_id)
+        )
 
     def _create_instance(
         self,
@@ -854,7 +874,16 @@ class DurableEngine:
         try:
             try:
                 self.registry.activity(item.name)  # an unknown name fails here, wherever it runs
-                result_json = await self._activities.run_activity(item.name, item.input_json)
+                with host_span(
+                    item.name,
+                    parent=self.store.trace_context(item.instance_id),
+                    attributes={
+                        "faas.name": item.name,
+                        "faas.trigger": "activityTrigger",
+                        "durable.instance_id": item.instance_id,
+                    },
+                ):
+                    result_json = await self._activities.run_activity(item.name, item.input_json)
             except asyncio.CancelledError:
                 raise
             except WorkerUnavailableError as error:

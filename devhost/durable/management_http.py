@@ -13,7 +13,9 @@ aiohttp calls to those URLs.  This server answers them on 127.0.0.1 (ephemeral p
 
 ``{rpc}`` is ``/durabletask/``; the same routes also answer under the public webhook prefix
 ``/runtime/webhooks/durabletask/`` that ``create_check_status_response`` links to.
-Status codes follow the extension, because the SDK maps them to its exceptions.
+Status codes follow the extension, because the SDK maps them to its exceptions. The
+``traceparent`` / ``tracestate`` headers the SDK sends with start_new are kept with the
+instance as the parent of its episodes and activities (C9).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from devhost.durable.engine import DurableEngine
 from devhost.durable.history import parse_timestamp
 from devhost.durable.registry import UnknownFunctionError
 from devhost.durable.status import DurableClientError, RuntimeStatus
+from devhost.telemetry import carrier_of_headers
 
 RPC_PREFIX = "/durabletask/"
 WEBHOOK_PREFIX = "/runtime/webhooks/durabletask/"
@@ -123,6 +126,7 @@ class ManagementApi:
                 request.match_info.get("instance_id"),
                 await _payload(request),
                 version=request.query.get("version"),
+                trace_parent=carrier_of_headers(request.headers),
             )
         except (DurableClientError, UnknownFunctionError) as error:
             return web.json_response({"ExceptionMessage": str(error)}, status=400)

@@ -5,6 +5,7 @@ The engine's crash safety rests here: every state change of the engine happens i
 state after a change.  Activities are at-least-once: a work item stays in
 ``activity_work`` until the transaction that puts its TaskCompleted/TaskFailed into the
 inbox deletes it, so a crash mid-activity makes the next engine run it again.
+``instance_trace`` keeps the W3C trace context an instance was started with (C9).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sqlite3
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -65,6 +66,11 @@ CREATE TABLE IF NOT EXISTS timers (
     PRIMARY KEY (instance_id, execution_id, timer_id)
 );
 CREATE INDEX IF NOT EXISTS timers_by_time ON timers (fire_at);
+CREATE TABLE IF NOT EXISTS instance_trace (
+    instance_id TEXT PRIMARY KEY,
+    traceparent TEXT NOT NULL,
+    tracestate TEXT
+);
 CREATE TABLE IF NOT EXISTS activity_work (
     work_id INTEGER PRIMARY KEY AUTOINCREMENT,
     instance_id TEXT NOT NULL,
@@ -222,11 +228,34 @@ class DurableStore:
     def delete_instance(self, instance_id: str) -> None:
         """Remove an instance and everything that belongs to it."""
         self._connection.execute("DELETE FROM instances WHERE instance_id = ?", (instance_id,))
+        self._connection.execute("DELETE FROM instance_trace WHERE instance_id = ?", (instance_id,))
         self.clear_execution_state(instance_id)
         self.delete_history(instance_id)
         self._connection.execute(
             "DELETE FROM external_events WHERE instance_id = ?", (instance_id,)
         )
+
+    def set_trace_context(self, instance_id: str, carrier: Mapping[str, str]) -> None:
+        """Keep the W3C carrier (``traceparent``, ``tracestate``) the instance started with."""
+        if not carrier.get("traceparent"):
+            return
+        self._connection.execute(
+            "INSERT OR REPLACE INTO instance_trace VALUES (?, ?, ?)",
+            (instance_id, carrier["traceparent"], carrier.get("tracestate")),
+        )
+
+    def trace_context(self, instance_id: str) -> dict[str, str]:
+        """The W3C carrier the instance started with (empty if none)."""
+        row = self._connection.execute(
+            "SELECT traceparent, tracestate FROM instance_trace WHERE instance_id = ?",
+            (instance_id,),
+        ).fetchone()
+        if row is None:
+            return {}
+        carrier = {"traceparent": str(row[0])}
+        if row[1]:
+            carrier["tracestate"] = str(row[1])
+        return carrier
 
     def clear_execution_state(self, instance_id: str) -> None:
         """Drop the pending work of an instance: inbox, timers, activity work items."""

@@ -4,7 +4,8 @@ Routes live under the route prefix (``api`` unless host.json's ``extensions.http
 says otherwise). Templates take ``{name}``, optional ``{name?}`` and the ``int``/``alpha``/``guid``
 constraints. Like Core Tools, the devhost does not check function keys: ``authLevel`` is an
 Azure concern. An unhandled exception becomes a 500 without the exception text, so nothing
-internal leaks to a caller; the log has the details.
+internal leaks to a caller; the log has the details. The request's ``traceparent`` header is
+the invocation's trace parent (C9).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from aiohttp import web
 
 from devhost.indexing import IndexedFunction
 from devhost.invocation import FunctionInvoker
+from devhost.telemetry import carrier_of_headers
 
 log = logging.getLogger("devhost.http")
 
@@ -126,7 +128,9 @@ class HttpTriggerServer:
         )
         argument = str(route.function.trigger["name"])
         try:
-            result = await self._invoker.invoke(route.function, {argument: http_request})
+            result = await self._invoker.invoke(
+                route.function, {argument: http_request}, carrier_of_headers(request.headers)
+            )
         except Exception:
             return web.Response(status=500, text="the function failed; see the devhost log")
         return _to_response(result, route.function.name)

@@ -13,6 +13,8 @@ completed on success (unless autoCompleteMessages is off) and abandoned on an ex
 redelivery and max-delivery dead-lettering come from the broker (S1: PeekLock). host.json's
 ``maxConcurrentCalls`` bounds invocations in flight and ``prefetchCount`` the receiver's
 prefetch; locks of running invocations are renewed up to ``maxAutoLockRenewalDuration``.
+The invocation's trace parent is the message's ``Diagnostic-Id`` (else ``traceparent``)
+application property, as in the host's Service Bus extension (C9).
 
 A listener is supervised as the Functions host supervises its listeners: when its receiver
 fails, it is replaced, not left deaf. A failure is any exception from a receive, the open or a
@@ -64,6 +66,7 @@ from devhost.host_config import ServiceBusOptions
 from devhost.indexing import IndexedFunction
 from devhost.invocation import FunctionInvoker
 from devhost.settings import AppSettings, SettingsError
+from devhost.telemetry import carrier_of_message
 from devhost.triggers.settlement import (
     MessageActionsArgument,
     SdkBinding,
@@ -574,7 +577,9 @@ class ServiceBusTrigger:
         settle = functools.partial(self._settle_on, link)
         arguments, token = self._arguments(message, settle)
         try:
-            await self._invoker.invoke(self._function, arguments)
+            await self._invoker.invoke(
+                self._function, arguments, carrier_of_message(message.application_properties)
+            )
         except Exception:
             if not self._settled_by_function(token):
                 await self._settle_quietly(settle, "abandon", message)
