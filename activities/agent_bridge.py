@@ -7,7 +7,8 @@ MessageId, so a re-run of the activity that sends it is removed by duplicate det
 orchestration's external event, named after the request it answers (one name per request:
 ``agent_response_event``) and carrying the request id the orchestrator checks (E3). A response for
 an instance that has finished or never existed is late or stray: it is logged and dropped
-(E6). A response that breaks the contract is dead-lettered with the reason.
+(E6). A response that breaks the contract is dead-lettered with the reason. Taking a response
+in is a span of the order's trace, which the response message carried (C9).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from domain.agent_messages import (
     AgentResponse,
 )
 from domain.outgoing_messages import OutgoingMessage
+from domain.records import InstanceId, RecordFormatError
+from observability.tracing import annotate, order_span
 
 bp = df.Blueprint()
 log = logging.getLogger("app.agent_bridge")
@@ -70,6 +73,19 @@ async def receive_agent_response(
             message_actions, message, reason="InvalidAgentResponse", description=str(error)
         )
         return
+    with order_span("agent.response", instance_id=response.instance_id) as span:
+        try:
+            instance = InstanceId.parse(response.instance_id)
+        except RecordFormatError:
+            pass
+        else:
+            annotate(span, order_id=instance.order_id, attempt=instance.attempt)
+        span.set_attribute("agent.outcome", response.outcome.value)
+        await _raise(client, response)
+    await complete(message_actions, message)
+
+
+async def _raise(client: df.DurableOrchestrationClient, response: AgentResponse) -> None:
     try:
         await client.raise_event(response.instance_id, response.event_name, response.to_document())
     except Exception:
@@ -81,4 +97,3 @@ async def receive_agent_response(
             response.instance_id,
             response.request_id,
         )
-    await complete(message_actions, message)

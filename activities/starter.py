@@ -6,7 +6,8 @@ the order was accepted with (C7) and, in the step workflow, starts at the first 
 record does not show completed (C10). A crash between the claim and
 ``start_new`` leaves a Processing record with a provisional CompleteBy, which the
 supervisor recovers. A run claims no more than leave MAX_RUNNING_ORDERS running (C5). The
-cadence is STARTER_SCHEDULE (U7).
+cadence is STARTER_SCHEDULE (U7). Each start is a span of the order's trace (the record's
+``TraceParent``), and the durable client carries it to the orchestration (C9).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import azure.durable_functions as df
 import azure.functions as func
 
 import bootstrap
+from observability.tracing import order_span
 from orchestrators.order_workflow import ORCHESTRATOR, attempt_input, orchestration_version
 from services.starter import Claim, claim_pending
 
@@ -47,12 +49,19 @@ async def start_pending_orders(
     async def start(claim: Claim) -> bool:
         async with slots:
             try:
-                await client.start_new(
-                    ORCHESTRATOR,
-                    instance_id=str(claim.instance_id),
-                    client_input=attempt_input(claim.record, app.settings.agent_transport),
-                    version=orchestration_version(claim.record.workflow_version),
-                )
+                with order_span(
+                    "starter.start",
+                    order_id=claim.instance_id.order_id,
+                    instance_id=claim.instance_id,
+                    attempt=claim.instance_id.attempt,
+                    parent=claim.record.trace_parent,
+                ):
+                    await client.start_new(
+                        ORCHESTRATOR,
+                        instance_id=str(claim.instance_id),
+                        client_input=attempt_input(claim.record, app.settings.agent_transport),
+                        version=orchestration_version(claim.record.workflow_version),
+                    )
             except Exception:
                 # The claim stands with its provisional CompleteBy: the supervisor recovers it.
                 log.exception("could not start attempt instance=%s", claim.instance_id)

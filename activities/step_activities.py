@@ -6,17 +6,20 @@ applied for this attempt (D4). ``begin_step`` and ``begin_undo`` also hand the s
 its request, do or undo, on the agent's own request queue (E1) once the fence held, with a
 stable MessageId so a re-run's second send is removed by duplicate detection (E4). The
 order is read from the orders database once per attempt and then travels with the
-orchestration (D6).
+orchestration (D6). Each activity is a span with the order's correlation attributes, and each
+status message it sends has its own (C9).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
 import azure.durable_functions as df
+from opentelemetry.trace import Span
 
 import bootstrap
 from activities.agent_bridge import send_agent_request
@@ -27,6 +30,7 @@ from domain.policies import AGENT_TRANSPORT_ACTIVITY
 from domain.records import StateRecord
 from domain.transitions import Undo
 from domain.workflow import declaration
+from observability.tracing import order_span
 from orchestrators.step_payloads import StepRef, StepWrite, StepWritten
 from services import step_writes
 from services.operator import load_order
@@ -42,103 +46,109 @@ bp = df.Blueprint()
 @bp.activity_trigger(input_name="call")
 async def begin_step(call: Any) -> dict[str, Any]:
     write = StepWrite.from_dict(call)
-    step = _required(write.step, "begin_step")
-    app = bootstrap.services()
-    outcome = await asyncio.to_thread(
-        step_writes.begin_step,
-        app.states,
-        write.instance,
-        index=step.index,
-        name=step.name,
-        done=None if write.done is None else _done(write.done),
-        now=write.now,
-        timeouts=app.settings.timeouts,
-        reply_queues=app.settings.reply_queues,
-    )
-    return await _with_request(write, step, outcome, AgentOperation.DO)
+    with _step_span(write, "begin_step"):
+        step = _required(write.step, "begin_step")
+        app = bootstrap.services()
+        outcome = await asyncio.to_thread(
+            step_writes.begin_step,
+            app.states,
+            write.instance,
+            index=step.index,
+            name=step.name,
+            done=None if write.done is None else _done(write.done),
+            now=write.now,
+            timeouts=app.settings.timeouts,
+            reply_queues=app.settings.reply_queues,
+        )
+        return await _with_request(write, step, outcome, AgentOperation.DO)
 
 
 @bp.activity_trigger(input_name="call")
 async def finish_steps(call: Any) -> dict[str, Any]:
     write = StepWrite.from_dict(call)
-    app = bootstrap.services()
-    outcome = await asyncio.to_thread(
-        step_writes.finish_steps,
-        app.states,
-        write.instance,
-        done=_done(_required(write.done, "finish_steps")),
-        now=write.now,
-        reply_queues=app.settings.reply_queues,
-    )
-    return await _reported(outcome)
+    with _step_span(write, "finish_steps"):
+        app = bootstrap.services()
+        outcome = await asyncio.to_thread(
+            step_writes.finish_steps,
+            app.states,
+            write.instance,
+            done=_done(_required(write.done, "finish_steps")),
+            now=write.now,
+            reply_queues=app.settings.reply_queues,
+        )
+        return await _reported(outcome)
 
 
 @bp.activity_trigger(input_name="call")
 async def fail_step(call: Any) -> dict[str, Any]:
     write = StepWrite.from_dict(call)
-    step = _required(write.step, "fail_step")
-    app = bootstrap.services()
-    outcome = await asyncio.to_thread(
-        step_writes.fail_step,
-        app.states,
-        write.instance,
-        index=step.index,
-        name=step.name,
-        reason=write.reason or f"the {step.name} service refused the order",
-        now=write.now,
-        timeouts=app.settings.timeouts,
-        reply_queues=app.settings.reply_queues,
-    )
-    return await _reported(outcome)
+    with _step_span(write, "fail_step"):
+        step = _required(write.step, "fail_step")
+        app = bootstrap.services()
+        outcome = await asyncio.to_thread(
+            step_writes.fail_step,
+            app.states,
+            write.instance,
+            index=step.index,
+            name=step.name,
+            reason=write.reason or f"the {step.name} service refused the order",
+            now=write.now,
+            timeouts=app.settings.timeouts,
+            reply_queues=app.settings.reply_queues,
+        )
+        return await _reported(outcome)
 
 
 @bp.activity_trigger(input_name="call")
 async def begin_undo(call: Any) -> dict[str, Any]:
     write = StepWrite.from_dict(call)
-    step = _required(write.step, "begin_undo")
-    app = bootstrap.services()
-    outcome = await asyncio.to_thread(
-        step_writes.begin_undo,
-        app.states,
-        write.instance,
-        _undo(step),
-        undone=None if write.done is None else _undo(write.done),
-        now=write.now,
-        timeouts=app.settings.timeouts,
-    )
-    return await _with_request(write, step, outcome, AgentOperation.UNDO)
+    with _step_span(write, "begin_undo"):
+        step = _required(write.step, "begin_undo")
+        app = bootstrap.services()
+        outcome = await asyncio.to_thread(
+            step_writes.begin_undo,
+            app.states,
+            write.instance,
+            _undo(step),
+            undone=None if write.done is None else _undo(write.done),
+            now=write.now,
+            timeouts=app.settings.timeouts,
+        )
+        return await _with_request(write, step, outcome, AgentOperation.UNDO)
 
 
 @bp.activity_trigger(input_name="call")
 async def finish_undo(call: Any) -> dict[str, Any]:
     write = StepWrite.from_dict(call)
-    app = bootstrap.services()
-    outcome = await asyncio.to_thread(
-        step_writes.finish_undo,
-        app.states,
-        write.instance,
-        undone=None if write.done is None else _undo(write.done),
-        now=write.now,
-        reply_queues=app.settings.reply_queues,
-    )
-    return await _reported(outcome)
+    with _step_span(write, "finish_undo"):
+        app = bootstrap.services()
+        outcome = await asyncio.to_thread(
+            step_writes.finish_undo,
+            app.states,
+            write.instance,
+            undone=None if write.done is None else _undo(write.done),
+            now=write.now,
+            reply_queues=app.settings.reply_queues,
+        )
+        return await _reported(outcome)
 
 
 @bp.activity_trigger(input_name="call")
 async def undo_failed(call: Any) -> dict[str, Any]:
     write = StepWrite.from_dict(call)
-    step = _required(write.step, "undo_failed")
-    app = bootstrap.services()
-    outcome = await asyncio.to_thread(
-        step_writes.undo_failed,
-        app.states,
-        write.instance,
-        _undo(step),
-        reason=write.reason or f"the {step.name} service refused to undo it",
-        now=write.now,
-        reply_queues=app.settings.reply_queues,
-    )
-    return await _reported(outcome)
+    with _step_span(write, "undo_failed"):
+        step = _required(write.step, "undo_failed")
+        app = bootstrap.services()
+        outcome = await asyncio.to_thread(
+            step_writes.undo_failed,
+            app.states,
+            write.instance,
+            _undo(step),
+            reason=write.reason or f"the {step.name} service refused to undo it",
+            now=write.now,
+            reply_queues=app.settings.reply_queues,
+        )
+        return await _reported(outcome)
 
 
 async def _with_request(
@@ -180,7 +190,21 @@ async def _send(statuses: Iterable[StatusMessage], alert: OperatorAlert | None) 
         queue = bootstrap.services().settings.operator_alerts_queue
         await publisher.send(alert_outgoing(alert, queue))
     for status in statuses:
-        await publisher.send(status_outgoing(status))
+        with order_span(
+            "status.send", order_id=status.correlation_id, step=status.body.get("step")
+        ) as span:
+            span.set_attribute("status", status.subject)
+            await publisher.send(status_outgoing(status))
+
+
+def _step_span(write: StepWrite, activity: str) -> AbstractContextManager[Span]:
+    return order_span(
+        f"step.{activity}",
+        order_id=write.order_id,
+        instance_id=write.instance,
+        attempt=write.attempt,
+        step=None if write.step is None else write.step.name,
+    )
 
 
 def _deadline(record: StateRecord, step: StepRef) -> datetime:

@@ -7,6 +7,8 @@ answered ``rejected`` and its message completed, with nothing stored (C5). An in
 conflicting message is dead-lettered with a reason and an operator is alerted (S3); nothing
 reaches the stores. A store or broker fault raises,
 so the host abandons the message and it is redelivered; the writes are idempotent (C6).
+The submission span starts the order's trace; its ``traceparent`` goes into the new record
+and the status message carries it (C9).
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from azurefunctions.extensions.bindings.servicebus import (
     ServiceBusMessageActions,
     ServiceBusReceivedMessage,
 )
+from opentelemetry.trace import Span
 
 import bootstrap
 from adapters.message_settlement import body_bytes, complete, dead_letter
 from domain.outgoing_messages import alert_outgoing, status_outgoing
+from observability.tracing import annotate, current_traceparent, order_span
 from services.submission import DeadLetter, Rejected, submit_order
 
 bp = df.Blueprint()
@@ -38,6 +42,13 @@ log = logging.getLogger("app.submission")
 async def receive_order(
     message: ServiceBusReceivedMessage, message_actions: ServiceBusMessageActions
 ) -> None:
+    with order_span("order.submission") as span:
+        await _receive_order(message, message_actions, span)
+
+
+async def _receive_order(
+    message: ServiceBusReceivedMessage, message_actions: ServiceBusMessageActions, span: Span
+) -> None:
     app = bootstrap.services()
     result = await asyncio.to_thread(
         submit_order,
@@ -50,7 +61,10 @@ async def receive_order(
         reply_queues=app.settings.reply_queues,
         now=bootstrap.now(),
         steps=app.settings.order_steps,
+        trace_parent=current_traceparent(),
     )
+    if not isinstance(result, DeadLetter):
+        annotate(span, order_id=result.order.order_id)
     publisher = bootstrap.publisher()
     if isinstance(result, DeadLetter):
         log.warning(

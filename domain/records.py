@@ -229,6 +229,9 @@ class StateRecord:
     """Compensation runs the supervisor found stalled (C2), counted apart from FailureCount."""
     compensation_started_at: datetime | None = None
     """When the order began compensating: no step may start a side effect after it (C1)."""
+    trace_parent: str | None = None
+    """W3C ``traceparent`` of the submission that created the record: the starter, the
+    supervisor and every attempt of the order join that trace (C9)."""
     schema_version: int = RECORD_SCHEMA_VERSION
     etag: str | None = field(default=None, compare=False)
 
@@ -271,6 +274,7 @@ class StateRecord:
             "Steps": [step.to_document() for step in self.steps],
             "CompensationFailures": self.compensation_failures,
             "CompensationStartedAt": _utc_or_none(self.compensation_started_at),
+            "TraceParent": self.trace_parent,
             "CreatedAt": format_utc(self.created_at),
             "UpdatedAt": format_utc(self.updated_at),
         }
@@ -306,6 +310,7 @@ class StateRecord:
                 steps=tuple(StepStatus.from_document(step) for step in document.get("Steps", [])),
                 compensation_failures=int(document.get("CompensationFailures", 0)),
                 compensation_started_at=_parsed_or_none(document.get("CompensationStartedAt")),
+                trace_parent=document.get("TraceParent"),
                 schema_version=int(version),
                 etag=etag,
             )

@@ -75,12 +75,17 @@ class FenceLost(Exception):
 
 
 def new_record(
-    order_id: str, reply_to: str | None, now: datetime, steps: Sequence[str] = ()
+    order_id: str,
+    reply_to: str | None,
+    now: datetime,
+    steps: Sequence[str] = (),
+    trace_parent: str | None = None,
 ) -> StateRecord:
     """First write of the state record (S4): Pending, unlocked, no deadline, no failures.
 
     With `steps` the order runs the step workflow (`WORKFLOW_STEPS`), every step NotStarted;
-    without, the one-step workflow it ran before the step list existed (C7).
+    without, the one-step workflow it ran before the step list existed (C7). `trace_parent`
+    is the submission's W3C trace context, which every later hop of the order joins (C9).
     """
     return StateRecord(
         order_id=order_id,
@@ -94,6 +99,7 @@ def new_record(
         updated_at=now,
         workflow_version=WORKFLOW_STEPS if steps else WORKFLOW_ONE_STEP,
         steps=tuple(StepStatus(name) for name in steps),
+        trace_parent=trace_parent,
     )
 
 

@@ -4,7 +4,8 @@ Shared by every agent's queue trigger: parse the request (a request that breaks 
 is dead-lettered with the reason), run the agent, and answer on AGENT_RESPONSES_QUEUE with a
 MessageId derived from the request, so a redelivered request produces a duplicate answer
 that Service Bus removes (E4). A request whose deadline already passed starts no side effect
-(E7) and gets a ``gave-up`` answer from the call policy.
+(E7) and gets a ``gave-up`` answer from the call policy. Serving is a span of the order's
+trace (the request message carried it, C9), the response message carries it on.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import bootstrap
 from adapters.message_settlement import body_bytes, complete, dead_letter
 from domain.agent_messages import AgentMessageError, AgentRequest, AgentResponse
 from domain.outgoing_messages import OutgoingMessage
+from observability.tracing import order_span
 
 log = logging.getLogger("app.agents")
 
@@ -35,6 +37,18 @@ async def serve_request(
     except AgentMessageError as error:
         await dead_letter(actions, message, reason="InvalidAgentRequest", description=str(error))
         return
+    with order_span(
+        "agent.serve",
+        order_id=request.order.order_id,
+        instance_id=request.instance_id,
+        attempt=request.attempt,
+        step=request.step,
+    ):
+        await _answer(request, agent)
+    await complete(actions, message)
+
+
+async def _answer(request: AgentRequest, agent: Agent) -> None:
     response = await agent(request)
     log.info(
         "agent answered order=%s instance=%s step=%s operation=%s outcome=%s",
@@ -53,4 +67,3 @@ async def serve_request(
             subject=response.outcome.value,
         )
     )
-    await complete(actions, message)

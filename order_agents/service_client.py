@@ -11,7 +11,8 @@ Every answer maps to one result the agent's call policy understands: done (with 
 the side effect), a non-transient failure (E8), a newer attempt holds the order (the fencing
 token was refused, E7), or a transient fault worth retrying (E9). Timeouts and connection
 errors are transient: the call may or may not have been performed, which the idempotency key
-makes harmless (C8).
+makes harmless (C8). Each call is a CLIENT span whose context travels in the request's
+``traceparent`` header (C9).
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+from opentelemetry.trace import SpanKind
 
 from domain.contracts import Order
+from observability.tracing import inject, order_span
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,18 @@ class ServiceClient:
         )
 
     async def _post(
+        self, url: str, body: dict[str, Any], headers: dict[str, str], timeout_seconds: float
+    ) -> RemoteResult:
+        with order_span(
+            f"{self._api.name} POST", order_id=body.get("orderId"), kind=SpanKind.CLIENT
+        ) as span:
+            span.set_attribute("http.request.method", "POST")
+            span.set_attribute("url.full", url)
+            result = await self._send(url, body, inject(headers), timeout_seconds)
+            span.set_attribute("outcome", type(result).__name__)
+            return result
+
+    async def _send(
         self, url: str, body: dict[str, Any], headers: dict[str, str], timeout_seconds: float
     ) -> RemoteResult:
         try:

@@ -5,7 +5,8 @@ side effect, ``undo`` its compensation - by the reference of the side effect, or
 in doubt by the idempotency key of its action (C1). Behind the Service Bus queue pair each
 agent has its own request queue trigger (<AGENT>_REQUESTS_QUEUE) and answers on
 AGENT_RESPONSES_QUEUE; as an activity (E1's other shape) ``run_agent_in_activity`` runs the
-agent the request's step names. Each service has its own circuit breaker (E9).
+agent the request's step names. Each service has its own circuit breaker (E9). Each run is a
+span of the order's trace; the calls to the service carry it (C9).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from azurefunctions.extensions.bindings.servicebus import (
 import bootstrap
 from domain.agent_messages import AgentRequest, AgentResponse
 from domain.workflow import declaration
+from observability.tracing import order_span
 from order_agents.call_policy import request_call, run_agent
 from order_agents.remote_services import STEP_SERVICES
 from order_agents.request_handling import serve_request
@@ -35,13 +37,21 @@ async def run_step_agent(request: AgentRequest) -> AgentResponse:
     api = STEP_SERVICES[agent]
     app = bootstrap.services()
     client = ServiceClient(api, app.settings.service_url(agent), bootstrap.http_session())
-    return await run_agent(
-        request,
-        request_call(client, request),
-        app.breaker(api.name),
-        app.settings.agent_policy,
-        now=bootstrap.now,
-    )
+    with order_span(
+        f"agent.{agent}",
+        order_id=request.order.order_id,
+        instance_id=request.instance_id,
+        attempt=request.attempt,
+        step=request.step,
+    ) as span:
+        span.set_attribute("agent.operation", request.operation.value)
+        return await run_agent(
+            request,
+            request_call(client, request),
+            app.breaker(api.name),
+            app.settings.agent_policy,
+            now=bootstrap.now,
+        )
 
 
 @bp.service_bus_queue_trigger(

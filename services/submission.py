@@ -89,12 +89,14 @@ def submit_order(
     reply_queues: frozenset[str],
     now: datetime,
     steps: Sequence[str] = (),
+    trace_parent: str | None = None,
 ) -> Accepted | Rejected | DeadLetter:
     """Handle one submission message; `message_id` is the broker's id of that message.
 
     `admission` holds the backlog bound (C5); `reply_queues` is the allow-list of reply
     queues an app may name (R1); `steps` the workflow a new order runs (ORDER_STEPS), fixed
-    in its record when it is accepted (C7).
+    in its record when it is accepted (C7); `trace_parent` the submission's W3C trace
+    context, kept in the record for the order's later hops (C9).
     """
     parsed = parse_submission(body, reply_to, reply_queues)
     if isinstance(parsed, InvalidSubmission):
@@ -105,11 +107,29 @@ def submit_order(
         if states.get(order.order_id) is None:
             return _rejected(order, parsed.reply_to, place, reply_queues, now)
         # Accepted before: a resend is never refused, it is answered as before (S2).
-        return _write(order, parsed.reply_to, message_id, orders, states, reply_queues, now, steps)
+        return _write(
+            order,
+            parsed.reply_to,
+            message_id,
+            orders,
+            states,
+            reply_queues,
+            now,
+            steps,
+            trace_parent,
+        )
     stored = True  # a write that failed may have landed: keep its place until the next count
     try:
         result = _write(
-            order, parsed.reply_to, message_id, orders, states, reply_queues, now, steps
+            order,
+            parsed.reply_to,
+            message_id,
+            orders,
+            states,
+            reply_queues,
+            now,
+            steps,
+            trace_parent,
         )
         stored = isinstance(result, Accepted) and result.state_created
         return result
@@ -126,12 +146,13 @@ def _write(
     reply_queues: frozenset[str],
     now: datetime,
     steps: Sequence[str],
+    trace_parent: str | None = None,
 ) -> Accepted | DeadLetter:
     """The two idempotent writes (S2, S4), or the conflict that stops them (S3)."""
     stored_order = orders.create(order)
     if not stored_order.created and stored_order.record.immutable_data() != order.immutable_data():
         return _conflict(order, stored_order.record, message_id, now)
-    stored_state = states.create(new_record(order.order_id, reply_to, now, steps))
+    stored_state = states.create(new_record(order.order_id, reply_to, now, steps, trace_parent))
     return Accepted(
         order=order,
         record=stored_state.record,

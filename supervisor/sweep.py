@@ -11,6 +11,9 @@ Each tick of `catch_up_orders` runs one bounded catch-up over the deadlines olde
 sweep window (U2, `services.supervisor.catch_up`): what it finds is recovered the same way
 and reported with an `order-overdue` operator alert naming the order, so a record that
 escaped the window is never silently stuck. Its cadence is SUPERVISOR_CATCHUP_SCHEDULE (U7).
+
+Each recovery is a span of its order's trace (the record's ``TraceParent``, C9): what it
+sends and the compensation it starts follow from there.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import azure.functions as func
 
 import bootstrap
 from domain.outgoing_messages import alert_outgoing, status_outgoing
+from observability.tracing import order_span
 from orchestrators.order_workflow import ORCHESTRATOR, orchestration_version
 from orchestrators.step_payloads import StepRef, StepsAttempt
 from services.supervisor import Recovery, RecoveryKind, SweepReport, catch_up, sweep
@@ -107,12 +111,21 @@ async def _request_recoveries(report: SweepReport, client: df.DurableOrchestrati
     settings = bootstrap.services().settings
     publisher = bootstrap.publisher()
     for recovery in report.recoveries:
-        for alert in recovery.alerts:
-            await publisher.send(alert_outgoing(alert, settings.operator_alerts_queue))
-        if recovery.status is not None:
-            await publisher.send(status_outgoing(recovery.status))
-        if recovery.compensation_instance is not None:
-            await _start_compensation(client, recovery, settings.agent_transport)
+        record = recovery.record
+        with order_span(
+            "supervisor.recover",
+            order_id=record.order_id,
+            instance_id=recovery.expired_instance,
+            attempt=record.attempt,
+            parent=record.trace_parent,
+        ) as span:
+            span.set_attribute("recovery.kind", recovery.kind.value)
+            for alert in recovery.alerts:
+                await publisher.send(alert_outgoing(alert, settings.operator_alerts_queue))
+            if recovery.status is not None:
+                await publisher.send(status_outgoing(recovery.status))
+            if recovery.compensation_instance is not None:
+                await _start_compensation(client, recovery, settings.agent_transport)
 
 
 async def _start_compensation(

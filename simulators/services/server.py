@@ -18,6 +18,10 @@ ledger, fault plan, ``/ledger``, ``/stats`` and ``/faults`` (`simulators.service
 With a ledger file the idempotency records, fences and side effects of every service survive
 a restart (even ``kill -9``); without one they live in memory only. Fault counters and the
 request counts always start from zero.
+
+Every request is a SERVER span, child of the W3C ``traceparent`` the caller sent (C9), when the
+process has an OpenTelemetry provider (the demo's, or ``--telemetry-export FILE|console`` of
+the command, which exports like the devhost's option); without one it costs nothing.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ from types import TracebackType
 from typing import Any, Self
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind
 
 from simulators.services.api import ServiceApi
 from simulators.services.declarations import SERVICES, declaration, preset_plans
@@ -92,7 +99,7 @@ class SimulatedServices:
             )
             for name, ledger in ledgers.items()
         }
-        app = web.Application()
+        app = web.Application(middlewares=[_traced])
         for api in apis.values():
             app.add_routes(api.routes())
         runner = web.AppRunner(
@@ -267,6 +274,12 @@ def _parse_arguments(prog: str, argv: Sequence[str] | None) -> argparse.Namespac
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the fault draws")
     parser.add_argument("--ledger", type=Path, help="JSON-lines file keeping the ledgers")
+    parser.add_argument(
+        "--telemetry-export",
+        default=None,
+        metavar="FILE|console",
+        help="export the services' spans as OTLP JSON lines to FILE, or to standard error",
+    )
     return parser.parse_args(argv)
 
 
@@ -292,9 +305,33 @@ async def _serve(arguments: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None, prog: str = "python -m simulators.services") -> int:
     arguments = _parse_arguments(prog, argv)
+    if arguments.telemetry_export:
+        from devhost import telemetry
+
+        telemetry.configure(arguments.telemetry_export, service_name="simulated-services")
     try:
         asyncio.run(_serve(arguments))
     except (OSError, CorruptJournal) as error:
         print(f"simulated services could not start: {error}", file=sys.stderr)
         return 1
+    finally:
+        if arguments.telemetry_export:
+            telemetry.shutdown()
     return 0
+
+
+@web.middleware
+async def _traced(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The request as a SERVER span, child of the context its headers carry."""
+    tracer = trace.get_tracer("simulators")
+    route = request.match_info.route.resource
+    name = f"{request.method} {route.canonical if route is not None else request.path}"
+    with tracer.start_as_current_span(
+        name,
+        context=propagate.extract(request.headers),
+        kind=SpanKind.SERVER,
+        attributes={"http.request.method": request.method, "url.path": request.path},
+    ) as span:
+        response = await handler(request)
+        span.set_attribute("http.response.status_code", response.status)
+        return response
