@@ -46,7 +46,7 @@ pytest: setup
 # without BACKEND, STATE_STORE and CosmosConnection from the environment decide (default sqlite).
 demo: setup
 	$(BIN)/python -m devhost demo $(if $(BACKEND),--backend $(BACKEND)) \
-		--orders 200 --faults default --report report.json
+		--orders 200 --faults default --report report.json --telemetry-export telemetry.jsonl
 
 # Throughput benchmarks (not tests; they print medians and a summary table): the broker's
 # send + receive + complete rate (goal 2,000 msgs/s) and the fault-free pipeline, one-step

@@ -4,7 +4,9 @@ Every message carries a stable ``message_id`` chosen by the caller, so a resend 
 or a retried activity is removed by the queue's duplicate detection instead of reaching a
 consumer twice. Senders are created lazily per queue and reused, and sends that wait at the
 same time go out together as one batch. The counts of messages sent per queue feed the
-demo's cost per order.
+demo's cost per order. Each message joins the batch in its sender's context, so with
+azure-core tracing on the SDK stamps it with the trace of the function that sent it (its
+``Diagnostic-Id`` / ``traceparent``, C9), not with that of whoever sent first.
 
 A send that fails (after the SDK's own retries) fails its callers, so the function that sent
 fails and its trigger message is delivered again (at-least-once; the resend keeps its
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import logging
 import os
 import uuid
@@ -106,13 +109,16 @@ class _QueueWriter:
         self._queue = queue
         self._restarts = restarts
         self._sender: ServiceBusSender | None = None
-        self._waiting: list[tuple[ServiceBusMessage, asyncio.Future[None]]] = []
+        self._waiting: list[
+            tuple[ServiceBusMessage, asyncio.Future[None], contextvars.Context]
+        ] = []
         self._wake = asyncio.Event()
-        self._task = asyncio.create_task(self._write())
+        # The writer belongs to no caller: it starts from an empty context.
+        self._task = asyncio.create_task(self._write(), context=contextvars.Context())
 
     async def send(self, message: ServiceBusMessage) -> None:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append((message, done))
+        self._waiting.append((message, done, contextvars.copy_context()))
         self._wake.set()
         await done
 
@@ -127,7 +133,7 @@ class _QueueWriter:
                 except Exception as error:  # whoever waits on this batch learns why
                     # Nothing in the batch was sent, or the outcome is unknown: its senders
                     # retry (their trigger message comes back) with the same message ids.
-                    failed = taken or [done for _, done in self._waiting]
+                    failed = taken or [done for _, done, _ in self._waiting]
                     if not taken:
                         self._waiting = []  # the link could not open: every waiter is told
                     for done in failed:
@@ -143,9 +149,9 @@ class _QueueWriter:
         async with asyncio.timeout(OPEN_TIMEOUT_SECONDS):
             batch = await self._sender.create_message_batch()
         while self._waiting:
-            message, done = self._waiting[0]
+            message, done, context = self._waiting[0]
             try:
-                batch.add_message(message)
+                context.run(batch.add_message, message)
             except MessageSizeExceededError:
                 if taken:
                     break  # the batch is full: the rest go in the next one
@@ -180,7 +186,7 @@ class _QueueWriter:
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
-        for _, done in self._waiting:
+        for _, done, _ in self._waiting:
             if not done.done():
                 done.set_exception(RuntimeError("the publisher closed before sending"))
         if self._sender is not None:

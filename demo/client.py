@@ -7,6 +7,10 @@ duplicates (same OrderID, other items: dead-lettered, S3) and malformed messages
 conflicting copy goes out once its original was acknowledged (``received``), as an app that
 changes an order it already placed would: sent together, the copy could be processed first
 and the original would be the one refused, which S3 allows but the demo would not show.
+
+Each submission is sent inside a span of its own (C9): the Service Bus SDK stamps the message
+with that span's ``Diagnostic-Id`` / ``traceparent`` (once azure-core tracing is on), so the
+order's whole trace starts at the client. Without a tracer provider the spans are no-ops.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from typing import Any
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver, ServiceBusSender
 from azure.servicebus.exceptions import MessageLockLostError
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind
 
 SEND_TIMEOUT_SECONDS = 30.0
 SEND_BATCH = 50
@@ -149,6 +155,16 @@ class ClientLog:
         ]
 
 
+def _submission_span(message: Outgoing) -> Span:
+    """The client's span of one submission, the root of that order's trace."""
+    attributes: dict[str, str] = {"submission.kind": message.kind}
+    if message.order_id is not None:
+        attributes["order.id"] = message.order_id
+    return trace.get_tracer("demo.client").start_span(
+        "order.submit", kind=SpanKind.PRODUCER, attributes=attributes
+    )
+
+
 class DemoClient:
     """The client app: ``open``, then ``listen`` and ``submit`` together, then ``close``."""
 
@@ -200,15 +216,24 @@ class DemoClient:
             for message in chunk:
                 if message.kind == "order" and message.order_id is not None:
                     self.log.submitted_at[message.order_id] = now
-            await sender.send_messages(
-                [
-                    ServiceBusMessage(
-                        message.body, message_id=message.message_id, reply_to=self._reply_queue
-                    )
-                    for message in chunk
-                ],
-                timeout=SEND_TIMEOUT_SECONDS,
-            )
+            batch = await sender.create_message_batch()
+            spans: list[Span] = []
+            try:
+                for message in chunk:
+                    span = _submission_span(message)
+                    spans.append(span)
+                    with trace.use_span(span, end_on_exit=False):
+                        batch.add_message(
+                            ServiceBusMessage(
+                                message.body,
+                                message_id=message.message_id,
+                                reply_to=self._reply_queue,
+                            )
+                        )
+                await sender.send_messages(batch, timeout=SEND_TIMEOUT_SECONDS)
+            finally:
+                for span in spans:
+                    span.end()
             self.sent += len(chunk)
 
     async def listen(self, stop: asyncio.Event) -> None:

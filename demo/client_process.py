@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
 from demo.client import ClientLog, DemoClient, Workload
-from devhost import event_loop
+from devhost import event_loop, telemetry
 
 PROGRESS_SECONDS = 0.1
 STOP_BOUND_SECONDS = 30.0
@@ -44,6 +44,8 @@ class ClientSpec:
     reply_queue: str
     orders: int
     seed: int
+    telemetry_export: str | None = None
+    """Where the client exports its spans (``devhost.telemetry``): a file, ``console``."""
 
     def workload(self) -> Workload:
         return Workload.generate(self.orders, self.seed)
@@ -180,8 +182,11 @@ async def run_client(spec: ClientSpec, commands: TextIO, out: TextIO) -> None:
 
 def main() -> int:
     spec = ClientSpec(**json.loads(sys.stdin.readline()))
+    if spec.telemetry_export is not None:
+        telemetry.configure(spec.telemetry_export, service_name="demo-client")
     try:
         event_loop.run(run_client(spec, sys.stdin, sys.stdout))
+        telemetry.shutdown()
     except BaseException:
         # Leave now: the thread waiting for the stop line would hold a normal exit until
         # the parent closed stdin, and the parent learns of the failure from the exit.

@@ -5,7 +5,8 @@ side effect twice, nothing left behind by a Compensated order, no step after com
 began), 1 otherwise, 2 when it could not run. ``--backend cosmos`` runs it on the Cosmos
 adapter against a local Cosmos DB API server it starts; without ``--backend``, STATE_STORE
 and the Cosmos settings of the environment decide, so the same command runs against the
-emulator or an account.
+emulator or an account. ``--telemetry-export FILE`` writes the run's traces and metrics (the
+devhost, its workers, the simulated services and the client) as OTLP JSON lines (C9).
 """
 
 from __future__ import annotations
@@ -75,6 +76,13 @@ def add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="language worker processes that run the app's functions, 0-8 (default 1; 0: in "
         "the demo's own process)",
     )
+    parser.add_argument(
+        "--telemetry-export",
+        default=None,
+        metavar="FILE|console",
+        help="write the run's traces and metrics as OTLP JSON lines to FILE (replaced), or "
+        "to standard error with 'console'",
+    )
     parser.set_defaults(run=run_demo_command)
 
 
@@ -127,6 +135,7 @@ def _run(args: argparse.Namespace, settings: Mapping[str, str]) -> int:
         progress=not args.no_progress,
         settings=settings,
         worker_processes=args.worker_processes,
+        telemetry_export=args.telemetry_export,
     )
     try:
         report = event_loop.run(run_demo(options))
@@ -134,4 +143,6 @@ def _run(args: argparse.Namespace, settings: Mapping[str, str]) -> int:
         print(f"demo: {error}", file=sys.stderr)
         return 2
     write_report(report, args.report)
+    if args.telemetry_export not in (None, "console"):
+        print(f"Traces and metrics (OTLP JSON lines) written to {args.telemetry_export}")
     return 1 if report.failed else 0

@@ -33,6 +33,7 @@ from demo.evidence import ServiceLedger, gather
 from demo.pipeline import DEMO_REPLY_QUEUE, Pipeline, local_pipeline
 from demo.report import FINAL_STATES, DemoReport, lost_orders, percentile
 from demo.showcase import STEP_SERVICES, FaultMix, fault_mix
+from devhost.telemetry import CONSOLE, EXPORT_SETTING
 from domain.ports import StoreMetrics
 from domain.records import StateRecord
 from simulators.services import FaultKind
@@ -62,11 +63,19 @@ class DemoOptions:
     """Language worker processes that run the function code (0: in the demo's own process)."""
     broker_process: bool = True
     """Run the embedded broker as a child process (False: a thread of the demo's own)."""
+    telemetry_export: str | None = None
+    """Where the devhost, its workers, the simulated services and the client export traces
+    and metrics as OTLP JSON lines (a file, started afresh, or ``console``; C9)."""
 
 
 async def run_demo(options: DemoOptions) -> DemoReport:
     workload = Workload.generate(options.orders, options.seed)
     mix = fault_mix(options.faults, workload.order_ids, options.seed)
+    telemetry_settings: dict[str, str] = {}
+    if options.telemetry_export is not None:
+        if options.telemetry_export != CONSOLE:
+            await asyncio.to_thread(Path(options.telemetry_export).unlink, missing_ok=True)
+        telemetry_settings[EXPORT_SETTING] = options.telemetry_export
     with tempfile.TemporaryDirectory(prefix="demo-") as scratch:
         work_dir = options.work_dir or Path(scratch)
         async with local_pipeline(
@@ -74,7 +83,7 @@ async def run_demo(options: DemoOptions) -> DemoReport:
             faults=mix.fulfilment,
             service_faults=mix.services,
             seed=options.seed,
-            settings={**DEMO_SETTINGS, **options.settings},
+            settings={**DEMO_SETTINGS, **options.settings, **telemetry_settings},
             worker_processes=options.worker_processes,
             broker_process=options.broker_process,
         ) as pipeline:
@@ -99,6 +108,7 @@ async def _submit_and_settle(
             DEMO_REPLY_QUEUE,
             options.orders,
             options.seed,
+            options.telemetry_export,
         )
     )
     total = len(workload.order_ids)
