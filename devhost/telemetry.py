@@ -286,7 +286,8 @@ def configure(destination: str, service_name: str) -> Telemetry:
         meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
         metrics.set_meter_provider(meter_provider)
         telemetry._closers.append(meter_provider.shutdown)
-    enable_azure_sdk_tracing()
+    if enable_azure_sdk_tracing():
+        telemetry._closers.insert(0, disable_azure_sdk_tracing)
     _configured = telemetry
     log.info("telemetry export destination=%s service=%s", destination, service_name)
     return telemetry
@@ -300,9 +301,19 @@ def shutdown() -> None:
         _configured = None
 
 
-def enable_azure_sdk_tracing() -> None:
+def enable_azure_sdk_tracing() -> bool:
     """Azure SDKs (azure-servicebus among them) trace through OpenTelemetry: each message
-    sent carries ``Diagnostic-Id`` / ``traceparent`` of its send span."""
+    sent carries ``Diagnostic-Id`` / ``traceparent`` of its send span. False when the process
+    had chosen a tracing implementation already (it stays)."""
     from azure.core.settings import settings
 
+    if settings.tracing_implementation() is not None:
+        return False
     settings.tracing_implementation = "opentelemetry"
+    return True
+
+
+def disable_azure_sdk_tracing() -> None:
+    from azure.core.settings import settings
+
+    settings.tracing_implementation.unset_value()
