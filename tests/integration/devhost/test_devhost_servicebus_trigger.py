@@ -35,7 +35,7 @@ TIMEOUT = 15
 def broker() -> Iterator[ServiceBusBroker]:
     queues = [
         queue(name, LockDuration="PT30S", MaxDeliveryCount=2)
-        for name in ("plain", "failing", "slow", "sdk", "sdk-failing")
+        for name in ("plain", "failing", "slow", "sdk", "sdk-failing", "traced")
     ]
     with running_broker(queues) as running:
         yield running
@@ -139,6 +139,35 @@ async def test_plain_binding_gets_every_property_and_success_completes(
     await eventually_true(
         lambda: _is_empty(broker, "plain"), "the completed message left the queue"
     )
+    await stop(listener)
+
+
+async def test_the_invocation_continues_the_trace_of_the_message_diagnostic_id(
+    broker: ServiceBusBroker, invoker: FunctionInvoker
+) -> None:
+    """C9: as the host's Service Bus extension, the message's Diagnostic-Id is the parent of
+    the invocation, whose trace context the function gets in ``context.trace_context``."""
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    seen: list[tuple[str, str]] = []
+    app = func.FunctionApp()
+
+    @app.service_bus_queue_trigger(arg_name="msg", queue_name="traced", connection="SB")
+    def handle(msg: func.ServiceBusMessage, context: func.Context) -> None:
+        seen.append((context.trace_context.trace_parent, context.trace_context.trace_state))
+
+    function, settings = only(app, broker)
+    listener = await running(ServiceBusTrigger(function, invoker, settings, ServiceBusOptions(4)))
+    await send(
+        broker,
+        "traced",
+        ServiceBusMessage(
+            b"{}", application_properties={"Diagnostic-Id": parent, "tracestate": "v=1"}
+        ),
+    )
+    await eventually(lambda: len(seen) == 1, "the function ran")
+    trace_parent, trace_state = seen[0]
+    assert trace_parent.split("-")[1] == parent.split("-")[1]  # the message's trace
+    assert trace_state == "v=1"
     await stop(listener)
 
 
