@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -126,6 +127,18 @@ def test_document_round_trips_and_keeps_the_etag_apart() -> None:
     assert restored == record
     assert restored.etag == "e1"
     assert "etag" not in record.to_document()
+
+
+def test_the_submission_trace_context_is_kept_and_optional_c9() -> None:
+    """The record keeps the W3C traceparent of its submission (TraceParent) so the starter
+    and the supervisor join the order's trace; records written without one read as None."""
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    record = replace(a_record(), trace_parent=parent)
+    document = record.to_document()
+    assert document["TraceParent"] == parent
+    assert StateRecord.from_document(document) == record
+    del document["TraceParent"]
+    assert StateRecord.from_document(document).trace_parent is None
 
 
 def test_unknown_schema_version_is_refused_c7() -> None:
