@@ -22,6 +22,7 @@ from activities.agent_bridge import send_agent_request
 from domain.agent_messages import AgentRequest
 from domain.outgoing_messages import alert_outgoing, status_outgoing
 from domain.policies import AGENT_TRANSPORT_ACTIVITY
+from observability.tracing import status_span
 from orchestrators.payloads import StepCall, StepStarted
 from services.operator import load_order
 from services.steps import StepOutcome, complete_order, fail_order, start_step
@@ -97,5 +98,7 @@ async def _report(outcome: StepOutcome) -> dict[str, Any]:
         queue = bootstrap.services().settings.operator_alerts_queue
         await publisher.send(alert_outgoing(outcome.alert, queue))
     if outcome.status is not None:
-        await publisher.send(status_outgoing(outcome.status))
+        status = outcome.status
+        with status_span(status.correlation_id, status.subject):
+            await publisher.send(status_outgoing(status))
     return {"applied": outcome.applied}

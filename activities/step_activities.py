@@ -30,7 +30,7 @@ from domain.policies import AGENT_TRANSPORT_ACTIVITY
 from domain.records import StateRecord
 from domain.transitions import Undo
 from domain.workflow import declaration
-from observability.tracing import order_span
+from observability.tracing import order_span, status_span
 from orchestrators.step_payloads import StepRef, StepWrite, StepWritten
 from services import step_writes
 from services.operator import load_order
@@ -190,10 +190,7 @@ async def _send(statuses: Iterable[StatusMessage], alert: OperatorAlert | None) 
         queue = bootstrap.services().settings.operator_alerts_queue
         await publisher.send(alert_outgoing(alert, queue))
     for status in statuses:
-        with order_span(
-            "status.send", order_id=status.correlation_id, step=status.body.get("step")
-        ) as span:
-            span.set_attribute("status", status.subject)
+        with status_span(status.correlation_id, status.subject, status.body.get("step")):
             await publisher.send(status_outgoing(status))
 
 

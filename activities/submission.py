@@ -26,7 +26,7 @@ from opentelemetry.trace import Span
 import bootstrap
 from adapters.message_settlement import body_bytes, complete, dead_letter
 from domain.outgoing_messages import alert_outgoing, status_outgoing
-from observability.tracing import annotate, current_traceparent, order_span
+from observability.tracing import annotate, current_traceparent, order_span, status_span
 from services.submission import DeadLetter, Rejected, submit_order
 
 bp = df.Blueprint()
@@ -84,10 +84,12 @@ async def _receive_order(
             result.bound,
         )
         if result.status is not None:
-            await publisher.send(status_outgoing(result.status))
+            with status_span(result.order.order_id, result.status.subject):
+                await publisher.send(status_outgoing(result.status))
         await complete(message_actions, message)
         return
     if result.status is not None:
-        await publisher.send(status_outgoing(result.status))
+        with status_span(result.order.order_id, result.status.subject):
+            await publisher.send(status_outgoing(result.status))
     await complete(message_actions, message)
     log.info("order received order=%s created=%s", result.order.order_id, result.state_created)

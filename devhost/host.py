@@ -86,6 +86,7 @@ class DevHost:
         self._timer_tasks: list[asyncio.Task[None]] = []
         self._listener_tasks: list[asyncio.Task[None]] = []
         self._restore_environment: Callable[[], None] = lambda: None
+        self._exports_telemetry = False
 
     async def start(self) -> None:
         destination = telemetry.export_destination(self.settings.values)
@@ -96,6 +97,7 @@ class DevHost:
         self._restore_environment = self.settings.export()
         if destination is not None:
             telemetry.configure(destination, service_name="devhost")
+            self._exports_telemetry = True
         asyncio.get_running_loop().set_default_executor(
             concurrent.futures.ThreadPoolExecutor(
                 max_workers=EVENT_LOOP_EXECUTOR_THREADS, thread_name_prefix="asyncio"
@@ -302,7 +304,9 @@ class DevHost:
         # The Durable SDK keeps one aiohttp session per process; it belongs to this loop.
         await http_utils._close_session()
         self._restore_environment()
-        telemetry.shutdown()
+        if self._exports_telemetry:
+            telemetry.shutdown()
+            self._exports_telemetry = False
         if self._invoker is not None:
             self._invoker.close()
         if self._http_invoker is not None and self._http_invoker is not self._invoker:

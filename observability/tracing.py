@@ -78,6 +78,14 @@ def order_span(
         yield span
 
 
+@contextlib.contextmanager
+def status_span(order_id: str, status: str, step: str | None = None) -> Iterator[Span]:
+    """The span of sending one status message (R2) to the submitting app."""
+    with order_span("status.send", order_id=order_id, step=step) as span:
+        span.set_attribute("status", status)
+        yield span
+
+
 def annotate(
     span: Span,
     *,

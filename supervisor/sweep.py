@@ -27,7 +27,7 @@ import azure.functions as func
 
 import bootstrap
 from domain.outgoing_messages import alert_outgoing, status_outgoing
-from observability.tracing import order_span
+from observability.tracing import order_span, status_span
 from orchestrators.order_workflow import ORCHESTRATOR, orchestration_version
 from orchestrators.step_payloads import StepRef, StepsAttempt
 from services.supervisor import Recovery, RecoveryKind, SweepReport, catch_up, sweep
@@ -123,7 +123,8 @@ async def _request_recoveries(report: SweepReport, client: df.DurableOrchestrati
             for alert in recovery.alerts:
                 await publisher.send(alert_outgoing(alert, settings.operator_alerts_queue))
             if recovery.status is not None:
-                await publisher.send(status_outgoing(recovery.status))
+                with status_span(record.order_id, recovery.status.subject):
+                    await publisher.send(status_outgoing(recovery.status))
             if recovery.compensation_instance is not None:
                 await _start_compensation(client, recovery, settings.agent_transport)
 

@@ -488,6 +488,7 @@ class DurableEngine:
                 "faas.name": prepared.record.name,
                 "faas.trigger": "orchestrationTrigger",
                 "durable.instance_id": instance_id,
+                "faas.invocation_id": str(uuid.uuid4()),
             },
         ):
             outcome = await self._orchestrators.run_episode(prepared.request)
@@ -881,6 +882,7 @@ class DurableEngine:
                         "faas.name": item.name,
                         "faas.trigger": "activityTrigger",
                         "durable.instance_id": item.instance_id,
+                        "faas.invocation_id": str(uuid.uuid4()),
                     },
                 ):
                     result_json = await self._activities.run_activity(item.name, item.input_json)
