@@ -12,8 +12,6 @@ an instance that has finished or never existed is late or stray: it is logged an
 
 from __future__ import annotations
 
-import logging
-
 import azure.durable_functions as df
 from azurefunctions.extensions.bindings.servicebus import (
     ServiceBusMessageActions,
@@ -28,9 +26,10 @@ from domain.agent_messages import (
     AgentResponse,
 )
 from domain.outgoing_messages import OutgoingMessage
+from observability import logs
 
 bp = df.Blueprint()
-log = logging.getLogger("app.agent_bridge")
+log = logs.get_logger("app.agent_bridge")
 
 FINISHED = {
     df.OrchestrationRuntimeStatus.Completed,
@@ -77,8 +76,8 @@ async def receive_agent_response(
         if status.runtime_status is not None and status.runtime_status not in FINISHED:
             raise  # a live instance that could not be reached: retry through redelivery
         log.info(
-            "late agent response dropped instance=%s request=%s",
-            response.instance_id,
-            response.request_id,
+            "late agent response dropped",
+            instance_id=response.instance_id,
+            request=response.request_id,
         )
     await complete(message_actions, message)

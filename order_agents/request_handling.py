@@ -9,7 +9,6 @@ that Service Bus removes (E4). A request whose deadline already passed starts no
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 
 from azurefunctions.extensions.bindings.servicebus import (
@@ -21,8 +20,9 @@ import bootstrap
 from adapters.message_settlement import body_bytes, complete, dead_letter
 from domain.agent_messages import AgentMessageError, AgentRequest, AgentResponse
 from domain.outgoing_messages import OutgoingMessage
+from observability import logs
 
-log = logging.getLogger("app.agents")
+log = logs.get_logger("app.agents")
 
 Agent = Callable[[AgentRequest], Awaitable[AgentResponse]]
 
@@ -37,12 +37,11 @@ async def serve_request(
         return
     response = await agent(request)
     log.info(
-        "agent answered order=%s instance=%s step=%s operation=%s outcome=%s",
-        request.order.order_id,
-        request.instance_id,
-        request.step,
-        request.operation.value,
-        response.outcome.value,
+        "agent answered",
+        instance_id=request.instance_id,
+        step=request.step,
+        operation=request.operation.value,
+        outcome=response.outcome.value,
     )
     await bootstrap.publisher().send(
         OutgoingMessage(

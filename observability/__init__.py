@@ -1,0 +1,3 @@
+"""The app's telemetry through the OpenTelemetry API only (C9): spans (tracing), instruments
+(metrics) and the structured log records (logs). The host process configures the provider
+and the exporter; this package never does."""
