@@ -1,5 +1,5 @@
 """The metrics of the telemetry contract move when the service layer runs real order paths
-over the SQLite store (C9), read with the OpenTelemetry SDK's in-memory reader.
+over each store backend (C9), read with the OpenTelemetry SDK's in-memory reader.
 
 Paths: an accepted order through three steps to Processed (S2, D1, D4, E5) with an agent
 that retries once (E7); a refused submission at the backlog bound (C5); a first step that
@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,11 +23,12 @@ from opentelemetry.sdk.metrics.export import (
     NumberDataPoint,
 )
 
-from adapters.sqlite_store import SqliteOrderStore, SqliteStateStore, open_sqlite_stores
+from adapters.cosmos_store import CosmosStateStore
 from config import Settings
 from domain.agent_messages import AgentOutcome, AgentRequest
 from domain.contracts import Submission, parse_submission
 from domain.policies import CircuitBreaker
+from domain.ports import OrderStore, StateStore
 from domain.records import InstanceId, ProcessState
 from domain.transitions import Undo
 from observability import metrics
@@ -68,14 +68,6 @@ def reader() -> Iterator[InMemoryMetricReader]:
     metrics.bind(None)
     metrics.reset_gauges()
     provider.shutdown()
-
-
-@pytest.fixture
-def stores(tmp_path: Path) -> Iterator[tuple[SqliteStateStore, SqliteOrderStore]]:
-    states, orders = open_sqlite_stores(tmp_path)
-    yield states, orders
-    states.close()
-    orders.close()
 
 
 def points(reader: InMemoryMetricReader) -> Points:
@@ -131,7 +123,7 @@ def order_body(order_id: str) -> str:
 
 
 def submit(
-    stores: tuple[SqliteStateStore, SqliteOrderStore],
+    stores: tuple[StateStore, OrderStore],
     order_id: str,
     *,
     gate: BacklogGate | None = None,
@@ -153,7 +145,7 @@ def submit(
     return result
 
 
-def claim_all(states: SqliteStateStore, now: datetime) -> dict[str, InstanceId]:
+def claim_all(states: StateStore, now: datetime) -> dict[str, InstanceId]:
     """One starter run (D1-D3): the attempts it claimed, by order id."""
     run = claim_pending(
         states,
@@ -165,13 +157,13 @@ def claim_all(states: SqliteStateStore, now: datetime) -> dict[str, InstanceId]:
     return {won.record.order_id: won.instance_id for won in run.claims}
 
 
-def claim(states: SqliteStateStore, now: datetime) -> InstanceId:
+def claim(states: StateStore, now: datetime) -> InstanceId:
     (won,) = claim_all(states, now).values()
     return won
 
 
 def begin(
-    states: SqliteStateStore, instance: InstanceId, index: int, now: datetime
+    states: StateStore, instance: InstanceId, index: int, now: datetime
 ) -> step_writes.StepWriteOutcome:
     done = None if index == 0 else StepDone(index - 1, STEPS[index - 1], f"ref-{index - 1}")
     outcome = step_writes.begin_step(
@@ -223,7 +215,7 @@ async def agent_answer(
 
 
 async def test_an_order_through_every_step_moves_the_order_and_step_instruments_c9(
-    reader: InMemoryMetricReader, stores: tuple[SqliteStateStore, SqliteOrderStore]
+    reader: InMemoryMetricReader, stores: tuple[StateStore, OrderStore]
 ) -> None:
     states, _ = stores
     assert isinstance(submit(stores, "o-1"), Accepted)
@@ -261,7 +253,7 @@ async def test_an_order_through_every_step_moves_the_order_and_step_instruments_
 
 
 async def test_failures_for_good_count_error_compensated_and_compensation_failed_c9(
-    reader: InMemoryMetricReader, stores: tuple[SqliteStateStore, SqliteOrderStore]
+    reader: InMemoryMetricReader, stores: tuple[StateStore, OrderStore]
 ) -> None:
     states, _ = stores
     for order_id in ("o-error", "o-undone", "o-stuck"):
@@ -336,7 +328,7 @@ async def test_failures_for_good_count_error_compensated_and_compensation_failed
 
 
 def test_a_submission_refused_at_the_backlog_bound_is_counted_with_its_reason_c5(
-    reader: InMemoryMetricReader, stores: tuple[SqliteStateStore, SqliteOrderStore]
+    reader: InMemoryMetricReader, stores: tuple[StateStore, OrderStore]
 ) -> None:
     states, _ = stores
     gate = BacklogGate(
@@ -353,12 +345,13 @@ def test_a_submission_refused_at_the_backlog_bound_is_counted_with_its_reason_c5
 
 
 def test_the_supervisor_counts_what_it_read_its_charge_and_its_give_ups_u2_u5(
-    reader: InMemoryMetricReader, stores: tuple[SqliteStateStore, SqliteOrderStore]
+    reader: InMemoryMetricReader, stores: tuple[StateStore, OrderStore]
 ) -> None:
     states, _ = stores
     submit(stores, "o-late")
     now = T0
     kinds = []
+    charge = 0.0
     for _ in range(SETTINGS.max_failures):
         instance = claim(states, now)
         begin(states, instance, 0, now)
@@ -371,11 +364,14 @@ def test_the_supervisor_counts_what_it_read_its_charge_and_its_give_ups_u2_u5(
             reply_queues=SETTINGS.reply_queues,
         )
         kinds += [recovery.kind for recovery in report.recoveries]
+        charge += report.request_charge
     assert kinds == [RecoveryKind.RETRY, RecoveryKind.GAVE_UP]
 
     found = points(reader)
     assert total(found, metrics.SUPERVISOR_ITEMS_READ, scan="sweep") == 2
-    assert total(found, metrics.SUPERVISOR_REQUEST_CHARGE, scan="sweep") == 0  # SQLite: none
+    # What the scans reported: Cosmos DB's request units, none on SQLite.
+    assert total(found, metrics.SUPERVISOR_REQUEST_CHARGE, scan="sweep") == pytest.approx(charge)
+    assert (charge > 0) is isinstance(states, CosmosStateStore)
     assert total(found, metrics.SUPERVISOR_GIVEUPS, recovery="error") == 1
     assert total(found, metrics.ORDERS_FAILED) == 1
     expired = total(found, metrics.STEP_FAILURES, step=STEPS[0], reason="deadline-expired")
