@@ -69,15 +69,14 @@ async def receive_agent_response(
             message_actions, message, reason="InvalidAgentResponse", description=str(error)
         )
         return
-    try:
-        await client.raise_event(response.instance_id, response.event_name, response.to_document())
-    except Exception:
-        status = await client.get_status(response.instance_id)
-        if status.runtime_status is not None and status.runtime_status not in FINISHED:
-            raise  # a live instance that could not be reached: retry through redelivery
-        log.info(
-            "late agent response dropped",
-            instance_id=response.instance_id,
-            request=response.request_id,
-        )
-    await complete(message_actions, message)
+    with logs.correlated(instance_id=response.instance_id):
+        try:
+            await client.raise_event(
+                response.instance_id, response.event_name, response.to_document()
+            )
+        except Exception:
+            status = await client.get_status(response.instance_id)
+            if status.runtime_status is not None and status.runtime_status not in FINISHED:
+                raise  # a live instance that could not be reached: retry through redelivery
+            log.info("late agent response dropped", request=response.request_id)
+        await complete(message_actions, message)

@@ -35,21 +35,20 @@ async def serve_request(
     except AgentMessageError as error:
         await dead_letter(actions, message, reason="InvalidAgentRequest", description=str(error))
         return
-    response = await agent(request)
-    log.info(
-        "agent answered",
-        instance_id=request.instance_id,
-        step=request.step,
-        operation=request.operation.value,
-        outcome=response.outcome.value,
-    )
-    await bootstrap.publisher().send(
-        OutgoingMessage(
-            queue=bootstrap.services().settings.agent_responses_queue,
-            body=response.to_json(),
-            message_id=response.message_id,
-            correlation_id=request.order.order_id,
-            subject=response.outcome.value,
+    # Every record of this request - the agent's, the publisher's, the settlement's - carries
+    # the order, attempt and step it is about (C9).
+    with logs.correlated(instance_id=request.instance_id, step=request.step):
+        response = await agent(request)
+        log.info(
+            "agent answered", operation=request.operation.value, outcome=response.outcome.value
         )
-    )
-    await complete(actions, message)
+        await bootstrap.publisher().send(
+            OutgoingMessage(
+                queue=bootstrap.services().settings.agent_responses_queue,
+                body=response.to_json(),
+                message_id=response.message_id,
+                correlation_id=request.order.order_id,
+                subject=response.outcome.value,
+            )
+        )
+        await complete(actions, message)
