@@ -182,3 +182,16 @@ def test_no_log_call_of_the_app_passes_anything_about_the_customer() -> None:
                 source = ast.unparse(call).lower()
                 assert "customer" not in source, f"{path.name}:{call.lineno}: {source}"
     assert calls > 10
+
+
+def test_every_logger_of_the_app_is_under_app_so_one_name_selects_them_all() -> None:
+    # One logger name selects the app's records for an exporter or a handler (the Azure
+    # worker's PYTHON_APPLICATIONINSIGHTS_LOGGER_NAME, or `install` on the "app" logger).
+    names = []
+    for package in (*APP_PACKAGES, "observability"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            text = path.read_text(encoding="utf-8")
+            names += re.findall(r'get_logger\("([^"]+)"\)|getLogger\("([^"]+)"\)', text)
+    flat = [name for pair in names for name in pair if name]
+    assert len(flat) >= 9
+    assert all(name.startswith("app.") for name in flat), flat
