@@ -8,6 +8,9 @@ newer attempt owns the order now.
 
 Timer first (E6) needs no function here: the orchestration ends without touching the
 record, whose expired CompleteBy is the supervisor's signal.
+
+The write that moves an order to a final state counts it and its time since submission
+(`count_if_finished`, C9); a repeat that finds the state already reached does not (C8).
 """
 
 from __future__ import annotations
