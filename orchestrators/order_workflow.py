@@ -74,9 +74,7 @@ def order_workflow(context: df.DurableOrchestrationContext) -> Generator[Any, An
     if workflow_version(context.version) == WORKFLOW_STEPS:
         result = yield from step_workflow(context, StepsAttempt.from_dict(context.get_input()))
     else:
-        result = yield from one_step_workflow(
-            context, AttemptInput.from_dict(context.get_input())
-        )
+        result = yield from one_step_workflow(context, AttemptInput.from_dict(context.get_input()))
     if not context.is_replaying:
         log.info(
             "orchestration ended",
