@@ -13,8 +13,6 @@ in is a span of the order's trace, which the response message carried (C9).
 
 from __future__ import annotations
 
-import logging
-
 import azure.durable_functions as df
 from azurefunctions.extensions.bindings.servicebus import (
     ServiceBusMessageActions,
@@ -30,10 +28,11 @@ from domain.agent_messages import (
 )
 from domain.outgoing_messages import OutgoingMessage
 from domain.records import InstanceId, RecordFormatError
+from observability import logs
 from observability.tracing import annotate, order_span
 
 bp = df.Blueprint()
-log = logging.getLogger("app.agent_bridge")
+log = logs.get_logger("app.agent_bridge")
 
 FINISHED = {
     df.OrchestrationRuntimeStatus.Completed,
@@ -73,7 +72,10 @@ async def receive_agent_response(
             message_actions, message, reason="InvalidAgentResponse", description=str(error)
         )
         return
-    with order_span("agent.response", instance_id=response.instance_id) as span:
+    with (
+        logs.correlated(instance_id=response.instance_id),
+        order_span("agent.response", instance_id=response.instance_id) as span,
+    ):
         try:
             instance = InstanceId.parse(response.instance_id)
         except RecordFormatError:
@@ -81,19 +83,13 @@ async def receive_agent_response(
         else:
             annotate(span, order_id=instance.order_id, attempt=instance.attempt)
         span.set_attribute("agent.outcome", response.outcome.value)
-        await _raise(client, response)
+        try:
+            await client.raise_event(
+                response.instance_id, response.event_name, response.to_document()
+            )
+        except Exception:
+            status = await client.get_status(response.instance_id)
+            if status.runtime_status is not None and status.runtime_status not in FINISHED:
+                raise  # a live instance that could not be reached: retry through redelivery
+            log.info("late agent response dropped", request=response.request_id)
     await complete(message_actions, message)
-
-
-async def _raise(client: df.DurableOrchestrationClient, response: AgentResponse) -> None:
-    try:
-        await client.raise_event(response.instance_id, response.event_name, response.to_document())
-    except Exception:
-        status = await client.get_status(response.instance_id)
-        if status.runtime_status is not None and status.runtime_status not in FINISHED:
-            raise  # a live instance that could not be reached: retry through redelivery
-        log.info(
-            "late agent response dropped instance=%s request=%s",
-            response.instance_id,
-            response.request_id,
-        )

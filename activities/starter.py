@@ -13,19 +13,19 @@ cadence is STARTER_SCHEDULE (U7). Each start is a span of the order's trace (the
 from __future__ import annotations
 
 import asyncio
-import logging
 
 import azure.durable_functions as df
 import azure.functions as func
 
 import bootstrap
+from observability import logs
 from observability.tracing import order_span
 from orchestrators.order_workflow import ORCHESTRATOR, attempt_input, orchestration_version
 from services.starter import Claim, claim_pending
 
 bp = df.Blueprint()
 CONCURRENT_STARTS = 16
-log = logging.getLogger("app.starter")
+log = logs.get_logger("app.starter")
 
 
 @bp.timer_trigger(schedule="%STARTER_SCHEDULE%", arg_name="timer")
@@ -64,19 +64,18 @@ async def start_pending_orders(
                     )
             except Exception:
                 # The claim stands with its provisional CompleteBy: the supervisor recovers it.
-                log.exception("could not start attempt instance=%s", claim.instance_id)
+                log.exception("could not start attempt", instance_id=claim.instance_id)
                 return False
         return True
 
     started = sum(await asyncio.gather(*(start(claim) for claim in run.claims)))
     log.info(
-        "starter run running=%d claims=%d started=%d pages=%d items_read=%d lost_races=%d "
-        "stopped=%s",
-        run.running,
-        len(run.claims),
-        started,
-        run.pages,
-        run.items_read,
-        run.lost_races,
-        run.stopped,
+        "starter run",
+        running=run.running,
+        claims=len(run.claims),
+        started=started,
+        pages=run.pages,
+        items_read=run.items_read,
+        lost_races=run.lost_races,
+        stopped=run.stopped,
     )

@@ -14,7 +14,6 @@ and the status message carries it (C9).
 from __future__ import annotations
 
 import asyncio
-import logging
 
 import azure.durable_functions as df
 from azurefunctions.extensions.bindings.servicebus import (
@@ -26,11 +25,12 @@ from opentelemetry.trace import Span
 import bootstrap
 from adapters.message_settlement import body_bytes, complete, dead_letter
 from domain.outgoing_messages import alert_outgoing, status_outgoing
+from observability import logs
 from observability.tracing import annotate, current_traceparent, order_span, status_span
 from services.submission import DeadLetter, Rejected, submit_order
 
 bp = df.Blueprint()
-log = logging.getLogger("app.submission")
+log = logs.get_logger("app.submission")
 
 
 @bp.service_bus_queue_trigger(
@@ -68,7 +68,7 @@ async def _receive_order(
     publisher = bootstrap.publisher()
     if isinstance(result, DeadLetter):
         log.warning(
-            "submission dead-lettered message_id=%s reason=%s", message.message_id, result.reason
+            "submission dead-lettered", message_id=str(message.message_id), reason=result.reason
         )
         await publisher.send(alert_outgoing(result.alert, app.settings.operator_alerts_queue))
         await dead_letter(
@@ -78,10 +78,10 @@ async def _receive_order(
     if isinstance(result, Rejected):
         # Identifiers and counts only: the order's customer and items stay out of the log.
         log.warning(
-            "order rejected order=%s backlog=%d bound=%d",
-            result.order.order_id,
-            result.backlog,
-            result.bound,
+            "order rejected",
+            order_id=result.order.order_id,
+            backlog=result.backlog,
+            bound=result.bound,
         )
         if result.status is not None:
             with status_span(result.order.order_id, result.status.subject):
@@ -92,4 +92,4 @@ async def _receive_order(
         with status_span(result.order.order_id, result.status.subject):
             await publisher.send(status_outgoing(result.status))
     await complete(message_actions, message)
-    log.info("order received order=%s created=%s", result.order.order_id, result.state_created)
+    log.info("order received", order_id=result.order.order_id, state_created=result.state_created)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import enum
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -34,7 +33,9 @@ from azurefunctions.extensions.bindings.servicebus.serviceBusMessageActions impo
     SettlementError,
 )
 
-log = logging.getLogger("app.settlement")
+from observability import logs
+
+log = logs.get_logger("app.settlement")
 
 # A settlement normally takes milliseconds (loopback gRPC to the host, then one Service Bus
 # round trip). The deadline leaves ample room for a slow host, while a settlement and the
@@ -108,28 +109,31 @@ async def _settle(
         await asyncio.to_thread(settle, bound, message)
     except SettlementError as error:
         log.warning(
-            "settlement failed operation=%s %s %s next=abandon",
-            operation,
-            _message_fields(message),
-            _error_fields(error),
+            "settlement failed",
+            operation=operation,
+            **_message_fields(message),
+            **_error_fields(error),
+            next="abandon",
         )
     else:
         return Outcome.SETTLED
     try:
         await asyncio.to_thread(bound.abandon, message)
     except SettlementError as error:
+        # Unless it was settled already, the broker redelivers it when its lock expires.
         log.warning(
-            "abandon failed after operation=%s %s %s outcome=lock-expires: unless it was "
-            "settled already, the broker redelivers the message when its lock expires",
-            operation,
-            _message_fields(message),
-            _error_fields(error),
+            "abandon failed",
+            operation=operation,
+            **_message_fields(message),
+            **_error_fields(error),
+            outcome="lock-expires",
         )
         return Outcome.LOCK_EXPIRES
     log.info(
-        "message abandoned for redelivery after operation=%s failed %s outcome=abandoned",
-        operation,
-        _message_fields(message),
+        "message abandoned for redelivery",
+        operation=operation,
+        **_message_fields(message),
+        outcome="abandoned",
     )
     return Outcome.ABANDONED
 
@@ -182,20 +186,22 @@ class _DeadlineStub:
         return self._calls["Deadletter"](request, timeout=self._seconds)
 
 
-def _message_fields(message: ServiceBusReceivedMessage) -> str:
+def _message_fields(message: ServiceBusReceivedMessage) -> dict[str, object]:
     # Identifiers only: the body and application properties may hold personal data (C3).
-    return (
-        f"message_id={message.message_id} correlation_id={message.correlation_id} "
-        f"sequence={message.sequence_number} delivery_count={message.delivery_count}"
-    )
+    return {
+        "message_id": message.message_id,
+        "correlation_id": message.correlation_id,
+        "sequence": message.sequence_number,
+        "delivery_count": message.delivery_count,
+    }
 
 
-def _error_fields(error: SettlementError) -> str:
+def _error_fields(error: SettlementError) -> dict[str, object]:
     original = error.original
     if isinstance(original, grpc.RpcError) and isinstance(original, grpc.Call):
         detail = str(original.details() or "")
-        return f"status={original.code().name} detail={detail[:_DETAIL_CHARS]!r}"
-    return f"status={type(original).__name__} detail={str(original)[:_DETAIL_CHARS]!r}"
+        return {"status": original.code().name, "detail": detail[:_DETAIL_CHARS]}
+    return {"status": type(original).__name__, "detail": str(original)[:_DETAIL_CHARS]}
 
 
 def body_bytes(message: ServiceBusReceivedMessage) -> bytes:

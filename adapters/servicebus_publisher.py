@@ -28,7 +28,6 @@ import asyncio
 import collections
 import contextlib
 import contextvars
-import logging
 import os
 import uuid
 from collections.abc import Mapping
@@ -40,6 +39,7 @@ from azure.servicebus.exceptions import MessageSizeExceededError
 from adapters.identity_connection import async_credential, identity_choice
 from domain.outgoing_messages import OutgoingMessage
 from domain.ports import MessagePublisher
+from observability import logs
 
 CONNECTION_SETTING = "ServiceBusConnection"
 SEND_TIMEOUT_SECONDS = 30.0
@@ -47,7 +47,7 @@ SEND_TIMEOUT_SECONDS = 30.0
 OPEN_TIMEOUT_SECONDS = 30.0
 CLOSE_TIMEOUT_SECONDS = 5.0
 
-log = logging.getLogger("app.servicebus_publisher")
+log = logs.get_logger("app.servicebus_publisher")
 
 
 class PublisherConfigurationError(RuntimeError):
@@ -174,11 +174,11 @@ class _QueueWriter:
             return
         self._restarts[self._queue] += 1
         log.warning(
-            "service bus sender replaced queue=%s restarts=%d error=%s: %s",
-            self._queue,
-            self._restarts[self._queue],
-            type(error).__name__,
-            str(error).replace("\n", " "),
+            "service bus sender replaced",
+            queue=self._queue,
+            restarts=self._restarts[self._queue],
+            error=type(error).__name__,
+            detail=str(error),
         )
         await _close_quietly(sender)
 
@@ -200,7 +200,7 @@ async def _close_quietly(sender: ServiceBusSender) -> None:
         async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS):
             await sender.close()
     except Exception as error:
-        log.debug("closing a service bus sender: %s: %s", type(error).__name__, error)
+        log.debug("closing a service bus sender", error=type(error).__name__, detail=str(error))
 
 
 def _to_service_bus(message: OutgoingMessage) -> ServiceBusMessage:

@@ -7,7 +7,8 @@
 // - Cosmos DB: the state store, orders database and deadline index (S2, U3), created from
 //   cosmos-containers.json, which is what adapters/cosmos_containers.py defines.
 // - Durable Functions on the Durable Task Scheduler (or, as an option, on Azure Storage).
-// - Log Analytics + Application Insights with Entra-only ingestion.
+// - Log Analytics + Application Insights with Entra-only ingestion, the app's OpenTelemetry
+//   sent there by the worker's Azure Monitor distro, and operator alerts (alerts.bicep).
 // - Optionally a virtual network with private endpoints (vnetEnabled).
 targetScope = 'subscription'
 
@@ -69,6 +70,13 @@ param serviceBusSku string = 'Standard'
 
 @description('Cosmos DB in serverless mode; false provisions autoscale throughput on the database.')
 param cosmosServerless bool = true
+
+@description('E-mail address of the operators the alerts go to (dead letters, orders in Error or CompensationFailed, an old Pending order, supervisor give-ups); empty creates the alert rules without notifying anyone.')
+param alertEmail string = ''
+
+@minValue(60)
+@description('Age in seconds above which the oldest Pending order raises an alert.')
+param oldestPendingAlertSeconds int = 900
 
 @description('Give the app Data Owner (Manage) on the queues its functions are triggered by, so that the scale controller reads queue lengths; false gives Data Receiver only (less accurate scaling).')
 param serviceBusScaleByQueueLength bool = true
@@ -194,6 +202,20 @@ module network 'app/network.bicep' = if (vnetEnabled) {
     durableOnStorage: !useDts
     serviceBusNamespaceId: serviceBus.outputs.id
     cosmosAccountId: cosmos.outputs.id
+  }
+}
+
+module alerts 'app/alerts.bicep' = {
+  name: 'alerts'
+  scope: rg
+  params: {
+    namePrefix: 'alert-${resourceToken}'
+    location: location
+    tags: tags
+    serviceBusNamespaceName: serviceBus.outputs.name
+    appInsightsName: monitoring.outputs.appInsightsName
+    alertEmail: alertEmail
+    oldestPendingSeconds: oldestPendingAlertSeconds
   }
 }
 

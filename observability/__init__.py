@@ -1,2 +1,3 @@
-"""The app's telemetry through the OpenTelemetry API only (C9): traces (tracing.py), metrics
-(metrics.py) and structured logs (logs.py). The host process configures the provider."""
+"""The app's telemetry through the OpenTelemetry API only (C9): spans (tracing), instruments
+(metrics) and the structured log records (logs). The host process configures the provider
+and the exporter; this package never does."""

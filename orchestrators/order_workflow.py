@@ -11,6 +11,9 @@ workflow; with ``CurrentOrOlder`` an older host never runs a newer instance.
 - version 2 (``orchestrators.step_workflow``): ordered steps with compensation (C1).
 
 Parallelism comes from one instance per order attempt, never from inside one (D5).
+
+The orchestrator logs how each instance ended, once: a replay runs this code again from the
+start, so it logs nothing while ``context.is_replaying`` (C9).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 import azure.durable_functions as df
 
 from domain.records import WORKFLOW_ONE_STEP, WORKFLOW_STEPS, StateRecord
+from observability import logs
 from orchestrators.one_step_workflow import one_step_workflow
 from orchestrators.payloads import AttemptInput
 from orchestrators.step_payloads import StepsAttempt
@@ -29,6 +33,7 @@ from orchestrators.step_workflow import step_workflow
 bp = df.Blueprint()
 
 ORCHESTRATOR = "order_workflow"
+log = logs.get_logger("app.orchestrator")
 _VERSIONS = {WORKFLOW_ONE_STEP: "1.0", WORKFLOW_STEPS: "2.0"}
 
 
@@ -67,5 +72,14 @@ def attempt_input(record: StateRecord, agent_transport: str) -> dict[str, Any]:
 @bp.orchestration_trigger(context_name="context")
 def order_workflow(context: df.DurableOrchestrationContext) -> Generator[Any, Any, dict[str, Any]]:
     if workflow_version(context.version) == WORKFLOW_STEPS:
-        return (yield from step_workflow(context, StepsAttempt.from_dict(context.get_input())))
-    return (yield from one_step_workflow(context, AttemptInput.from_dict(context.get_input())))
+        result = yield from step_workflow(context, StepsAttempt.from_dict(context.get_input()))
+    else:
+        result = yield from one_step_workflow(context, AttemptInput.from_dict(context.get_input()))
+    if not context.is_replaying:
+        log.info(
+            "orchestration ended",
+            instance_id=context.instance_id,
+            step=result.get("step"),
+            outcome=result.get("outcome"),
+        )
+    return result

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import logging
 import random
 from collections.abc import Awaitable, Callable
 
 from domain.agent_messages import AgentOperation, AgentOutcome, AgentRequest, AgentResponse
 from domain.policies import AgentPolicy, CircuitBreaker, next_retry_delay
+from observability import logs, metrics
 from order_agents.service_client import (
     Done,
     PermanentFailure,
@@ -29,7 +29,7 @@ from order_agents.service_client import (
     Superseded,
 )
 
-log = logging.getLogger("order_agents.call_policy")
+log = logs.get_logger("app.agents.call_policy")
 
 CALL_TIMEOUT_SECONDS = 10.0
 
@@ -46,6 +46,27 @@ async def run_agent(
     now: Callable[[], dt.datetime],
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     jitter: Callable[[], float] = random.random,
+) -> AgentResponse:
+    """Run the request to its answer and record it (C9): the time from request to answer
+    by step and outcome, each retry, and an answer other than success as a step failure."""
+    started = now()
+    response = await _tried(request, call, breaker, policy, now=now, sleep=sleep, jitter=jitter)
+    seconds = (now() - started).total_seconds()
+    metrics.step_answered(request.step, response.outcome.value, seconds)
+    if response.outcome in (AgentOutcome.FAILED, AgentOutcome.GAVE_UP):
+        metrics.step_failed(request.step, response.outcome.value)
+    return response
+
+
+async def _tried(
+    request: AgentRequest,
+    call: Call,
+    breaker: CircuitBreaker,
+    policy: AgentPolicy,
+    *,
+    now: Callable[[], dt.datetime],
+    sleep: Callable[[float], Awaitable[None]],
+    jitter: Callable[[], float],
 ) -> AgentResponse:
     tries = 0
     last_problem = "no try was started"
@@ -70,12 +91,11 @@ async def run_agent(
         else:
             last_problem = f"try {tries}: circuit breaker open"
         log.info(
-            "agent retrying order=%s instance=%s step=%s operation=%s problem=%s",
-            request.order.order_id,
-            request.instance_id,
-            request.step,
-            request.operation.value,
-            last_problem,
+            "agent retrying",
+            instance_id=request.instance_id,
+            step=request.step,
+            operation=request.operation.value,
+            problem=last_problem,
         )
         delay = next_retry_delay(
             tries_done=tries,
@@ -90,6 +110,7 @@ async def run_agent(
             return respond(
                 request, AgentOutcome.GAVE_UP, f"stopped after {tries} tries; {last_problem}"
             )
+        metrics.step_retried(request.step)
         await sleep(delay)
 
 

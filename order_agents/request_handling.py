@@ -10,7 +10,6 @@ trace (the request message carried it, C9), the response message carries it on.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 
 from azurefunctions.extensions.bindings.servicebus import (
@@ -22,9 +21,10 @@ import bootstrap
 from adapters.message_settlement import body_bytes, complete, dead_letter
 from domain.agent_messages import AgentMessageError, AgentRequest, AgentResponse
 from domain.outgoing_messages import OutgoingMessage
+from observability import logs
 from observability.tracing import order_span
 
-log = logging.getLogger("app.agents")
+log = logs.get_logger("app.agents")
 
 Agent = Callable[[AgentRequest], Awaitable[AgentResponse]]
 
@@ -37,33 +37,29 @@ async def serve_request(
     except AgentMessageError as error:
         await dead_letter(actions, message, reason="InvalidAgentRequest", description=str(error))
         return
-    with order_span(
-        "agent.serve",
-        order_id=request.order.order_id,
-        instance_id=request.instance_id,
-        attempt=request.attempt,
-        step=request.step,
+    # Every record of this request - the agent's, the publisher's, the settlement's - carries
+    # the order, attempt and step it is about (C9); so does its span.
+    with (
+        logs.correlated(instance_id=request.instance_id, step=request.step),
+        order_span(
+            "agent.serve",
+            order_id=request.order.order_id,
+            instance_id=request.instance_id,
+            attempt=request.attempt,
+            step=request.step,
+        ),
     ):
-        await _answer(request, agent)
-    await complete(actions, message)
-
-
-async def _answer(request: AgentRequest, agent: Agent) -> None:
-    response = await agent(request)
-    log.info(
-        "agent answered order=%s instance=%s step=%s operation=%s outcome=%s",
-        request.order.order_id,
-        request.instance_id,
-        request.step,
-        request.operation.value,
-        response.outcome.value,
-    )
-    await bootstrap.publisher().send(
-        OutgoingMessage(
-            queue=bootstrap.services().settings.agent_responses_queue,
-            body=response.to_json(),
-            message_id=response.message_id,
-            correlation_id=request.order.order_id,
-            subject=response.outcome.value,
+        response = await agent(request)
+        log.info(
+            "agent answered", operation=request.operation.value, outcome=response.outcome.value
         )
-    )
+        await bootstrap.publisher().send(
+            OutgoingMessage(
+                queue=bootstrap.services().settings.agent_responses_queue,
+                body=response.to_json(),
+                message_id=response.message_id,
+                correlation_id=request.order.order_id,
+                subject=response.outcome.value,
+            )
+        )
+    await complete(actions, message)

@@ -12,6 +12,9 @@ overshot (orders finishing only make its estimate high until the next count), an
 instance can add at most what it admits in one interval before its next count sees them. The
 bound is a bound on growth, not a lock, like the running cap.
 
+The gate's estimate is also what the sas.backlog.pending gauge reports (C9): a count the
+gate makes anyway, so observing the backlog costs the store nothing more.
+
 Each admission is a reservation: the submission settles it with whether it stored a new
 record, so a resend, a conflict or a message of another kind gives its place back.
 """
@@ -22,6 +25,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from observability import metrics
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,7 @@ class BacklogGate:
                 self._counted_at = now
                 self._admitted_since = self._in_flight
             backlog = self._counted + self._admitted_since
+            metrics.backlog_counted(backlog)
             if backlog >= self.bound:
                 return Full(backlog=min(backlog, self.bound), bound=self.bound)
             self._admitted_since += 1

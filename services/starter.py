@@ -11,6 +11,12 @@ Admission (C5): a run claims only the room left under the cap on running orders
 backlog - instead of starting more attempts than the pipeline can finish before their
 deadlines. Two starters racing may overshoot the cap by one run's claims; the cap bounds
 work in progress, it is not a lock.
+
+The scan also feeds the sas.backlog.oldest_pending_age gauge (C9) with the oldest Pending
+record it read, since when it has waited (its UpdatedAt: its submission, or the retry that
+made it Pending again). The SQLite store serves the scan oldest first, so that is the oldest
+claimable order; a Cosmos DB page is in no order, so there it is the oldest of the page.
+A run with no room reads nothing and the gauge keeps the order it saw last, still waiting.
 """
 
 from __future__ import annotations
@@ -20,8 +26,9 @@ from datetime import datetime
 
 from domain.policies import ScanBounds, Timeouts, claim_deadline
 from domain.ports import PreconditionFailed, StateStore
-from domain.records import InstanceId, StateRecord
+from domain.records import InstanceId, ProcessState, StateRecord
 from domain.transitions import claim, is_claimable
+from observability import metrics
 from services.paging import BoundedScan, StopReason
 
 
@@ -60,6 +67,7 @@ def claim_pending(
     running = states.count_running(at_most=max_running)
     room = max_running - running
     if room <= 0:
+        metrics.pending_observed(None, now=now, read=False)
         return StarterRun((), 0, 0, 0, None, running)
     scan: BoundedScan[StateRecord] = BoundedScan(
         fetch=lambda size, token: states.query_claimable(
@@ -71,8 +79,13 @@ def claim_pending(
     )
     claims: list[Claim] = []
     lost_races = 0
+    oldest_pending: datetime | None = None
     deadline = claim_deadline(now, timeouts)
     for record in scan:
+        if record.process_state is ProcessState.PENDING and (
+            oldest_pending is None or record.updated_at < oldest_pending
+        ):
+            oldest_pending = record.updated_at
         if not is_claimable(record, now):
             continue
         try:
@@ -81,4 +94,5 @@ def claim_pending(
             lost_races += 1
             continue
         claims.append(Claim(InstanceId(stored.order_id, stored.attempt), stored))
+    metrics.pending_observed(oldest_pending, now=now, read=True)
     return StarterRun(tuple(claims), scan.pages, scan.items_read, lost_races, scan.stopped, running)

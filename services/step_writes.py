@@ -8,7 +8,9 @@ that this same attempt made it already, and returns the same messages again (the
 ids de-duplicate them, R2).
 
 Progress (R2): the app hears `in-progress` with the step's name as each step completes,
-then the final status; operators hear of `Error` and `CompensationFailed` (E8, C2).
+then the final status; operators hear of `Error` and `CompensationFailed` (E8, C2). The
+write that moves an order to a final state counts it (C9); a repeat that finds the state
+already reached does not.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from domain.ports import StateStore
 from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord
 from domain.transitions import FencedChange, Undo
 from services.status import alert_for, left_to_undo, status_for
-from services.steps import already_reached
+from services.steps import already_reached, count_if_finished
 
 
 @dataclass(frozen=True)
@@ -214,7 +216,11 @@ def undo_failed(
 def _written_or_reached(
     states: StateStore, change: FencedChange, instance: InstanceId, state: ProcessState
 ) -> StateRecord | None:
-    return states.fenced_update(change) or already_reached(states, instance, state)
+    written = states.fenced_update(change)
+    if written is not None:
+        count_if_finished(written)
+        return written
+    return already_reached(states, instance, state)
 
 
 def _logged(done: Done, now: datetime) -> CompletedStep:

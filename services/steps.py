@@ -8,6 +8,9 @@ newer attempt owns the order now.
 
 Timer first (E6) needs no function here: the orchestration ends without touching the
 record, whose expired CompleteBy is the supervisor's signal.
+
+The write that moves an order to a final state counts it and its time since submission
+(`count_if_finished`, C9); a repeat that finds the state already reached does not (C8).
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from domain import transitions
 from domain.contracts import AlertKind, OperatorAlert, OrderStatus, StatusMessage
 from domain.policies import Timeouts, compensation_deadline, step_deadline
 from domain.ports import StateStore
-from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord
+from domain.records import FINISHED_STATES, CompletedStep, InstanceId, ProcessState, StateRecord
+from observability import metrics
 from services.status import alert_for, status_for
 
 
@@ -36,6 +40,22 @@ class StepOutcome:
 
 def _outcome(instance: InstanceId, record: StateRecord | None) -> StepOutcome:
     return StepOutcome(instance, record is not None, record)
+
+
+def count_if_finished(written: StateRecord) -> StateRecord:
+    """Count an order that `written`, a write that just applied, moved to a final state
+    (C9: sas.orders.* and sas.order.duration from its submission). Only the applying write
+    calls this, so an activity that runs twice (C8) counts its order once."""
+    if written.process_state in FINISHED_STATES:
+        metrics.order_finished(
+            written.process_state.value, submitted=written.created_at, finished=written.updated_at
+        )
+    return written
+
+
+def _fenced(states: StateStore, change: transitions.FencedChange) -> StateRecord | None:
+    written = states.fenced_update(change)
+    return None if written is None else count_if_finished(written)
 
 
 def already_reached(
@@ -87,8 +107,8 @@ def complete_order(
     completed: CompletedStep | None = None,
 ) -> StepOutcome:
     """The agent answered before the timer: Processed and a `completed` status (E5, R2)."""
-    record = states.fenced_update(
-        transitions.mark_processed(instance, now=now, completed=completed)
+    record = _fenced(
+        states, transitions.mark_processed(instance, now=now, completed=completed)
     ) or already_reached(states, instance, ProcessState.PROCESSED)
     if record is None:
         return _outcome(instance, None)
@@ -118,8 +138,8 @@ def fail_order(
             instance, now=now, reason=reason, complete_by=compensation_deadline(now, timeouts)
         )
         return _outcome(instance, states.fenced_update(change))
-    record = states.fenced_update(
-        transitions.mark_error(instance, now=now, reason=reason)
+    record = _fenced(
+        states, transitions.mark_error(instance, now=now, reason=reason)
     ) or already_reached(states, instance, ProcessState.ERROR)
     if record is None:
         return _outcome(instance, None)
@@ -147,13 +167,13 @@ def finish_compensation(
     `failure` is None when every logged step was undone, else what went wrong.
     """
     if failure is None:
-        record = states.fenced_update(transitions.mark_compensated(instance, now=now))
+        record = _fenced(states, transitions.mark_compensated(instance, now=now))
         if record is None:
             return _outcome(instance, None)
         status = status_for(record, OrderStatus.COMPENSATED, reply_queues=reply_queues, now=now)
         return StepOutcome(instance, True, record, status=status)
     change = transitions.mark_compensation_failed(instance, now=now, reason=failure)
-    record = states.fenced_update(change)
+    record = _fenced(states, change)
     if record is None:
         return _outcome(instance, None)
     return StepOutcome(

@@ -1,7 +1,8 @@
 """Submission of an order message (S1-S4, R1, C5, C6).
 
 Validate the message, then two independent idempotent writes keyed by OrderID: the order
-into the orders database, then the state record into the state store. A redelivered or
+into the orders database, then the state record into the state store; the write that creates
+the state record counts the order in sas.orders.received (C9). A redelivered or
 duplicate message finds both already there and is accepted again - but only when the
 stored order's immutable data equals the message's (S2). Anything else is a dead letter
 with a reason and an operator alert, and nothing is overwritten (S3).
@@ -11,12 +12,13 @@ between the writes leaves an order without a record, which the message's redeliv
 completes.
 
 Admission control (C5): a new order takes a place in the backlog (`services.admission`).
-When the backlog is at its bound, an order with no state record is `Rejected`: nothing is
-written, the app answers `rejected` with the bound and the count, and the message is
-completed. An order already accepted is never rejected - its resend takes the idempotent
-path above (S2) - so the bound costs a point read only while the backlog is full. (An order
-whose first write landed but whose state record did not counts as new: it was never
-acknowledged, and its order document waits for a resend with the same data.)
+When the backlog is at its bound, an order with no state record is `Rejected` (counted in
+sas.orders.rejected, C9): nothing is written, the app answers `rejected` with the bound and
+the count, and the message is completed. An order already accepted is never rejected - its
+resend takes the idempotent path above (S2) - so the bound costs a point read only while the
+backlog is full. (An order whose first write landed but whose state record did not counts as
+new: it was never acknowledged, and its order document waits for a resend with the same
+data.)
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from domain.contracts import (
 from domain.ports import OrderStore, StateStore
 from domain.records import StateRecord
 from domain.transitions import new_record
+from observability import metrics
 from services.admission import BacklogGate, Full
 from services.status import rejection_for, status_for
 
@@ -105,6 +108,7 @@ def submit_order(
     place = admission.reserve()
     if isinstance(place, Full):
         if states.get(order.order_id) is None:
+            metrics.order_rejected(metrics.REJECTED_BACKLOG_FULL)
             return _rejected(order, parsed.reply_to, place, reply_queues, now)
         # Accepted before: a resend is never refused, it is answered as before (S2).
         return _write(
@@ -153,6 +157,8 @@ def _write(
     if not stored_order.created and stored_order.record.immutable_data() != order.immutable_data():
         return _conflict(order, stored_order.record, message_id, now)
     stored_state = states.create(new_record(order.order_id, reply_to, now, steps, trace_parent))
+    if stored_state.created:
+        metrics.order_received()
     return Accepted(
         order=order,
         record=stored_state.record,

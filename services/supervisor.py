@@ -6,7 +6,9 @@ Each expired record is recovered with a conditional replace on the etag it was r
 which also proves LockedBy is still the expired attempt (U4): of two supervisors that read
 the same record only one write succeeds, so a failure is never counted twice (U6). The
 sweep only requests recovery - a retry through the starter, or compensation - and never
-does the work itself. It reports what it read, wrote and spent.
+does the work itself. It reports what it read, wrote and spent, and records it in the
+metrics (C9): items read, request charge, give-ups, the steps whose deadline expired and the
+final states its recoveries reached.
 
 The window keeps every sweep cheap, but a record whose deadline fell behind it - the app
 was down longer than the window, or sweeps capped by their item and page limits fell
@@ -51,8 +53,10 @@ from domain.policies import (
 )
 from domain.ports import PreconditionFailed, StateStore
 from domain.records import InstanceId, ProcessState, StateRecord, format_utc
+from observability import metrics
 from services.paging import BoundedScan, StopReason
 from services.status import alert_for, left_to_undo, status_for
+from services.steps import count_if_finished
 
 
 class RecoveryKind(StrEnum):
@@ -193,10 +197,16 @@ def _recover_expired(
         except PreconditionFailed:
             lost_races += 1
             continue
+        _count(kind, expired, stored)
         recovery = _recovery(kind, expired, stored, reply_queues, now)
         if overdue:
             recovery = replace(recovery, overdue_alert=_overdue_alert(expired, kind, policy, now))
         recoveries.append(recovery)
+    metrics.supervisor_scanned(
+        "catch-up" if overdue else "sweep",
+        items_read=scan.items_read,
+        request_charge=scan.request_charge,
+    )
     return SweepReport(
         window_start=window_start,
         window_end=window_end,
@@ -209,6 +219,18 @@ def _recover_expired(
         stopped=scan.stopped,
         recoveries=tuple(recoveries),
     )
+
+
+def _count(kind: RecoveryKind, expired: StateRecord, stored: StateRecord) -> None:
+    """The metrics of one recovery this sweep won (C9): the step whose deadline expired, a
+    give-up (U5), and the final state a give-up or a stalled compensation reached."""
+    if expired.current_step is not None:
+        metrics.step_failed(expired.current_step, "deadline-expired")
+    if kind is RecoveryKind.GAVE_UP:
+        metrics.supervisor_gave_up("error")
+    elif kind is RecoveryKind.COMPENSATION_REQUESTED:
+        metrics.supervisor_gave_up("compensation")
+    count_if_finished(stored)
 
 
 def _overdue_alert(

@@ -19,7 +19,6 @@ sends and the compensation it starts follow from there.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 
 import azure.durable_functions as df
@@ -27,13 +26,14 @@ import azure.functions as func
 
 import bootstrap
 from domain.outgoing_messages import alert_outgoing, status_outgoing
+from observability import logs
 from observability.tracing import order_span, status_span
 from orchestrators.order_workflow import ORCHESTRATOR, orchestration_version
 from orchestrators.step_payloads import StepRef, StepsAttempt
 from services.supervisor import Recovery, RecoveryKind, SweepReport, catch_up, sweep
 
 bp = df.Blueprint()
-log = logging.getLogger("app.supervisor")
+log = logs.get_logger("app.supervisor")
 
 
 @bp.timer_trigger(schedule="%SUPERVISOR_SCHEDULE%", arg_name="timer")
@@ -41,23 +41,21 @@ log = logging.getLogger("app.supervisor")
 async def supervise_orders(timer: func.TimerRequest, client: df.DurableOrchestrationClient) -> None:
     report = await _scan_and_recover(sweep, client)
     log.info(
-        "sweep window_start=%s pages=%d items_read=%d writes=%d lost_races=%d "
-        "request_charge=%.2f stopped=%s retries=%d long_waits=%d gave_up=%d "
-        "compensations=%d compensation_failed=%d finished_removed=%d",
-        report.window_start.isoformat(),
-        report.pages,
-        report.items_read,
-        report.writes,
-        report.lost_races,
-        report.request_charge,
-        report.stopped,
-        report.count(RecoveryKind.RETRY),
-        report.count(RecoveryKind.RETRY_AFTER_LONG_WAIT),
-        report.count(RecoveryKind.GAVE_UP),
-        report.count(RecoveryKind.COMPENSATION_REQUESTED)
+        "sweep",
+        window_start=report.window_start,
+        pages=report.pages,
+        items_read=report.items_read,
+        writes=report.writes,
+        lost_races=report.lost_races,
+        request_charge=round(report.request_charge, 2),
+        stopped=report.stopped,
+        retries=report.count(RecoveryKind.RETRY),
+        long_waits=report.count(RecoveryKind.RETRY_AFTER_LONG_WAIT),
+        gave_up=report.count(RecoveryKind.GAVE_UP),
+        compensations=report.count(RecoveryKind.COMPENSATION_REQUESTED)
         + report.count(RecoveryKind.COMPENSATION_RESUMED),
-        report.count(RecoveryKind.COMPENSATION_STALLED),
-        report.finished_removed,
+        compensation_failed=report.count(RecoveryKind.COMPENSATION_STALLED),
+        finished_removed=report.finished_removed,
     )
 
 
@@ -67,23 +65,22 @@ async def catch_up_orders(timer: func.TimerRequest, client: df.DurableOrchestrat
     report = await _scan_and_recover(catch_up, client)
     for recovery in report.recoveries:
         log.warning(
-            "catch-up found order=%s expired_instance=%s requested=%s",
-            recovery.record.order_id,
-            recovery.expired_instance,
-            recovery.kind.value,
+            "catch-up found an overdue order",
+            instance_id=recovery.expired_instance or None,
+            order_id=recovery.record.order_id,
+            requested=recovery.kind.value,
         )
     log.info(
-        "catch-up window_start=%s window_end=%s pages=%d items_read=%d writes=%d "
-        "lost_races=%d request_charge=%.2f stopped=%s overdue=%d",
-        report.window_start.isoformat(),
-        report.window_end.isoformat(),
-        report.pages,
-        report.items_read,
-        report.writes,
-        report.lost_races,
-        report.request_charge,
-        report.stopped,
-        len(report.recoveries),
+        "catch-up",
+        window_start=report.window_start,
+        window_end=report.window_end,
+        pages=report.pages,
+        items_read=report.items_read,
+        writes=report.writes,
+        lost_races=report.lost_races,
+        request_charge=round(report.request_charge, 2),
+        stopped=report.stopped,
+        overdue=len(report.recoveries),
     )
 
 
@@ -153,11 +150,6 @@ async def _start_compensation(
             version=orchestration_version(record.workflow_version),
         )
     except Exception:
-        log.exception("could not start compensation instance=%s", instance)
+        log.exception("could not start compensation", instance_id=instance)
         return
-    log.info(
-        "compensation started order=%s instance=%s steps_to_undo=%d",
-        record.order_id,
-        instance,
-        len(recovery.undo),
-    )
+    log.info("compensation started", instance_id=instance, steps_to_undo=len(recovery.undo))

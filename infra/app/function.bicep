@@ -7,7 +7,11 @@
 // setting holds a key. None of the settings Flex Consumption rejects (FUNCTIONS_WORKER_RUNTIME,
 // FUNCTIONS_EXTENSION_VERSION, WEBSITE_RUN_FROM_PACKAGE, ...): the runtime is
 // functionAppConfig.runtime. PYTHON_ISOLATE_WORKER_DEPENDENCIES=1 makes the worker load the
-// app's protobuf and grpcio pins (requirements.txt).
+// app's protobuf and grpcio pins (requirements.txt). Telemetry (C9): host.json's telemetryMode
+// is OpenTelemetry, PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY and PYTHON_ENABLE_OPENTELEMETRY
+// let the Python worker export the app's OpenTelemetry to Application Insights, which takes
+// it only with Entra ID: APPLICATIONINSIGHTS_AUTHENTICATION_STRING names the identity, which
+// holds Monitoring Metrics Publisher on the component (monitoring.bicep).
 //
 // Always ready (alwaysReadyInstances > 0): the durable group and each Service Bus-triggered
 // function (its own scale group on Flex) keep that many warm instances, so the first message
@@ -86,6 +90,10 @@ var deploymentSettings = {
   CosmosConnection__clientId: identityClientId
   APPLICATIONINSIGHTS_CONNECTION_STRING: appInsights.properties.ConnectionString
   APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'ClientId=${identityClientId};Authorization=AAD'
+  // host.json telemetryMode OpenTelemetry: the worker configures the Azure Monitor distro
+  // (azure-monitor-opentelemetry) and exports the app's spans, metrics and logs itself.
+  PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY: 'true'
+  PYTHON_ENABLE_OPENTELEMETRY: 'true'
 }
 
 // host.json names the Durable Task Scheduler (storageProvider azureManaged, hubName

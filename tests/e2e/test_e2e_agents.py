@@ -129,8 +129,8 @@ async def test_e3_e4_late_and_duplicate_responses_change_nothing(
         await e2e.send(AGENT_RESPONSES, stray.to_json(), message_id=stray.message_id)
         await eventually(
             lambda: (
-                "late agent response dropped instance=o-late:1" in caplog.text
-                and "late agent response dropped instance=o-ghost:1" in caplog.text
+                "late agent response dropped instance.id=o-late:1" in caplog.text
+                and "late agent response dropped instance.id=o-ghost:1" in caplog.text
             ),
             "the response resent by hand and the stray one dropped",
         )

@@ -259,7 +259,7 @@ async def test_d4_e5_e7_a_stale_attempt_changes_nothing_and_nothing_happens_twic
             message_id="o-stale:1:ship-order:response:late",
         )
         await eventually(
-            lambda: "late agent response dropped instance=o-stale:1" in caplog.text,
+            lambda: "late agent response dropped instance.id=o-stale:1" in caplog.text,
             "the stale attempt's late response dropped",
         )
 

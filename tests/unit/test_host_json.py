@@ -103,3 +103,10 @@ def test_no_prefetched_message_waits_past_its_lock() -> None:
         f"prefetchCount {prefetch} can hold a message {wait:.0f}s, "
         f"past its {shortest_lock:.0f}s lock"
     )
+
+
+def test_the_host_and_the_worker_export_opentelemetry_and_the_devhost_accepts_it_c9() -> None:
+    # telemetryMode is the host's (Flex Consumption): the worker's OpenTelemetry goes to
+    # Application Insights; the devhost reads the same host.json and ignores the setting.
+    assert host_json()["telemetryMode"] == "OpenTelemetry"
+    assert HostConfig.load(ROOT, sample()).durable_task.hub_name == sample()["TASKHUB_NAME"]

@@ -1,0 +1,190 @@
+"""Structured log records with the correlation ids (C9): one key=value rendering, through the
+logging module.
+
+App code logs through `get_logger(name)`: ``log.info("order received", order_id=...,
+created=True)``. Each record then carries
+- the correlation ids ``order.id``, ``instance.id``, ``attempt`` and ``step`` - given as
+  keyword arguments (``order_id``, ``instance_id``, ``attempt``, ``step``; an instance id
+  ``"{OrderID}:{attempt}"`` brings its order id and attempt with it) or bound for a block of
+  code with `correlated`, which a contextvar carries into awaited code and threads started
+  with ``asyncio.to_thread`` - and every other keyword as a field;
+- those fields as record attributes (``record.__dict__``, named in ``record.sas_fields``),
+  which an OpenTelemetry log exporter sends as attributes (customDimensions in Application
+  Insights);
+- and the same fields in its message text, rendered key=value after the event by `render`,
+  so that whatever handler prints the record shows them.
+
+Why the text as well: the app owns no log handler. On Azure the Python worker owns the root
+handler and, with PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY, the OpenTelemetry handler
+that exports records; under the devhost the language worker owns a stderr handler whose
+format is itself key=value (``level=... logger=... <message>``). Replacing a handler the
+app does not own would fight the host over it, so the app only shapes its records, and
+`StructuredFormatter` - the same rendering, with time, level and logger in front - is for a
+handler the app or a tool does own (`install`).
+
+No personal data: a field may never hold a customer id or an order's items; `customer_hash`
+is the one form of a customer id a log may carry (sha256, 12 hex digits).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import hashlib
+import logging
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any
+
+ORDER_ID = "order.id"
+INSTANCE_ID = "instance.id"
+ATTEMPT = "attempt"
+STEP = "step"
+CORRELATION_KEYS = (ORDER_ID, INSTANCE_ID, ATTEMPT, STEP)
+
+FIELDS_ATTRIBUTE = "sas_fields"
+"""Record attribute naming, in order, the fields the app added to the record."""
+
+_RESERVED = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+
+_NO_IDS: Mapping[str, object] = MappingProxyType({})
+_context: contextvars.ContextVar[Mapping[str, object]] = contextvars.ContextVar(
+    "sas_log_context", default=_NO_IDS
+)
+
+
+def customer_hash(customer_id: str) -> str:
+    """The only form of a customer id a log or span may carry: sha256, first 12 hex digits."""
+    return hashlib.sha256(customer_id.encode()).hexdigest()[:12]
+
+
+def correlation(
+    *,
+    order_id: str | None = None,
+    instance_id: object | None = None,
+    attempt: int | None = None,
+    step: str | None = None,
+) -> dict[str, object]:
+    """The correlation fields under their contract names; an instance id
+    ``"{OrderID}:{attempt}"`` also gives the order id and attempt it names."""
+    fields: dict[str, object] = {}
+    if instance_id is not None:
+        text = str(instance_id)
+        fields[INSTANCE_ID] = text
+        named_order, separator, named_attempt = text.rpartition(":")
+        if separator and named_attempt.isdigit():
+            fields[ORDER_ID] = named_order
+            fields[ATTEMPT] = int(named_attempt)
+    if order_id is not None:
+        fields[ORDER_ID] = order_id
+    if attempt is not None:
+        fields[ATTEMPT] = attempt
+    if step is not None:
+        fields[STEP] = step
+    return fields
+
+
+@contextlib.contextmanager
+def correlated(
+    *,
+    order_id: str | None = None,
+    instance_id: object | None = None,
+    attempt: int | None = None,
+    step: str | None = None,
+) -> Iterator[None]:
+    """Every record logged in this block (and in what it awaits) carries these ids."""
+    ids = correlation(order_id=order_id, instance_id=instance_id, attempt=attempt, step=step)
+    token = _context.set({**_context.get(), **ids})
+    try:
+        yield
+    finally:
+        _context.reset(token)
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return format(value, ".6g")
+    if isinstance(value, datetime):
+        return value.isoformat()
+    text = "null" if value is None else str(value)
+    if text and not any(c.isspace() or c in '"=\\' for c in text):
+        return text
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+def render(event: str, fields: Mapping[str, object]) -> str:
+    """``event k=v k=v``: the event, then each field; a value with a space, quote or ``=``
+    is quoted."""
+    parts = [event, *(f"{key}={_text(value)}" for key, value in fields.items())]
+    return " ".join(parts)
+
+
+class StructuredFormatter(logging.Formatter):
+    """The one structured format: ``time=... level=... logger=...`` then the record's
+    message (already ``event k=v ...`` for the app's records) and its exception."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        moment = datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")
+        head = render("", {"time": moment, "level": record.levelname, "logger": record.name})
+        line = f"{head.strip()} {record.getMessage()}"
+        if record.exc_info:
+            line += " exception=" + _text(self.formatException(record.exc_info))
+        return line
+
+
+def install(handler: logging.Handler) -> logging.Handler:
+    """Give a handler the app owns the structured format."""
+    handler.setFormatter(StructuredFormatter())
+    return handler
+
+
+class AppLogger:
+    """A logger whose calls take the event and its fields as keywords (module docstring)."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.logger = logger
+
+    def log(
+        self,
+        level: int,
+        event: str,
+        *,
+        exc_info: bool = False,
+        order_id: str | None = None,
+        instance_id: object | None = None,
+        attempt: int | None = None,
+        step: str | None = None,
+        **fields: object,
+    ) -> None:
+        if not self.logger.isEnabledFor(level):
+            return
+        ids = correlation(order_id=order_id, instance_id=instance_id, attempt=attempt, step=step)
+        merged: dict[str, object] = {**_context.get(), **ids}
+        merged.update(fields)
+        extra: dict[str, Any] = {
+            (key if key not in _RESERVED else f"sas.{key}"): value for key, value in merged.items()
+        }
+        extra[FIELDS_ATTRIBUTE] = tuple(extra)
+        # No args: the message is never %-formatted, so a "%" in a value stays as it is.
+        self.logger.log(level, render(event, merged), exc_info=exc_info, extra=extra, stacklevel=3)
+
+    def debug(self, event: str, **fields: Any) -> None:
+        self.log(logging.DEBUG, event, **fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        self.log(logging.INFO, event, **fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self.log(logging.WARNING, event, **fields)
+
+    def exception(self, event: str, **fields: Any) -> None:
+        """An error with the exception being handled."""
+        self.log(logging.ERROR, event, exc_info=True, **fields)
+
+
+def get_logger(name: str) -> AppLogger:
+    return AppLogger(logging.getLogger(name))

@@ -1,0 +1,281 @@
+"""The app's metric instruments, each declared once, and the functions that record them (C9).
+
+OpenTelemetry API only: the meter comes from the provider the host process configured (on
+Azure the Python worker's Azure Monitor distro, locally the devhost's), under the scope
+``scheduler_agent_supervisor``. Without a provider every call is a no-op, so the service
+layer records unconditionally. `bind` points the instruments at another provider.
+
+Names and attributes are the telemetry contract's. Metric points carry low-cardinality
+attributes only (step, outcome, reason, order.state, queue): never an order or instance id,
+and never anything about the customer.
+
+What records what:
+- submissions accepted (S2) and refused at the backlog bound (C5): `services.submission`;
+- orders reaching Processed / Error / Compensated / CompensationFailed with the time since
+  their submission: the fenced writes of `services.step_writes` and `services.steps`, and
+  the supervisor's give-ups and stalled compensations (`services.supervisor`), each only by
+  the write that moved the order there, never by a repeat that finds it there (C8);
+- per step, the agent's time from request to answer, its retries and its failures
+  (`order_agents.call_policy`), and attempts whose step deadline expired (U1, supervisor);
+- each supervisor sweep or catch-up: items read and Cosmos DB request charge (U2; the
+  SQLite store reports no charge, 0), and give-ups (U5);
+- the observable gauges read the last value the app saw, never a store from the exporter's
+  thread: the backlog of unfinished orders as the admission gate counted it (C5,
+  `services.admission`), the age of the oldest Pending order the starter's claim scan read
+  (`services.starter`), and consumer lag from whatever `observe_consumer_lag` registered.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
+
+SCOPE = "scheduler_agent_supervisor"
+
+ORDERS_RECEIVED = "sas.orders.received"
+ORDERS_REJECTED = "sas.orders.rejected"
+ORDERS_COMPLETED = "sas.orders.completed"
+ORDERS_FAILED = "sas.orders.failed"
+ORDERS_COMPENSATED = "sas.orders.compensated"
+ORDERS_COMPENSATION_FAILED = "sas.orders.compensation_failed"
+ORDER_DURATION = "sas.order.duration"
+STEP_DURATION = "sas.step.duration"
+STEP_RETRIES = "sas.step.retries"
+STEP_FAILURES = "sas.step.failures"
+DEADLETTERS = "sas.deadletters"
+SUPERVISOR_ITEMS_READ = "sas.supervisor.items_read"
+SUPERVISOR_REQUEST_CHARGE = "sas.supervisor.request_charge"
+SUPERVISOR_GIVEUPS = "sas.supervisor.giveups"
+BACKLOG_PENDING = "sas.backlog.pending"
+BACKLOG_OLDEST_PENDING_AGE = "sas.backlog.oldest_pending_age"
+CONSUMER_LAG = "sas.consumer.lag"
+
+REJECTED_BACKLOG_FULL = "backlog-full"
+"""`reason` of a submission refused because the backlog is at MAX_BACKLOG_ORDERS (C5)."""
+
+FINAL_STATE_COUNTERS = {
+    "Processed": ORDERS_COMPLETED,
+    "Error": ORDERS_FAILED,
+    "Compensated": ORDERS_COMPENSATED,
+    "CompensationFailed": ORDERS_COMPENSATION_FAILED,
+}
+"""The counter of each final ProcessState (contracts.md)."""
+
+ConsumerLag = Callable[[], Mapping[str, int]]
+"""Active messages per consumed queue, by queue name."""
+
+
+@dataclass(frozen=True)
+class _Instruments:
+    counters: Mapping[str, metrics.Counter]
+    order_duration: metrics.Histogram
+    step_duration: metrics.Histogram
+
+
+class _Gauges:
+    """The last values the observable gauges report; written by the app, read by callbacks."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.backlog: int | None = None
+        self.oldest_pending_since: datetime | None = None
+        self.oldest_pending_age: float | None = None
+        self.consumer_lag: ConsumerLag | None = None
+
+
+_COUNTERS = (
+    (ORDERS_RECEIVED, "{order}", "Submissions accepted: a new state record was stored (S2)"),
+    (ORDERS_REJECTED, "{order}", "Submissions refused by admission control, by reason (C5)"),
+    (ORDERS_COMPLETED, "{order}", "Orders that reached Processed"),
+    (ORDERS_FAILED, "{order}", "Orders that reached Error"),
+    (ORDERS_COMPENSATED, "{order}", "Orders that reached Compensated"),
+    (ORDERS_COMPENSATION_FAILED, "{order}", "Orders that reached CompensationFailed"),
+    (STEP_RETRIES, "{retry}", "Tries of a step's call the agent made again, by step"),
+    (STEP_FAILURES, "{failure}", "Steps that ended without success, by step and reason"),
+    (DEADLETTERS, "{message}", "Dead-lettered messages, by queue and reason"),
+    (SUPERVISOR_ITEMS_READ, "{item}", "Items the supervisor's sweeps and catch-ups read (U2)"),
+    (SUPERVISOR_REQUEST_CHARGE, "RU", "Cosmos DB request charge of the supervisor's scans"),
+    (SUPERVISOR_GIVEUPS, "{order}", "Orders the supervisor gave up retrying (U5)"),
+)
+
+_lock = threading.Lock()
+_instruments: _Instruments | None = None
+_gauges = _Gauges()
+
+
+def _declare(meter: Meter) -> _Instruments:
+    counters = {
+        name: meter.create_counter(name, unit=unit, description=description)
+        for name, unit, description in _COUNTERS
+    }
+    meter.create_observable_gauge(
+        BACKLOG_PENDING,
+        callbacks=[_observe_backlog],
+        unit="{order}",
+        description="Unfinished orders (Pending, Processing, Compensating) as admission "
+        "control last counted them, up to MAX_BACKLOG_ORDERS (C5)",
+    )
+    meter.create_observable_gauge(
+        BACKLOG_OLDEST_PENDING_AGE,
+        callbacks=[_observe_oldest_pending],
+        unit="s",
+        description="How long the oldest claimable Pending order the starter read has waited",
+    )
+    meter.create_observable_gauge(
+        CONSUMER_LAG,
+        callbacks=[_observe_consumer_lag],
+        unit="{message}",
+        description="Active messages in a queue the app consumes, by queue",
+    )
+    return _Instruments(
+        counters=counters,
+        order_duration=meter.create_histogram(
+            ORDER_DURATION,
+            unit="s",
+            description="From an order's submission to its final state, by order.state",
+        ),
+        step_duration=meter.create_histogram(
+            STEP_DURATION,
+            unit="s",
+            description="From an agent's request to its answer, by step and outcome",
+        ),
+    )
+
+
+def bind(provider: MeterProvider | None = None) -> None:
+    """Declare the instruments on `provider`'s meter (the global provider when None).
+
+    The global provider's meter forwards to whatever provider the host sets later, so the
+    app never needs this; a test or a host that keeps its own provider calls it.
+    """
+    global _instruments
+    meter = (provider or metrics.get_meter_provider()).get_meter(SCOPE)
+    with _lock:
+        _instruments = _declare(meter)
+
+
+def _get() -> _Instruments:
+    global _instruments
+    with _lock:
+        if _instruments is None:
+            _instruments = _declare(metrics.get_meter(SCOPE))
+        return _instruments
+
+
+def _add(name: str, amount: float = 1, attributes: Mapping[str, str] | None = None) -> None:
+    _get().counters[name].add(amount, attributes=attributes)
+
+
+def order_received() -> None:
+    """A submission stored a new state record (S2)."""
+    _add(ORDERS_RECEIVED)
+
+
+def order_rejected(reason: str) -> None:
+    """Admission control refused a submission (C5); `reason` is a short code."""
+    _add(ORDERS_REJECTED, attributes={"reason": reason})
+
+
+def order_finished(state: str, *, submitted: datetime, finished: datetime) -> None:
+    """An order reached the final ProcessState `state` (its value, e.g. ``"Error"``)."""
+    counter = FINAL_STATE_COUNTERS.get(state)
+    if counter is None:
+        raise ValueError(f"{state!r} is not a final state")
+    _add(counter)
+    seconds = max(0.0, (finished - submitted).total_seconds())
+    _get().order_duration.record(seconds, attributes={"order.state": state})
+
+
+def step_answered(step: str, outcome: str, seconds: float) -> None:
+    """An agent answered a step's request with `outcome` after `seconds` (E1, E7)."""
+    _get().step_duration.record(max(0.0, seconds), attributes={"step": step, "outcome": outcome})
+
+
+def step_retried(step: str) -> None:
+    """An agent is about to try a step's call again (E7, C4)."""
+    _add(STEP_RETRIES, attributes={"step": step})
+
+
+def step_failed(step: str, reason: str) -> None:
+    """A step ended without success; `reason` is a short code (refused, gave-up, ...)."""
+    _add(STEP_FAILURES, attributes={"step": step, "reason": reason})
+
+
+def dead_lettered(queue: str, reason: str) -> None:
+    """A message of `queue` was dead-lettered with `reason` (the dead-letter watcher's)."""
+    _add(DEADLETTERS, attributes={"queue": queue, "reason": reason})
+
+
+def supervisor_scanned(scan: str, *, items_read: int, request_charge: float) -> None:
+    """One supervisor sweep or catch-up (`scan`) read `items_read` items for
+    `request_charge` request units (U2; 0 where the store has no charge)."""
+    attributes = {"scan": scan}
+    _add(SUPERVISOR_ITEMS_READ, items_read, attributes)
+    _add(SUPERVISOR_REQUEST_CHARGE, request_charge, attributes)
+
+
+def supervisor_gave_up(recovery: str) -> None:
+    """The supervisor gave up an order after MAX_FAILURES attempts (U5); `recovery` says
+    whether it went to Error or to compensation."""
+    _add(SUPERVISOR_GIVEUPS, attributes={"recovery": recovery})
+
+
+def backlog_counted(backlog: int) -> None:
+    """Admission control's latest count of unfinished orders (C5)."""
+    with _gauges.lock:
+        _gauges.backlog = backlog
+
+
+def pending_observed(oldest_since: datetime | None, *, now: datetime, read: bool) -> None:
+    """The starter's view of the Pending orders at `now` (D1).
+
+    `read`: whether its scan read Pending records at all (it reads none while the running cap
+    is full); `oldest_since`: when the oldest Pending record it read became Pending (None:
+    none was Pending). A run that read nothing keeps the last oldest record: while the cap is
+    full no Pending order is claimed, so it is still waiting and its age keeps growing.
+    """
+    with _gauges.lock:
+        if read:
+            _gauges.oldest_pending_since = oldest_since
+        since = _gauges.oldest_pending_since
+        _gauges.oldest_pending_age = (
+            0.0 if since is None else max(0.0, (now - since).total_seconds())
+        )
+
+
+def observe_consumer_lag(source: ConsumerLag | None) -> None:
+    """Register what reports the active messages of each consumed queue (None: nothing)."""
+    with _gauges.lock:
+        _gauges.consumer_lag = source
+
+
+def _observe_backlog(options: CallbackOptions) -> Iterable[Observation]:
+    with _gauges.lock:
+        backlog = _gauges.backlog
+    return [] if backlog is None else [Observation(backlog)]
+
+
+def _observe_oldest_pending(options: CallbackOptions) -> Iterable[Observation]:
+    with _gauges.lock:
+        age = _gauges.oldest_pending_age
+    return [] if age is None else [Observation(age)]
+
+
+def _observe_consumer_lag(options: CallbackOptions) -> Iterable[Observation]:
+    with _gauges.lock:
+        source = _gauges.consumer_lag
+    if source is None:
+        return []
+    return [Observation(count, {"queue": queue}) for queue, count in source().items()]
+
+
+def reset_gauges() -> None:
+    """Forget what the gauges last saw (a new process state, e.g. between tests)."""
+    global _gauges
+    with _lock:
+        _gauges = _Gauges()

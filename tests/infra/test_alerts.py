@@ -1,0 +1,140 @@
+"""Operator alerts and the app's telemetry on Azure (C9, E8, C2, C5, U5).
+
+infra/app/alerts.bicep raises an alert for each condition an operator must act on - dead
+letters on any queue, orders in Error or CompensationFailed, an old Pending order, supervisor
+give-ups - and e-mails the operators' address when the deployment names one. The rules over
+the app's own metrics query the instrument names observability/metrics.py declares, so a
+renamed instrument cannot silently disarm an alert. The function app exports its
+OpenTelemetry to Application Insights with the settings documented for Python on Flex
+Consumption, authenticated as its identity.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from observability import metrics
+from tests.infra.bicep import (
+    INFRA,
+    ROOT,
+    accessor_path,
+    body,
+    condition,
+    module,
+    resolve,
+    resources_of_type,
+)
+
+
+def alerts_module() -> dict[str, object]:
+    return dict(body(module("main")["modules"]["alerts"])["params"])
+
+
+def app_alerts() -> dict[str, dict[str, object]]:
+    doc = module("alerts")
+    return {each["name"]: each for each in resolve(doc, "appMetricAlerts")}
+
+
+def test_main_deploys_the_alerts_with_the_operators_address_and_the_age_threshold() -> None:
+    params = alerts_module()
+    assert params["alertEmail"] == "alertEmail"
+    assert params["oldestPendingSeconds"] == "oldestPendingAlertSeconds"
+    assert accessor_path(params["serviceBusNamespaceName"]) == ["serviceBus", "outputs", "name"]
+    assert accessor_path(params["appInsightsName"]) == [
+        "monitoring",
+        "outputs",
+        "appInsightsName",
+    ]
+    main = module("main")["parameters"]
+    assert main["alertEmail"]["default"] == ""
+    assert main["oldestPendingAlertSeconds"]["default"] == 900
+    document = json.loads((INFRA / "main.parameters.json").read_text(encoding="utf-8"))
+    assert document["parameters"]["alertEmail"] == {"value": "${ALERT_EMAIL}"}
+
+
+def test_the_action_group_e_mails_the_operators_when_an_address_is_given() -> None:
+    doc = module("alerts")
+    (name, group), *others = resources_of_type(doc, "Microsoft.Insights/actionGroups").items()
+    assert not others
+    assert condition(group) is not None  # no address, no action group
+    (receiver,) = body(group)["properties"]["emailReceivers"]
+    assert receiver["emailAddress"] == "alertEmail"
+    assert receiver["useCommonAlertSchema"] is True
+    assert resolve(doc, "metricActions")["operator"]["type"] == "conditional"
+    (dead_letters,) = resources_of_type(doc, "Microsoft.Insights/metricAlerts").values()
+    assert body(dead_letters)["properties"]["actions"] == "metricActions"
+    for rule in resources_of_type(doc, "Microsoft.Insights/scheduledQueryRules").values():
+        assert body(rule)["properties"]["actions"] == "logActions"
+    assert name == "operators"
+
+
+def test_any_dead_letter_on_any_queue_of_the_namespace_raises_an_alert() -> None:
+    doc = module("alerts")
+    (rule,) = resources_of_type(doc, "Microsoft.Insights/metricAlerts").values()
+    properties = body(rule)["properties"]
+    assert [accessor_path(scope) for scope in properties["scopes"]] == [["namespace", "id"]]
+    assert properties["targetResourceType"] == "Microsoft.ServiceBus/namespaces"
+    (criterion,) = properties["criteria"]["allOf"]
+    assert criterion["metricNamespace"] == "Microsoft.ServiceBus/namespaces"
+    assert criterion["metricName"] == "DeadletteredMessages"
+    assert (criterion["operator"], criterion["threshold"]) == ("GreaterThan", 0)
+    assert criterion["dimensions"] == [
+        {"name": "EntityName", "operator": "Include", "values": ["*"]}
+    ]
+    assert properties["enabled"] is True
+
+
+def test_the_app_metric_alerts_query_the_instruments_the_app_declares() -> None:
+    alerts = app_alerts()
+    assert set(alerts) == {"orders-failed", "oldest-pending", "supervisor-giveups"}
+
+    def queried(alert: dict[str, object]) -> set[str]:
+        return set(re.findall(r'"(sas\.[a-z_.]+)"', str(alert["query"])))
+
+    assert queried(alerts["orders-failed"]) == {
+        metrics.ORDERS_FAILED,
+        metrics.ORDERS_COMPENSATION_FAILED,
+    }
+    assert queried(alerts["oldest-pending"]) == {metrics.BACKLOG_OLDEST_PENDING_AGE}
+    assert queried(alerts["supervisor-giveups"]) == {metrics.SUPERVISOR_GIVEUPS}
+    assert alerts["orders-failed"]["threshold"] == 0
+    assert alerts["supervisor-giveups"]["threshold"] == 0
+    assert alerts["oldest-pending"]["threshold"] == "oldestPendingSeconds"
+    for alert in alerts.values():
+        assert str(alert["query"]).startswith("customMetrics | where name ")
+        assert str(alert["query"]).endswith(("sum(valueSum)", "max(valueMax)"))
+
+
+def test_the_log_alerts_watch_application_insights_every_five_minutes() -> None:
+    doc = module("alerts")
+    (rules,) = resources_of_type(doc, "Microsoft.Insights/scheduledQueryRules").values()
+    properties = body(rules)["properties"]
+    assert [accessor_path(scope) for scope in properties["scopes"]] == [["appInsights", "id"]]
+    assert properties["evaluationFrequency"] == "PT5M"
+    (criterion,) = properties["criteria"]["allOf"]
+    assert criterion["operator"] == "GreaterThan"
+    assert criterion["metricMeasureColumn"] == "measure"
+    assert properties["enabled"] is True
+
+
+def test_the_worker_exports_opentelemetry_to_application_insights_as_the_identity() -> None:
+    settings = resolve(module("function"), "deploymentSettings")
+    assert settings["PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY"] == "true"
+    assert settings["PYTHON_ENABLE_OPENTELEMETRY"] == "true"
+    assert accessor_path(settings["APPLICATIONINSIGHTS_CONNECTION_STRING"]) == [
+        "appInsights",
+        "properties",
+        "ConnectionString",
+    ]
+    assert settings["APPLICATIONINSIGHTS_AUTHENTICATION_STRING"] == (
+        "ClientId=${identityClientId};Authorization=AAD"
+    )
+    host = json.loads((ROOT / "host.json").read_text(encoding="utf-8"))
+    assert host["telemetryMode"] == "OpenTelemetry"
+
+
+def test_the_app_uses_the_opentelemetry_api_alone_pinned_in_requirements() -> None:
+    pins = (ROOT / "requirements.txt").read_text(encoding="utf-8")
+    assert re.search(r"^opentelemetry-api==\S+$", pins, re.MULTILINE)
+    assert not re.search(r"^opentelemetry-sdk", pins, re.MULTILINE)

@@ -1,0 +1,389 @@
+"""The metrics of the telemetry contract move when the service layer runs real order paths
+over each store backend (C9), read with the OpenTelemetry SDK's in-memory reader.
+
+Paths: an accepted order through three steps to Processed (S2, D1, D4, E5) with an agent
+that retries once (E7); a refused submission at the backlog bound (C5); a first step that
+fails for good (E8, Error) and a later one that is undone (C1, Compensated) or whose undo
+fails (C2, CompensationFailed); expired attempts the supervisor retries and then gives up
+(U1, U5). An activity that runs twice (C8) counts its order once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    HistogramDataPoint,
+    InMemoryMetricReader,
+    NumberDataPoint,
+)
+
+from adapters.cosmos_store import CosmosStateStore
+from config import Settings
+from domain.agent_messages import AgentOutcome, AgentRequest
+from domain.contracts import Submission, parse_submission
+from domain.policies import CircuitBreaker
+from domain.ports import OrderStore, StateStore
+from domain.records import InstanceId, ProcessState
+from domain.transitions import Undo
+from observability import metrics
+from order_agents.call_policy import run_agent
+from order_agents.service_client import Done, PermanentFailure, RemoteResult, TransientFailure
+from services import step_writes
+from services.admission import BacklogGate
+from services.starter import claim_pending
+from services.step_writes import Done as StepDone
+from services.submission import Accepted, Rejected, submit_order
+from services.supervisor import RecoveryKind, sweep
+
+T0 = datetime(2026, 9, 1, 10, 0, tzinfo=UTC)
+STEPS = ("reserve-stock", "charge-payment", "ship-order")
+SETTINGS = Settings(
+    reply_queues=frozenset({"replies-a"}),
+    step_timeout_seconds=30,
+    claim_timeout_seconds=60,
+    max_failures=2,
+    retry_delay_seconds=0,
+    long_wait_after_failures=3,
+)
+
+CUSTOMER = "customer-1"
+
+Points = dict[str, list[Any]]
+
+
+@pytest.fixture
+def reader() -> Iterator[InMemoryMetricReader]:
+    """The app's instruments bound to an SDK provider that this test reads."""
+    memory = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[memory])
+    metrics.reset_gauges()
+    metrics.bind(provider)
+    yield memory
+    metrics.bind(None)
+    metrics.reset_gauges()
+    provider.shutdown()
+
+
+def points(reader: InMemoryMetricReader) -> Points:
+    """Every data point by instrument name, from the scope of the app."""
+    data = reader.get_metrics_data()
+    found: Points = {}
+    if data is None:
+        return found
+    for resource in data.resource_metrics:
+        for scope in resource.scope_metrics:
+            assert scope.scope.name == metrics.SCOPE
+            for metric in scope.metrics:
+                found.setdefault(metric.name, []).extend(metric.data.data_points)
+    return found
+
+
+def total(found: Points, name: str, **attributes: str) -> float:
+    """The sum of a counter's points whose attributes include `attributes`."""
+    return sum(
+        point.value
+        for point in found.get(name, [])
+        if isinstance(point, NumberDataPoint)
+        and all(point.attributes.get(key) == value for key, value in attributes.items())
+    )
+
+
+def histogram(found: Points, name: str, **attributes: str) -> HistogramDataPoint:
+    (point,) = [
+        point
+        for point in found.get(name, [])
+        if all(point.attributes.get(key) == value for key, value in attributes.items())
+    ]
+    assert isinstance(point, HistogramDataPoint)
+    return point
+
+
+def gauge(found: Points, name: str) -> float:
+    (point,) = found[name]
+    assert isinstance(point, NumberDataPoint)
+    return float(point.value)
+
+
+def order_body(order_id: str) -> str:
+    return json.dumps(
+        {
+            "schemaVersion": 1,
+            "orderId": order_id,
+            "customerId": CUSTOMER,
+            "items": [{"sku": "sku-1", "quantity": 1}],
+            "currency": "EUR",
+        }
+    )
+
+
+def submit(
+    stores: tuple[StateStore, OrderStore],
+    order_id: str,
+    *,
+    gate: BacklogGate | None = None,
+    now: datetime = T0,
+) -> Accepted | Rejected:
+    states, orders = stores
+    result = submit_order(
+        order_body(order_id),
+        reply_to="replies-a",
+        message_id=order_id,
+        orders=orders,
+        states=states,
+        admission=gate or BacklogGate(lambda at_most: 0, bound=100, recount_seconds=60),
+        reply_queues=SETTINGS.reply_queues,
+        now=now,
+        steps=STEPS,
+    )
+    assert isinstance(result, Accepted | Rejected), result
+    return result
+
+
+def claim_all(states: StateStore, now: datetime) -> dict[str, InstanceId]:
+    """One starter run (D1-D3): the attempts it claimed, by order id."""
+    run = claim_pending(
+        states,
+        now,
+        bounds=SETTINGS.starter_scan,
+        timeouts=SETTINGS.timeouts,
+        max_running=SETTINGS.max_running_orders,
+    )
+    return {won.record.order_id: won.instance_id for won in run.claims}
+
+
+def claim(states: StateStore, now: datetime) -> InstanceId:
+    (won,) = claim_all(states, now).values()
+    return won
+
+
+def begin(
+    states: StateStore, instance: InstanceId, index: int, now: datetime
+) -> step_writes.StepWriteOutcome:
+    done = None if index == 0 else StepDone(index - 1, STEPS[index - 1], f"ref-{index - 1}")
+    outcome = step_writes.begin_step(
+        states,
+        instance,
+        index=index,
+        name=STEPS[index],
+        done=done,
+        now=now,
+        timeouts=SETTINGS.timeouts,
+        reply_queues=SETTINGS.reply_queues,
+    )
+    assert outcome.applied
+    return outcome
+
+
+async def agent_answer(
+    instance: InstanceId, step: str, results: list[RemoteResult], seconds_per_try: float
+) -> AgentOutcome:
+    """Run the call policy over `results`, one per try; each try takes `seconds_per_try` on
+    a clock that only the tries move."""
+    clock = [T0]
+
+    async def call(timeout_seconds: float) -> RemoteResult:
+        clock[0] += timedelta(seconds=seconds_per_try)
+        return results.pop(0)
+
+    async def no_wait(seconds: float) -> None:
+        return None
+
+    submission = parse_submission(order_body(instance.order_id), None, frozenset())
+    assert isinstance(submission, Submission)
+    request = AgentRequest(
+        instance_id=str(instance),
+        step=step,
+        order=submission.order,
+        deadline=T0 + timedelta(minutes=5),
+    )
+    response = await run_agent(
+        request,
+        call,
+        CircuitBreaker(failure_threshold=5, reset_seconds=30, clock=lambda: 0.0),
+        SETTINGS.agent_policy,
+        now=lambda: clock[0],
+        sleep=no_wait,
+        jitter=lambda: 0.0,
+    )
+    return response.outcome
+
+
+async def test_an_order_through_every_step_moves_the_order_and_step_instruments_c9(
+    reader: InMemoryMetricReader, stores: tuple[StateStore, OrderStore]
+) -> None:
+    states, _ = stores
+    assert isinstance(submit(stores, "o-1"), Accepted)
+    assert isinstance(submit(stores, "o-1"), Accepted)  # a resend stores nothing new (S2)
+    instance = claim(states, T0 + timedelta(seconds=4))
+    for index, step in enumerate(STEPS):
+        begin(states, instance, index, T0 + timedelta(seconds=5 + index))
+        tries = [TransientFailure("503"), Done(f"ref-{index}", replayed=False)]
+        outcome = await agent_answer(instance, step, tries if index == 1 else tries[1:], 0.25)
+        assert outcome is AgentOutcome.SUCCEEDED
+    last = StepDone(2, STEPS[2], "ref-2")
+    finished_at = T0 + timedelta(seconds=12)
+    for _ in range(2):  # the activity runs twice (C8): the second finds Processed
+        outcome = step_writes.finish_steps(
+            states, instance, done=last, now=finished_at, reply_queues=SETTINGS.reply_queues
+        )
+        assert outcome.applied
+
+    found = points(reader)
+    assert total(found, metrics.ORDERS_RECEIVED) == 1
+    assert total(found, metrics.ORDERS_COMPLETED) == 1
+    for name in (metrics.ORDERS_FAILED, metrics.ORDERS_COMPENSATED, metrics.ORDERS_REJECTED):
+        assert total(found, name) == 0
+    duration = histogram(found, metrics.ORDER_DURATION, **{"order.state": "Processed"})
+    assert (duration.count, duration.sum) == (1, 12.0)
+    assert total(found, metrics.STEP_RETRIES, step="charge-payment") == 1
+    assert total(found, metrics.STEP_RETRIES) == 1
+    payment = histogram(found, metrics.STEP_DURATION, step="charge-payment", outcome="succeeded")
+    assert (payment.count, payment.sum) == (1, 0.5)
+    stock = histogram(found, metrics.STEP_DURATION, step="reserve-stock", outcome="succeeded")
+    assert (stock.count, stock.sum) == (1, 0.25)
+    assert total(found, metrics.STEP_FAILURES) == 0
+    # The starter read the order Pending since its submission, 4 s before it claimed it.
+    assert gauge(found, metrics.BACKLOG_OLDEST_PENDING_AGE) == 4.0
+
+
+async def test_failures_for_good_count_error_compensated_and_compensation_failed_c9(
+    reader: InMemoryMetricReader, stores: tuple[StateStore, OrderStore]
+) -> None:
+    states, _ = stores
+    for order_id in ("o-error", "o-undone", "o-stuck"):
+        submit(stores, order_id)
+    replies = SETTINGS.reply_queues
+    claimed = claim_all(states, T0)
+    # o-error: the first step is refused for good; nothing to undo (E8).
+    error = claimed["o-error"]
+    begin(states, error, 0, T0)
+    assert await agent_answer(error, STEPS[0], [PermanentFailure("no stock")], 1) is (
+        AgentOutcome.FAILED
+    )
+    failed = step_writes.fail_step(
+        states,
+        error,
+        index=0,
+        name=STEPS[0],
+        reason="no stock",
+        now=T0 + timedelta(seconds=3),
+        timeouts=SETTINGS.timeouts,
+        reply_queues=replies,
+    )
+    assert failed.record is not None
+    assert failed.record.process_state is ProcessState.ERROR
+    # o-undone and o-stuck: the payment is refused after the stock was reserved (C1).
+    for order_id, undo_works in (("o-undone", True), ("o-stuck", False)):
+        instance = claimed[order_id]
+        begin(states, instance, 0, T0)
+        begin(states, instance, 1, T0 + timedelta(seconds=1))
+        compensating = step_writes.fail_step(
+            states,
+            instance,
+            index=1,
+            name=STEPS[1],
+            reason="declined",
+            now=T0 + timedelta(seconds=2),
+            timeouts=SETTINGS.timeouts,
+            reply_queues=replies,
+        )
+        assert Undo(0, STEPS[0], "ref-0") in compensating.undo
+        end = T0 + timedelta(seconds=10)
+        undone: Undo | None = None
+        for undo in compensating.undo:  # newest first, the refused payment in doubt too
+            step_writes.begin_undo(
+                states,
+                instance,
+                undo,
+                undone=undone,
+                now=T0 + timedelta(seconds=3),
+                timeouts=SETTINGS.timeouts,
+            )
+            if not undo_works:
+                step_writes.undo_failed(
+                    states, instance, undo, reason="refused", now=end, reply_queues=replies
+                )
+                break
+            undone = undo
+        else:
+            step_writes.finish_undo(states, instance, undone=undone, now=end, reply_queues=replies)
+
+    found = points(reader)
+    assert total(found, metrics.ORDERS_RECEIVED) == 3
+    assert total(found, metrics.ORDERS_FAILED) == 1
+    assert total(found, metrics.ORDERS_COMPENSATED) == 1
+    assert total(found, metrics.ORDERS_COMPENSATION_FAILED) == 1
+    assert total(found, metrics.ORDERS_COMPLETED) == 0
+    assert histogram(found, metrics.ORDER_DURATION, **{"order.state": "Error"}).sum == 3.0
+    assert histogram(found, metrics.ORDER_DURATION, **{"order.state": "Compensated"}).sum == 10.0
+    assert total(found, metrics.STEP_FAILURES, step=STEPS[0], reason="failed") == 1
+    refused = histogram(found, metrics.STEP_DURATION, step=STEPS[0], outcome="failed")
+    assert (refused.count, refused.sum) == (1, 1.0)
+
+
+def test_a_submission_refused_at_the_backlog_bound_is_counted_with_its_reason_c5(
+    reader: InMemoryMetricReader, stores: tuple[StateStore, OrderStore]
+) -> None:
+    states, _ = stores
+    gate = BacklogGate(
+        lambda at_most: states.count_backlog(at_most=at_most), bound=2, recount_seconds=0
+    )
+    results = [submit(stores, f"o-{n}", gate=gate) for n in range(3)]
+    assert [type(result) for result in results] == [Accepted, Accepted, Rejected]
+
+    found = points(reader)
+    assert total(found, metrics.ORDERS_RECEIVED) == 2
+    assert total(found, metrics.ORDERS_REJECTED, reason=metrics.REJECTED_BACKLOG_FULL) == 1
+    # The gauge reports the gate's own count: two unfinished orders, the bound.
+    assert gauge(found, metrics.BACKLOG_PENDING) == 2
+
+
+def test_the_supervisor_counts_what_it_read_its_charge_and_its_give_ups_u2_u5(
+    reader: InMemoryMetricReader, stores: tuple[StateStore, OrderStore]
+) -> None:
+    states, _ = stores
+    submit(stores, "o-late")
+    now = T0
+    kinds = []
+    charge = 0.0
+    for _ in range(SETTINGS.max_failures):
+        instance = claim(states, now)
+        begin(states, instance, 0, now)
+        now += timedelta(seconds=SETTINGS.step_timeout_seconds + 1)
+        report = sweep(
+            states,
+            now,
+            policy=SETTINGS.supervisor_policy,
+            timeouts=SETTINGS.timeouts,
+            reply_queues=SETTINGS.reply_queues,
+        )
+        kinds += [recovery.kind for recovery in report.recoveries]
+        charge += report.request_charge
+    assert kinds == [RecoveryKind.RETRY, RecoveryKind.GAVE_UP]
+
+    found = points(reader)
+    assert total(found, metrics.SUPERVISOR_ITEMS_READ, scan="sweep") == 2
+    # What the scans reported: Cosmos DB's request units, none on SQLite.
+    assert total(found, metrics.SUPERVISOR_REQUEST_CHARGE, scan="sweep") == pytest.approx(charge)
+    assert (charge > 0) is isinstance(states, CosmosStateStore)
+    assert total(found, metrics.SUPERVISOR_GIVEUPS, recovery="error") == 1
+    assert total(found, metrics.ORDERS_FAILED) == 1
+    expired = total(found, metrics.STEP_FAILURES, step=STEPS[0], reason="deadline-expired")
+    assert expired == 2
+    # The second claim found the order Pending again since the retry made it so.
+    assert gauge(found, metrics.BACKLOG_OLDEST_PENDING_AGE) == 0.0
+
+
+def test_consumer_lag_reports_what_its_source_reports_per_queue(
+    reader: InMemoryMetricReader,
+) -> None:
+    assert metrics.CONSUMER_LAG not in points(reader)  # no source registered: no point
+    metrics.observe_consumer_lag(lambda: {"orders": 7, "agent-responses": 0})
+    lag = {point.attributes["queue"]: point.value for point in points(reader)[metrics.CONSUMER_LAG]}
+    assert lag == {"orders": 7, "agent-responses": 0}
