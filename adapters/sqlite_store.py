@@ -244,6 +244,20 @@ class SqliteStateStore(StateStore):
         )
         return self._page(rows, limit, "expired")
 
+    def query_by_state(
+        self, *, state: ProcessState, page_size: int, continuation: str | None = None
+    ) -> Page[StateRecord]:
+        limit = self.page_limit(page_size)
+        query = f"by-state:{state.value}"
+        after = ["", ""] if continuation is None else _decode_token(continuation, query, 2)
+        rows = self._db.execute(
+            "SELECT doc, etag, UpdatedAt, id FROM state "
+            "WHERE ProcessState = ? AND (UpdatedAt, id) > (?, ?) "
+            "ORDER BY UpdatedAt, id LIMIT ?",
+            (state.value, *after, limit + 1),
+        )
+        return self._page(rows, limit, query)
+
     def count_running(self, *, at_most: int) -> int:
         return self._count_in(_RUNNING_STATES, at_most)
 

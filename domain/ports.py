@@ -13,7 +13,8 @@ offers so that its adapter (`adapters.cosmos_store`) fits without changing any c
   returns None: an expired attempt never changes a newer attempt's record (D4, E5).
 - Queries for claimable and expired records return one `Page` per call, with an opaque
   continuation token and a size capped by the store; records carry their etag, so a claim
-  or recovery needs no extra read (D1, U1, U2).
+  or recovery needs no extra read (D1, U1, U2). `query_by_state` pages through one state
+  for an operator (E8, C2).
 
 `StoreMetrics` counts calls, reads, writes, items read, refused fenced writes and request
 charge per operation kind: the demo's cost per order and the supervisor's own accounting.
@@ -33,7 +34,7 @@ from typing import Generic, TypeVar
 
 from domain.contracts import Order
 from domain.outgoing_messages import OutgoingMessage
-from domain.records import StateRecord
+from domain.records import ProcessState, StateRecord
 from domain.transitions import FencedChange
 
 T = TypeVar("T")
@@ -197,6 +198,16 @@ class StateStore(ABC):
     ) -> Page[StateRecord]:
         """Processing or Compensating records with window_start <= CompleteBy <= now,
         oldest deadline first (U1, U2, C2)."""
+
+    @abstractmethod
+    def query_by_state(
+        self, *, state: ProcessState, page_size: int, continuation: str | None = None
+    ) -> Page[StateRecord]:
+        """Records in `state`, a page at a time, for an operator's list (E8, C2).
+
+        One single-state query with continuation tokens: an operator pages through it; a
+        token is valid only for the state it was issued for.
+        """
 
     @abstractmethod
     def count_running(self, *, at_most: int) -> int:

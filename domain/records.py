@@ -229,6 +229,8 @@ class StateRecord:
     """Compensation runs the supervisor found stalled (C2), counted apart from FailureCount."""
     compensation_started_at: datetime | None = None
     """When the order began compensating: no step may start a side effect after it (C1)."""
+    resubmits: int = 0
+    """How often an operator resubmitted the order from Error (E8); bounded (C4)."""
     schema_version: int = RECORD_SCHEMA_VERSION
     etag: str | None = field(default=None, compare=False)
 
@@ -271,6 +273,7 @@ class StateRecord:
             "Steps": [step.to_document() for step in self.steps],
             "CompensationFailures": self.compensation_failures,
             "CompensationStartedAt": _utc_or_none(self.compensation_started_at),
+            "Resubmits": self.resubmits,
             "CreatedAt": format_utc(self.created_at),
             "UpdatedAt": format_utc(self.updated_at),
         }
@@ -306,6 +309,7 @@ class StateRecord:
                 steps=tuple(StepStatus.from_document(step) for step in document.get("Steps", [])),
                 compensation_failures=int(document.get("CompensationFailures", 0)),
                 compensation_started_at=_parsed_or_none(document.get("CompensationStartedAt")),
+                resubmits=int(document.get("Resubmits", 0)),
                 schema_version=int(version),
                 etag=etag,
             )
