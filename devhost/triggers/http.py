@@ -2,9 +2,10 @@
 
 Routes live under the route prefix (``api`` unless host.json's ``extensions.http.routePrefix``
 says otherwise). Templates take ``{name}``, optional ``{name?}`` and the ``int``/``alpha``/``guid``
-constraints. Like Core Tools, the devhost does not check function keys: ``authLevel`` is an
-Azure concern. An unhandled exception becomes a 500 without the exception text, so nothing
-internal leaks to a caller; the log has the details.
+constraints. Function keys are checked as on Azure (``devhost.function_keys``): a request to
+a ``function`` or ``admin`` function without a valid key is answered 401 and the function
+does not run; ``anonymous`` functions are open. An unhandled exception becomes a 500
+without the exception text, so nothing internal leaks to a caller; the log has the details.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import azure.functions as func
 from aiohttp import web
 
+from devhost.function_keys import KEY_HEADER, KEY_QUERY, FunctionKeys
 from devhost.indexing import IndexedFunction
 from devhost.invocation import FunctionInvoker
 
@@ -83,11 +85,13 @@ class HttpTriggerServer:
         functions: Sequence[IndexedFunction],
         invoker: FunctionInvoker,
         *,
+        keys: FunctionKeys,
         route_prefix: str = "api",
         extra_routes: Sequence[web.RouteDef] = (),
     ) -> None:
         self._routes = [HttpRoute.of(f, route_prefix) for f in functions]
         self._invoker = invoker
+        self._keys = keys
         self._app = web.Application()
         self._app.add_routes(extra_routes)
         self._app.router.add_route("*", "/{tail:.*}", self._dispatch)
@@ -110,6 +114,10 @@ class HttpTriggerServer:
         for route in self._routes:
             route_params = route.match(request.method, request.path)
             if route_params is not None:
+                level = str(route.function.trigger.get("authLevel") or "function")
+                presented = request.headers.get(KEY_HEADER) or request.query.get(KEY_QUERY)
+                if not self._keys.allows(level, presented):
+                    return web.Response(status=401)
                 return await self._invoke(route, route_params, request)
         return web.Response(status=404, text="no function matches this route")
 
