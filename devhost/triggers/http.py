@@ -4,7 +4,8 @@ Routes live under the route prefix (``api`` unless host.json's ``extensions.http
 says otherwise). Templates take ``{name}``, optional ``{name?}`` and the ``int``/``alpha``/``guid``
 constraints. Function keys are checked as on Azure (``devhost.function_keys``): a request to
 a ``function`` or ``admin`` function without a valid key is answered 401 and the function
-does not run; ``anonymous`` functions are open. An unhandled exception becomes a 500
+does not run; ``anonymous`` functions are open. A route that starts with ``admin`` is refused
+at start, as the host refuses it. An unhandled exception becomes a 500
 without the exception text, so nothing internal leaks to a caller; the log has the details.
 """
 
@@ -30,6 +31,9 @@ _CONSTRAINTS = {
     "alpha": r"[A-Za-z]+",
     "guid": r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}",
 }
+RESERVED_ROUTE_PREFIX = "admin"
+"""The host keeps ``admin`` for its own API and will not index an HTTP function whose route
+(or, without one, whose name) starts with it."""
 _PARAMETER = re.compile(r"\{(\*?)([A-Za-z_][A-Za-z0-9_]*)(?::([a-z]+))?(\?)?\}")
 
 
@@ -42,6 +46,12 @@ class HttpRoute:
     @classmethod
     def of(cls, function: IndexedFunction, prefix: str) -> HttpRoute:
         template = str(function.trigger.get("route") or function.name).strip("/")
+        if template.lower().startswith(RESERVED_ROUTE_PREFIX):
+            raise ValueError(
+                f"function {function.name!r}: route {template!r} conflicts with the host's "
+                f"built-in routes: Azure Functions refuses a route or function name that starts "
+                f"with {RESERVED_ROUTE_PREFIX!r}, whatever the route prefix"
+            )
         full = "/".join(part for part in (prefix.strip("/"), template) if part)
         methods = frozenset(m.upper() for m in function.trigger.get("methods") or ())
         return cls(function, re.compile(_template_to_regex(full, function.name)), methods)

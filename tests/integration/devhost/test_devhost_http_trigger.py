@@ -132,3 +132,18 @@ def test_keys_come_from_settings_or_a_keys_file_made_once(tmp_path: Path) -> Non
     assert (tmp_path / "keys.json").stat().st_mode & 0o077 == 0
     chosen = FunctionKeys.load(tmp_path, {"DEVHOST_FUNCTION_KEY": "mine"})
     assert (chosen.function, chosen.master) == ("mine", made.master)
+
+
+def test_a_route_starting_with_admin_is_refused_as_the_host_refuses_it(tmp_path: Path) -> None:
+    app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
+
+    @app.route(route="admin/orders")
+    def admin_orders(req: func.HttpRequest) -> str:
+        return "never"
+
+    invoker = FunctionInvoker(str(tmp_path), max_threads=1)
+    try:
+        with pytest.raises(ValueError, match="conflicts with the host's built-in routes"):
+            HttpTriggerServer(index_app(app, AppSettings({})), invoker, keys=KEYS)
+    finally:
+        invoker.close()
