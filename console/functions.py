@@ -172,6 +172,11 @@ async def _orchestration(
         return None
     view: dict[str, Any] = status.to_json()
     view.pop("input", None)
+    # The host answers with ``historyEvents``, which the SDK keeps as an attribute of that
+    # name rather than as ``history``.
+    history = getattr(status, "historyEvents", None) or status.history
+    if with_history:
+        view["history"] = history or []
     return view
 
 
