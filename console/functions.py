@@ -45,6 +45,20 @@ AUTH = func.AuthLevel.FUNCTION
 PAGE = Path(__file__).with_name("page.html")
 DEFAULT_PAGE_SIZE = 50
 MAX_REASON_LENGTH = 500
+HISTORY_FIELDS = (
+    "EventType",
+    "Timestamp",
+    "Name",
+    "FunctionName",
+    "EventId",
+    "TaskScheduledId",
+    "FireAt",
+    "TimerId",
+    "OrchestrationStatus",
+    "Reason",
+)
+"""What the console shows of a history event: never its inputs or results, which may carry
+the order's data (C3)."""
 
 
 class BadRequest(ValueError):
@@ -176,7 +190,11 @@ async def _orchestration(
     # name rather than as ``history``.
     history = getattr(status, "historyEvents", None) or status.history
     if with_history:
-        view["history"] = history or []
+        view["history"] = [
+            {name: event[name] for name in HISTORY_FIELDS if name in event}
+            for event in history or []
+            if isinstance(event, dict)
+        ]
     return view
 
 
