@@ -15,6 +15,9 @@ Writes, one conditional request each on the state record:
 Finished records (Processed, Error, Compensated, CompensationFailed) get a per-item `ttl`
 of FINISHED_RETENTION_SECONDS; every other write leaves `ttl` out, so a live record never
 expires.
+The dead-letter watcher's marks live in the state container too, one document per mark
+with the id and partition key `$watch:{name}` - never an OrderID, which cannot hold `$` -
+and no ProcessState, so no query of state records reads them; they carry no `ttl`.
 
 Queries:
 - `query_claimable` (D1): one cross-partition query with a plain filter (no ORDER BY,
@@ -77,6 +80,7 @@ from adapters.cosmos_connection import (
 from adapters.cosmos_containers import cosmos_layout, ensure_containers
 from adapters.deadline_index import DeadlineIndex, EntryRef
 from domain.contracts import Order
+from domain.dead_letters import WatchMark
 from domain.ports import (
     Created,
     InvalidContinuation,
@@ -575,8 +579,27 @@ class CosmosStateStore(StateStore):
             self._index.remove(EntryRef(str(entry["bucket"]), str(entry["id"])), charge)
         return None
 
+    def load_watch_mark(self, name: str) -> WatchMark:
+        charge = RequestCharge()
+        with translate_errors(f"reading watch mark {name!r}", charge):
+            document = _point_read(self._state, _watch_id(name), charge, self._timeout)
+        self.metrics.record(OperationKind.READ, reads=1, request_charge=charge.total)
+        return WatchMark() if document is None else WatchMark.from_document(document["WatchMark"])
+
+    def save_watch_mark(self, name: str, mark: WatchMark) -> None:
+        charge = RequestCharge()
+        key = _watch_id(name)
+        document = {"id": key, "OrderID": key, "WatchMark": mark.to_document()}
+        with translate_errors(f"writing watch mark {name!r}", charge):
+            self._state.upsert_item(document, response_hook=charge.hook, timeout=self._timeout)
+        self.metrics.record(OperationKind.REPLACE, writes=1, request_charge=charge.total)
+
     def close(self) -> None:
         self._lease.release()
+
+
+def _watch_id(name: str) -> str:
+    return f"$watch:{name}"
 
 
 class CosmosOrderStore(OrderStore):
