@@ -7,14 +7,18 @@
     resubmit ORDER_ID [--etag ETAG]
     retry-compensation ORDER_ID [--etag ETAG]
     cancel ORDER_ID --reason TEXT [--etag ETAG]
+    dead-letters queues
+    dead-letters list QUEUE [--after SEQUENCE] [--max 50]
+    dead-letters resubmit QUEUE SEQUENCE
+    dead-letters discard QUEUE SEQUENCE
 
 The URL is the app's (``--url``, else CONSOLE_URL, else http://localhost:7071); the function
 key comes from ``--key``, else CONSOLE_FUNCTION_KEY, else the devhost's keys file
 (``--keys-file``, default ``.devhost/keys.json``). It calls the same endpoints as the page,
 prints the JSON answer, and exits 0 when the call succeeded, 3 on a conflict (409: another
-operator or the pipeline acted first, or the order's state does not allow the action), 4 for
-an unknown order, 1 on any other failure. Only the standard library: no Azure SDK, no app
-code.
+operator or the pipeline acted first, the order's state does not allow the action, or the
+dead letter is gone), 4 for an unknown order or queue, 1 on any other failure. Only the
+standard library: no Azure SDK, no app code.
 """
 
 from __future__ import annotations
@@ -57,6 +61,20 @@ def _parser() -> argparse.ArgumentParser:
         action.add_argument("--etag", help="refuse if the order changed since this version")
         if name == "cancel":
             action.add_argument("--reason", required=True)
+    letters = commands.add_parser("dead-letters", help="triage the dead letters of a queue")
+    what = letters.add_subparsers(dest="dead_letters", required=True)
+    what.add_parser("queues", help="the queues whose dead letters are triaged")
+    listing = what.add_parser("list", help="dead letters with reason and description")
+    listing.add_argument("queue")
+    listing.add_argument("--after", type=int, default=0, help="list past this sequence number")
+    listing.add_argument("--max", type=int, default=50)
+    for name, text in (
+        ("resubmit", "send the dead letter back to its queue"),
+        ("discard", "remove the dead letter for good"),
+    ):
+        action = what.add_parser(name, help=text)
+        action.add_argument("queue")
+        action.add_argument("sequence", type=int)
     return parser
 
 
@@ -72,6 +90,15 @@ def _key(args: argparse.Namespace) -> str | None:
 def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]:
     """The method, path and JSON body of the command."""
     quote = urllib.parse.quote
+    if args.command == "dead-letters":
+        path = "/api/console/dead-letters"
+        if args.dead_letters == "queues":
+            return "GET", path, None
+        path += "/" + quote(args.queue, safe="")
+        if args.dead_letters == "list":
+            page = urllib.parse.urlencode({"after": str(args.after), "max": str(args.max)})
+            return "GET", f"{path}?{page}", None
+        return "POST", f"{path}/{args.sequence}/{args.dead_letters}", None
     if args.command == "list":
         query = {"state": args.state, "pageSize": str(args.page_size)}
         if args.continuation:

@@ -10,9 +10,15 @@ the app also sits behind App Service authentication with Entra ID):
 - ``POST api/console/orders/{order_id}/resubmit``       body ``{"etag"?}``  (E8, C4)
 - ``POST api/console/orders/{order_id}/retry-compensation``  body ``{"etag"?}``  (C2)
 - ``POST api/console/orders/{order_id}/cancel``         body ``{"reason", "etag"?}``  (C1)
+- ``GET  api/console/dead-letters``                    the queues whose dead letters are triaged
+- ``GET  api/console/dead-letters/{queue}?after=0&max=50``  dead letters with reason and
+  description, the body's shape but none of its content (``services.dead_letters``)
+- ``POST api/console/dead-letters/{queue}/{sequence}/resubmit``  back to the source queue
+- ``POST api/console/dead-letters/{queue}/{sequence}/discard``   removed for good
 
-Answers: 200 with JSON; 400 bad input; 404 unknown order; 409 when the action lost a race
-or the order is not in a state that allows it (the body says which); 503 when the store is
+Answers: 200 with JSON; 400 bad input; 404 unknown order or queue; 409 when the action lost
+a race, the order is not in a state that allows it, or the dead letter is gone (another
+operator resubmitted or discarded it); 503 when the store is
 unavailable. An action started compensation answers 202 with the instance it started; the
 instance runs the order's own workflow version (C7), as the supervisor starts it. A cancel
 terminates the superseded attempt's instance as well: its writes are already refused by
@@ -32,11 +38,12 @@ import azure.durable_functions as df
 import azure.functions as func
 
 import bootstrap
+from domain.dead_letters import DeadLetter
 from domain.ports import InvalidContinuation, PreconditionFailed, RecordNotFound, StoreUnavailable
 from domain.records import ProcessState
 from domain.transitions import IllegalTransition
 from orchestrators.order_workflow import ORCHESTRATOR, compensation_input, orchestration_version
-from services import operator
+from services import dead_letters, operator
 
 bp = df.Blueprint()
 log = logging.getLogger("app.console")
@@ -79,7 +86,7 @@ async def _answer(action: Callable[[], Awaitable[func.HttpResponse]]) -> func.Ht
     """Run `action`, mapping the service layer's refusals to HTTP statuses."""
     try:
         return await action()
-    except RecordNotFound as error:
+    except (RecordNotFound, dead_letters.UnknownQueue) as error:
         return _error(404, str(error))
     except (PreconditionFailed, IllegalTransition) as error:
         return _error(409, str(error))
@@ -308,3 +315,86 @@ async def _start_compensation(
             "compensation once its CompleteBy passes"
         )
     return _json(view, 202)
+
+
+# --- dead-letter triage ---------------------------------------------------------------------
+
+
+def _dead_letter_view(letter: DeadLetter) -> dict[str, Any]:
+    return {
+        "queue": letter.queue,
+        "sequenceNumber": letter.sequence_number,
+        "messageId": letter.message_id,
+        "reason": letter.reason,
+        "description": letter.description,
+        "enqueuedAt": None if letter.enqueued_at is None else letter.enqueued_at.isoformat(),
+        "deliveryCount": letter.delivery_count,
+        "orderId": letter.order_id,
+        "bodyPreview": letter.body_preview,
+        "applicationProperties": dict(letter.application_properties),
+    }
+
+
+def _whole(text: str | None, name: str, default: int) -> int:
+    try:
+        return default if not text else int(text)
+    except ValueError as error:
+        raise BadRequest(f"{name} must be a whole number") from error
+
+
+@bp.route(route="console/dead-letters", methods=["GET"], auth_level=AUTH)
+def console_dead_letter_queues(req: func.HttpRequest) -> func.HttpResponse:
+    return _json({"queues": list(bootstrap.services().settings.consumed_queues)})
+
+
+@bp.route(route="console/dead-letters/{queue}", methods=["GET"], auth_level=AUTH)
+async def console_list_dead_letters(req: func.HttpRequest) -> func.HttpResponse:
+    async def act() -> func.HttpResponse:
+        queue = req.route_params["queue"]
+        after = _whole(req.params.get("after"), "after", 0)
+        count = _whole(req.params.get("max"), "max", DEFAULT_PAGE_SIZE)
+        if count < 1:
+            raise BadRequest("max must be 1 or more")
+        letters = await dead_letters.list_dead_letters(
+            bootstrap.dead_letter_queues(),
+            queue,
+            consumed=bootstrap.services().settings.consumed_queues,
+            after_sequence=after,
+            max_count=count,
+        )
+        return _json({"queue": queue, "deadLetters": [_dead_letter_view(d) for d in letters]})
+
+    return await _answer(act)
+
+
+@bp.route(
+    route="console/dead-letters/{queue}/{sequence:int}/{action:alpha}",
+    methods=["POST"],
+    auth_level=AUTH,
+)
+async def console_act_on_dead_letter(req: func.HttpRequest) -> func.HttpResponse:
+    async def act() -> func.HttpResponse:
+        queue, action = req.route_params["queue"], req.route_params["action"]
+        sequence = _whole(req.route_params["sequence"], "sequence", 0)
+        chosen = {
+            "resubmit": dead_letters.resubmit_dead_letter,
+            "discard": dead_letters.discard_dead_letter,
+        }.get(action)
+        if chosen is None:
+            raise BadRequest(f"no dead-letter action {action!r}: resubmit or discard")
+        done = await chosen(
+            bootstrap.dead_letter_queues(),
+            queue,
+            sequence,
+            consumed=bootstrap.services().settings.consumed_queues,
+        )
+        if not done:
+            return _error(
+                409,
+                f"dead letter {sequence} of {queue!r} is gone: another operator resubmitted "
+                f"or discarded it",
+            )
+        log.info("operator %s dead letter queue=%s sequence=%d", action, queue, sequence)
+        return _json({"queue": queue, "sequenceNumber": sequence, "action": action, "done": True})
+
+    return await _answer(act)

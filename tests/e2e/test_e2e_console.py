@@ -19,9 +19,11 @@ import aiohttp
 
 from demo.pipeline import REPOSITORY
 from devhost.function_keys import FunctionKeys
+from domain.dead_letters import resubmitted_message_id
 from domain.records import ProcessState
 from simulators.services import FaultKind, FaultPlan, FaultRule
-from tests.e2e.e2e_helpers import E2E, order_body, running_step_pipeline
+from tests.e2e.e2e_helpers import E2E, ORDERS, Delivered, order_body, running_step_pipeline
+from tests.support.waiting import eventually_true
 
 HTTP_TIMEOUT = aiohttp.ClientTimeout(total=20)
 CLI_TIMEOUT_SECONDS = 60.0
@@ -225,3 +227,64 @@ async def test_e8_the_cli_lists_shows_and_resubmits_with_the_devhost_keys_file(
         await e2e.wait_for_record(
             order, lambda r: r.process_state is ProcessState.PROCESSED, "Processed"
         )
+
+
+async def dead_letters_of_orders(e2e: E2E, count: int) -> list[Delivered]:
+    """The dead letters of the orders queue, once there are `count` (peeked, not taken)."""
+    seen: list[Delivered] = []
+
+    async def arrived() -> bool:
+        seen[:] = await e2e.peek(ORDERS, dead_letters=True)
+        return len(seen) >= count
+
+    await eventually_true(arrived, f"{count} dead letter(s) on orders")
+    return seen
+
+
+async def test_dead_letters_are_triaged_once_each_through_http_and_the_cli(
+    tmp_path: Path,
+) -> None:
+    """DLQ triage: invalid submissions are dead-lettered (S3); an operator lists them with
+    reason and description, discards one - a second operator discarding it too gets 409 -
+    and resubmits the other to the orders queue, where it is handled again."""
+    async with running_step_pipeline(tmp_path) as e2e:
+        for message_id in ("bad-1", "bad-2", "bad-3"):
+            await e2e.submit("not json", message_id=message_id)
+        await dead_letters_of_orders(e2e, 3)
+
+        status, queues = await console(e2e, "GET", "/dead-letters")
+        assert status == 200
+        assert "orders" in queues["queues"]
+        assert (await console(e2e, "GET", "/dead-letters/not-a-queue"))[0] == 404
+        assert (await console(e2e, "GET", "/dead-letters/orders", key=None))[0] == 401
+        status, listed = await console(e2e, "GET", "/dead-letters/orders")
+        assert status == 200
+        letters = listed["deadLetters"]
+        assert [d["messageId"] for d in letters] == ["bad-1", "bad-2", "bad-3"]
+        assert all(d["reason"] and d["description"] for d in letters)
+        first, second, third = (d["sequenceNumber"] for d in letters)
+
+        answers = await asyncio.gather(
+            console(e2e, "POST", f"/dead-letters/orders/{first}/discard"),
+            console(e2e, "POST", f"/dead-letters/orders/{first}/discard"),
+        )
+        assert sorted(status for status, _ in answers) == [200, 409]
+
+        status, _ = await console(e2e, "POST", f"/dead-letters/orders/{second}/resubmit")
+        assert status == 200
+        assert (await console(e2e, "POST", f"/dead-letters/orders/{second}/resubmit"))[0] == 409
+        # Still not JSON: handled again, and dead-lettered again as a new dead letter.
+        again = await dead_letters_of_orders(e2e, 2)
+        assert sorted(str(d.message_id) for d in again) == sorted(
+            ["bad-3", resubmitted_message_id("bad-2", second)]
+        )
+
+        common = ("--url", base_url(e2e), "--keys-file", str(tmp_path / "devhost" / "keys.json"))
+        code, out, _ = await run_cli(*common, "dead-letters", "list", "orders")
+        assert code == 0
+        assert third in [d["sequenceNumber"] for d in json.loads(out)["deadLetters"]]
+        code, _, _ = await run_cli(*common, "dead-letters", "discard", "orders", str(third))
+        assert code == 0
+        code, _, err = await run_cli(*common, "dead-letters", "discard", "orders", str(third))
+        assert code == 3
+        assert "gone" in err
