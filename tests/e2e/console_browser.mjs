@@ -1,11 +1,12 @@
 // Drives the operator console's page in headless Chromium (playwright-core), for
 // tests/e2e/test_e2e_console_browser.py: list the orders in Error, open one, resubmit it,
-// and report what the page showed at each point as one JSON line on stdout.
+// discard the dead letter DEAD_MESSAGE_ID of the orders queue, and report what the page showed
+// at each point as one JSON line on stdout.
 //
-//   node console_browser.mjs PAGE_URL ORDER_ID CHROMIUM_PATH USER_DATA_DIR
+//   node console_browser.mjs PAGE_URL ORDER_ID CHROMIUM_PATH USER_DATA_DIR DEAD_MESSAGE_ID
 import { chromium } from "playwright-core";
 
-const [pageUrl, orderId, executablePath, userDataDir] = process.argv.slice(2);
+const [pageUrl, orderId, executablePath, userDataDir, deadMessageId] = process.argv.slice(2);
 const WAIT_MS = 20000;
 
 const context = await chromium.launchPersistentContext(userDataDir, {
@@ -45,7 +46,21 @@ try {
   const message = await page.textContent("#message");
   const after = await page.textContent("#timeline-state");
   const stillListed = await page.locator(`#orders tr[data-order="${orderId}"]`).count();
-  console.log(JSON.stringify({ listed, before, attempts, history, message, after, stillListed, external }));
+
+  page.on("dialog", (dialog) => dialog.accept());
+  await page.selectOption("#dlq", "orders");
+  const letter = page.locator("#letters tbody tr", { hasText: deadMessageId });
+  await letter.waitFor();
+  const deadLetter = (await letter.locator("td").allTextContents()).slice(1, 4);
+  await letter.locator("button.dlq-discard").click();
+  await page.waitForFunction(
+    () => document.getElementById("dlq-message").textContent.includes("done"));
+  const dlqMessage = await page.textContent("#dlq-message");
+  const deadLettersLeft = await page.locator("#letters tbody tr", { hasText: deadMessageId }).count();
+  console.log(JSON.stringify({
+    listed, before, attempts, history, message, after, stillListed,
+    deadLetter, dlqMessage, deadLettersLeft, external,
+  }));
 } finally {
   await context.close();
 }

@@ -2,9 +2,9 @@
 
 Headless Chromium (Debian's ``chromium``, driven by ``playwright-core`` from npm through
 ``console_browser.mjs``) opens ``api/console?code=<function key>`` of a devhost running the
-app, lists the orders in Error, opens one, clicks Resubmit and sees its state change; the
-order then completes. ``make setup`` installs chromium; under CI (CI=true) a missing browser
-fails the test rather than skipping it.
+app, lists the orders in Error, opens one, clicks Resubmit and sees its state change (the
+order then completes), and discards a dead letter of the orders queue. ``make setup``
+installs chromium; under CI (CI=true) a missing browser fails the test rather than skipping.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import pytest
 from demo.pipeline import REPOSITORY
 from domain.records import ProcessState
 from simulators.services import FaultKind, FaultPlan, FaultRule
-from tests.e2e.e2e_helpers import order_body, running_step_pipeline
+from tests.e2e.e2e_helpers import ORDERS, order_body, running_step_pipeline
+from tests.support.waiting import eventually_true
 
 SCRIPT = Path(__file__).with_name("console_browser.mjs")
 BROWSER_TIMEOUT_SECONDS = 120.0
@@ -50,7 +51,9 @@ def chromium_path() -> str:
     return found
 
 
-async def drive(page_url: str, order_id: str, browser: str, profile: Path) -> dict[str, object]:
+async def drive(
+    page_url: str, order_id: str, browser: str, profile: Path, dead_message_id: str
+) -> dict[str, object]:
     process = await asyncio.create_subprocess_exec(
         "node",
         str(SCRIPT),
@@ -58,6 +61,7 @@ async def drive(page_url: str, order_id: str, browser: str, profile: Path) -> di
         order_id,
         browser,
         str(profile),
+        dead_message_id,
         cwd=REPOSITORY,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -83,6 +87,7 @@ async def test_e8_an_operator_resubmits_an_order_from_the_page_and_sees_it_chang
         tmp_path, service_faults={"stock": FaultPlan(rules=(refused,))}
     ) as e2e:
         await e2e.submit(order_body(order), message_id=order)
+        await e2e.submit("not json", message_id="bad-page")
         await e2e.wait_for_record(order, lambda r: r.process_state is ProcessState.ERROR, "Error")
         await e2e.finished_instance(f"{order}:1")
         host = e2e.pipeline.host
@@ -92,7 +97,12 @@ async def test_e8_an_operator_resubmits_an_order_from_the_page_and_sees_it_chang
         profile = tmp_path / "chromium-profile"
         profile.mkdir()
 
-        seen = await drive(page_url, order, browser, profile)
+        async def dead_lettered() -> bool:
+            return bool(await e2e.peek(ORDERS, dead_letters=True))
+
+        await eventually_true(dead_lettered, "the invalid submission dead-lettered")
+
+        seen = await drive(page_url, order, browser, profile, "bad-page")
 
         assert seen["listed"] == [order, "Error"]
         assert seen["before"] == "Error"
@@ -104,6 +114,10 @@ async def test_e8_an_operator_resubmits_an_order_from_the_page_and_sees_it_chang
         assert seen["message"] == f"resubmit of {order} done: now Pending"
         assert seen["after"] in {"Pending", "Processing", "Processed"}
         assert seen["stillListed"] == 0
+        assert seen["deadLetter"] == ["bad-page", "", "InvalidMessage"]
+        assert str(seen["dlqMessage"]).startswith("discard of dead letter ")
+        assert seen["deadLettersLeft"] == 0
+        assert await e2e.peek(ORDERS, dead_letters=True) == []
         assert seen["external"] == []
         record = await e2e.wait_for_record(
             order, lambda r: r.process_state is ProcessState.PROCESSED, "Processed"
