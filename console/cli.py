@@ -1,6 +1,7 @@
 """``python -m console``: the operator console from a terminal, over its HTTP functions.
 
-    python -m console [--url URL] [--key KEY | --keys-file FILE] COMMAND ...
+    python -m console [--url URL] [--key KEY | --keys-file FILE] [--bearer-token TOKEN]
+                      COMMAND ...
 
     list [--state Error] [--page-size 50] [--continuation TOKEN]
     show ORDER_ID
@@ -14,7 +15,10 @@
 
 The URL is the app's (``--url``, else CONSOLE_URL, else http://localhost:7071); the function
 key comes from ``--key``, else CONSOLE_FUNCTION_KEY, else the devhost's keys file
-(``--keys-file``, default ``.devhost/keys.json``). It calls the same endpoints as the page,
+(``--keys-file``, default ``.devhost/keys.json``). On Azure, where App Service authentication
+with Entra ID stands in front of the app, pass an access token for it too (``--bearer-token``
+or CONSOLE_BEARER_TOKEN, e.g. from ``az account get-access-token --resource <app id URI>``).
+It calls the same endpoints as the page,
 prints the JSON answer, and exits 0 when the call succeeded, 3 on a conflict (409: another
 operator or the pipeline acted first, the order's state does not allow the action, or the
 dead letter is gone), 4 for an unknown order or queue, 1 on any other failure. Only the
@@ -45,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--url", default=os.environ.get("CONSOLE_URL", DEFAULT_URL))
     parser.add_argument("--key", default=os.environ.get("CONSOLE_FUNCTION_KEY"))
     parser.add_argument("--keys-file", default=DEFAULT_KEYS_FILE)
+    parser.add_argument("--bearer-token", default=os.environ.get("CONSOLE_BEARER_TOKEN"))
     commands = parser.add_subparsers(dest="command", required=True)
     listing = commands.add_parser("list", help="one page of the orders in a state")
     listing.add_argument("--state", default="Error")
@@ -115,11 +120,15 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]
     return "POST", f"{path}/{args.command}", body
 
 
-def call(url: str, key: str | None, method: str, path: str, body: Any) -> tuple[int, Any]:
+def call(
+    url: str, key: str | None, method: str, path: str, body: Any, bearer: str | None = None
+) -> tuple[int, Any]:
     """One call to the console's HTTP functions: the status and the decoded JSON (or text)."""
     headers = {"Accept": "application/json"}
     if key:
         headers["x-functions-key"] = key
+    if bearer:
+        headers["Authorization"] = f"Bearer {bearer}"
     data = None
     if body is not None:
         data = json.dumps(body).encode()
@@ -142,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     method, path, body = _request(args)
     try:
-        status, answer = call(args.url, _key(args), method, path, body)
+        status, answer = call(args.url, _key(args), method, path, body, args.bearer_token)
     except OSError as error:
         print(f"console: cannot reach {args.url}: {error}", file=sys.stderr)
         return EXIT_FAILED
