@@ -22,7 +22,15 @@ from devhost.function_keys import FunctionKeys
 from domain.dead_letters import resubmitted_message_id
 from domain.records import ProcessState
 from simulators.services import FaultKind, FaultPlan, FaultRule
-from tests.e2e.e2e_helpers import E2E, ORDERS, Delivered, order_body, running_step_pipeline
+from tests.e2e.e2e_helpers import (
+    E2E,
+    ORDERS,
+    Delivered,
+    compensation_began_at,
+    order_body,
+    running_step_pipeline,
+    side_effects_against_compensation,
+)
 from tests.support.waiting import eventually_true
 
 HTTP_TIMEOUT = aiohttp.ClientTimeout(total=20)
@@ -140,6 +148,8 @@ async def test_c1_an_operator_cancels_a_running_order_and_it_compensates(tmp_pat
             order, lambda r: r.process_state is ProcessState.COMPENSATED, "Compensated"
         )
         assert record.last_error == "cancelled by an operator: customer withdrew"
+        began_at = await compensation_began_at(e2e, order)
+        assert side_effects_against_compensation(e2e.pipeline.services, order, began_at) == []
         superseded = await e2e.finished_instance(f"{order}:1")
         assert superseded.runtime_status.value == "Terminated"
         assert (await console(e2e, "POST", f"/orders/{order}/cancel", {"reason": "x"}))[0] == 409
