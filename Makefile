@@ -6,9 +6,9 @@ BIN := $(VENV)/bin
 IAC_VENV := .venv-iac
 CHECKOV := checkov==3.3.30
 
-.PHONY: setup test lint typecheck pytest bench bench-servicebus bench-pipeline demo servicebus clean
+.PHONY: chromium setup test lint typecheck pytest bench bench-servicebus bench-pipeline demo servicebus clean
 
-setup: $(VENV)/.installed node_modules/.installed $(IAC_VENV)/.installed
+setup: $(VENV)/.installed node_modules/.installed $(IAC_VENV)/.installed chromium
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-worker.txt
 	$(PYTHON) -m venv $(VENV)
@@ -24,10 +24,20 @@ $(IAC_VENV)/.installed: Makefile
 	$(IAC_VENV)/bin/pip install --quiet $(CHECKOV)
 	touch $@
 
-# The Cosmos DB API server (`@vercel/cosmosdb-server`) the Cosmos adapter is tested against.
+# The Cosmos DB API server (`@vercel/cosmosdb-server`) the Cosmos adapter is tested against,
+# and playwright-core, which drives chromium in the console's browser test.
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
+
+# Debian's chromium, which the operator console's browser test drives through playwright-core
+# (tests/e2e/test_e2e_console_browser.py); installed with apt-get when missing (as root in CI,
+# else through sudo).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ]; then as_root=; else as_root=sudo; fi; \
+		$$as_root apt-get update -qq && \
+		$$as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 test: lint typecheck pytest
 

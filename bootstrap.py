@@ -32,11 +32,19 @@ from adapters import cosmos_connection, servicebus_publisher
 from adapters.cosmos_connection import CosmosOptions
 from adapters.cosmos_store import open_cosmos_stores
 from adapters.identity_connection import identity_choice
+from adapters.servicebus_dead_letters import ServiceBusDeadLetterQueues
 from adapters.servicebus_publisher import ServiceBusPublisher, client_from_environment
 from adapters.sqlite_store import open_sqlite_stores
 from config import Settings, SettingsError
 from domain.policies import CircuitBreaker
-from domain.ports import MessagePublisher, OperationCost, OrderStore, StateStore, StoreMetrics
+from domain.ports import (
+    DeadLetterQueues,
+    MessagePublisher,
+    OperationCost,
+    OrderStore,
+    StateStore,
+    StoreMetrics,
+)
 from services.admission import BacklogGate
 
 
@@ -66,6 +74,7 @@ class AppServices:
 _lock = threading.Lock()
 _services: AppServices | None = None
 _publishers: dict[asyncio.AbstractEventLoop, ServiceBusPublisher] = {}
+_dead_letter_queues: dict[asyncio.AbstractEventLoop, ServiceBusDeadLetterQueues] = {}
 _http_sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
 _clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)  # noqa: E731
 
@@ -224,6 +233,15 @@ def publisher() -> MessagePublisher:
         return _publishers[loop]
 
 
+def dead_letter_queues() -> DeadLetterQueues:
+    """The dead-letter queues of the running event loop's Service Bus client (S3, E8)."""
+    loop = asyncio.get_running_loop()
+    with _lock:
+        if loop not in _dead_letter_queues:
+            _dead_letter_queues[loop] = ServiceBusDeadLetterQueues(client_from_environment())
+        return _dead_letter_queues[loop]
+
+
 def http_session() -> aiohttp.ClientSession:
     """The HTTP client session of the running event loop (agents call remote services)."""
     loop = asyncio.get_running_loop()
@@ -273,12 +291,15 @@ async def shutdown() -> None:
     loop = asyncio.get_running_loop()
     with _lock:
         publisher_of_loop = _publishers.pop(loop, None)
+        dead_letters_of_loop = _dead_letter_queues.pop(loop, None)
         session = _http_sessions.pop(loop, None)
         built, _services = _services, None
     if session is not None:
         await session.close()
     if publisher_of_loop is not None:
         await publisher_of_loop.close()
+    if dead_letters_of_loop is not None:
+        await dead_letters_of_loop.close()
     if built is not None:
         built.states.close()
         built.orders.close()

@@ -296,6 +296,13 @@ class Settings:
         "NCRONTAB cadence of the supervisor's catch-up over deadlines older than its window "
         "(U2, U7)",
     )
+    deadletter_watch_schedule: str = _setting(
+        "DEADLETTER_WATCH_SCHEDULE",
+        "30 * * * * *",
+        _ncrontab,
+        "NCRONTAB cadence of the dead-letter watcher, which alerts once per new dead letter of "
+        "every queue the app consumes (S3, E8)",
+    )
     step_timeout_seconds: float = _setting(
         "STEP_TIMEOUT_SECONDS", 30.0, _seconds, "CompleteBy budget of one step (E2)"
     )
@@ -489,6 +496,21 @@ class Settings:
             name = declaration("fulfilment_service_url").name
             raise SettingsError(f"the app setting {name} is not set")
         return self.fulfilment_service_url
+
+    @property
+    def consumed_queues(self) -> tuple[str, ...]:
+        """The queues the app's Service Bus triggers consume, whose dead letters an operator
+        triages and the dead-letter watcher reports: submissions (S1), agent requests of
+        both workflow versions (E1) and agent responses (E3)."""
+        queues = (
+            self.orders_queue,
+            self.agent_requests_queue,
+            self.agent_responses_queue,
+            self.stock_requests_queue,
+            self.payment_requests_queue,
+            self.shipping_requests_queue,
+        )
+        return tuple(dict.fromkeys(queues))
 
     def agent_queue(self, agent: str) -> str:
         """The request queue of a step's agent (E1): <AGENT>_REQUESTS_QUEUE."""

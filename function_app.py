@@ -9,6 +9,7 @@
 - order_agents.worker      E1, E7, E9  the fulfilment agent (queue worker and activity)
 - order_agents.step_agents  E1, E7, E9, C1  one agent per step's remote service
 - supervisor.sweep         U1-U7  timer: bounded sweeps for expired attempts
+- console.functions        E8, C2, C4  the operator console: admin HTTP functions and page
 """
 
 import azure.durable_functions as df
@@ -16,6 +17,7 @@ import azure.functions as func
 
 import bootstrap
 from activities import agent_bridge, order_steps, starter, step_activities, submission
+from console import functions as console
 from orchestrators import order_workflow
 from order_agents import step_agents, worker
 from supervisor import sweep
@@ -36,5 +38,6 @@ for blueprint in (
     worker.bp,
     step_agents.bp,
     sweep.bp,
+    console.bp,
 ):
     app.register_functions(blueprint)

@@ -15,12 +15,17 @@ Writes, one conditional request each on the state record:
 Finished records (Processed, Error, Compensated, CompensationFailed) get a per-item `ttl`
 of FINISHED_RETENTION_SECONDS; every other write leaves `ttl` out, so a live record never
 expires.
+The dead-letter watcher's marks live in the state container too, one document per mark
+with the id and partition key `$watch:{name}` - never an OrderID, which cannot hold `$` -
+and no ProcessState, so no query of state records reads them; they carry no `ttl`.
 
 Queries:
 - `query_claimable` (D1): one cross-partition query with a plain filter (no ORDER BY,
   TOP, OFFSET, GROUP BY or DISTINCT), which the gateway serves with continuation tokens
   across partitions. The starter reads at most STARTER_MAX_CLAIMS records per run, and
   claimable records are the work itself, so this scan costs in proportion to the work.
+- `query_by_state` (E8, C2): the same kind of query over one ProcessState, for the
+  operator console's list, one page per operator request.
 - `query_expired` (U1-U3): the deadline index (`adapters.deadline_index`) - a few
   single-partition queries over the buckets of the window, then one point read per entry
   to re-check the state record, whose cost grows with the expired records, not the store.
@@ -75,6 +80,7 @@ from adapters.cosmos_connection import (
 from adapters.cosmos_containers import cosmos_layout, ensure_containers
 from adapters.deadline_index import DeadlineIndex, EntryRef
 from domain.contracts import Order
+from domain.dead_letters import WatchMark
 from domain.ports import (
     Created,
     InvalidContinuation,
@@ -105,6 +111,9 @@ _CLAIMABLE_QUERY = (
     "SELECT * FROM c WHERE c.ProcessState = @pending AND IS_NULL(c.LockedBy) "
     "AND (IS_NULL(c.CompleteBy) OR c.CompleteBy <= @now)"
 )
+
+# An operator's list of one state (E8, C2): a plain filter, so it pages across partitions.
+_BY_STATE_QUERY = "SELECT * FROM c WHERE c.ProcessState = @state"
 
 # One aggregate over the state container's index each: its cost grows with the records it
 # counts, which the bound it serves keeps bounded - the running cap, the backlog bound (C5).
@@ -410,19 +419,52 @@ class CosmosStateStore(StateStore):
     def query_claimable(
         self, *, now: datetime, page_size: int, continuation: str | None = None
     ) -> Page[StateRecord]:
+        return self._filtered_page(
+            _CLAIMABLE_QUERY,
+            [
+                {"name": "@pending", "value": ProcessState.PENDING.value},
+                {"name": "@now", "value": format_utc(now)},
+            ],
+            query="claimable",
+            doing="querying claimable state records",
+            page_size=page_size,
+            continuation=continuation,
+        )
+
+    def query_by_state(
+        self, *, state: ProcessState, page_size: int, continuation: str | None = None
+    ) -> Page[StateRecord]:
+        return self._filtered_page(
+            _BY_STATE_QUERY,
+            [{"name": "@state", "value": state.value}],
+            query=f"by-state:{state.value}",
+            doing=f"listing {state.value} state records",
+            page_size=page_size,
+            continuation=continuation,
+        )
+
+    def _filtered_page(
+        self,
+        sql: str,
+        parameters: list[dict[str, Any]],
+        *,
+        query: str,
+        doing: str,
+        page_size: int,
+        continuation: str | None,
+    ) -> Page[StateRecord]:
+        """One page of a cross-partition query with a plain filter, filled from as many SDK
+        pages as that takes; our token wraps the SDK's and names `query`."""
         limit = self.page_limit(page_size)
-        token = None if continuation is None else _decode_token(continuation, "claimable")["c"]
+        token = None if continuation is None else _decode_token(continuation, query)["c"]
         charge = RequestCharge()
         documents: list[dict[str, Any]] = []
-        with translate_errors("querying claimable state records", charge):
+        with translate_errors(doing, charge):
             for _ in range(MAX_FETCHES_PER_PAGE):
                 page, next_token = first_page(
                     self._state.query_items(
-                        _CLAIMABLE_QUERY,
-                        parameters=[
-                            {"name": "@pending", "value": ProcessState.PENDING.value},
-                            {"name": "@now", "value": format_utc(now)},
-                        ],
+                        sql,
+                        parameters=parameters,
                         enable_cross_partition_query=True,
                         max_item_count=limit - len(documents),
                         response_hook=charge.hook,
@@ -439,7 +481,7 @@ class CosmosStateStore(StateStore):
         )
         return Page(
             tuple(_record(document) for document in documents),
-            None if token is None else _encode_token("claimable", {"c": token}),
+            None if token is None else _encode_token(query, {"c": token}),
             charge.total,
         )
 
@@ -537,8 +579,27 @@ class CosmosStateStore(StateStore):
             self._index.remove(EntryRef(str(entry["bucket"]), str(entry["id"])), charge)
         return None
 
+    def load_watch_mark(self, name: str) -> WatchMark:
+        charge = RequestCharge()
+        with translate_errors(f"reading watch mark {name!r}", charge):
+            document = _point_read(self._state, _watch_id(name), charge, self._timeout)
+        self.metrics.record(OperationKind.READ, reads=1, request_charge=charge.total)
+        return WatchMark() if document is None else WatchMark.from_document(document["WatchMark"])
+
+    def save_watch_mark(self, name: str, mark: WatchMark) -> None:
+        charge = RequestCharge()
+        key = _watch_id(name)
+        document = {"id": key, "OrderID": key, "WatchMark": mark.to_document()}
+        with translate_errors(f"writing watch mark {name!r}", charge):
+            self._state.upsert_item(document, response_hook=charge.hook, timeout=self._timeout)
+        self.metrics.record(OperationKind.REPLACE, writes=1, request_charge=charge.total)
+
     def close(self) -> None:
         self._lease.release()
+
+
+def _watch_id(name: str) -> str:
+    return f"$watch:{name}"
 
 
 class CosmosOrderStore(OrderStore):

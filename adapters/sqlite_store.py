@@ -2,7 +2,8 @@
 
 The default store of the app (`STATE_STORE=sqlite`). Like the two Cosmos DB containers it
 stands in for, the state store and the orders database are separate files that share no
-transaction (S2, C6).
+transaction (S2, C6). The state store's file also keeps the dead-letter watcher's marks, in
+a table of their own.
 
 Each record is kept as its JSON document (the contract field names) with an etag; the
 fields that queries filter on are generated columns over the document, so a fenced update
@@ -24,6 +25,7 @@ from typing import Any
 
 from adapters.sqlite_connection import SqliteDatabase
 from domain.contracts import Order, decode_json, encode_json
+from domain.dead_letters import WatchMark
 from domain.ports import (
     Created,
     InvalidContinuation,
@@ -52,6 +54,10 @@ CREATE TABLE IF NOT EXISTS state (
 );
 CREATE INDEX IF NOT EXISTS state_by_queue_position ON state (ProcessState, UpdatedAt, id);
 CREATE INDEX IF NOT EXISTS state_by_deadline ON state (ProcessState, CompleteBy, id);
+CREATE TABLE IF NOT EXISTS watch_marks (
+    name TEXT PRIMARY KEY,
+    doc TEXT NOT NULL
+);
 """
 
 _ORDERS_SCHEMA = """
@@ -244,6 +250,20 @@ class SqliteStateStore(StateStore):
         )
         return self._page(rows, limit, "expired")
 
+    def query_by_state(
+        self, *, state: ProcessState, page_size: int, continuation: str | None = None
+    ) -> Page[StateRecord]:
+        limit = self.page_limit(page_size)
+        query = f"by-state:{state.value}"
+        after = ["", ""] if continuation is None else _decode_token(continuation, query, 2)
+        rows = self._db.execute(
+            "SELECT doc, etag, UpdatedAt, id FROM state "
+            "WHERE ProcessState = ? AND (UpdatedAt, id) > (?, ?) "
+            "ORDER BY UpdatedAt, id LIMIT ?",
+            (state.value, *after, limit + 1),
+        )
+        return self._page(rows, limit, query)
+
     def count_running(self, *, at_most: int) -> int:
         return self._count_in(_RUNNING_STATES, at_most)
 
@@ -260,6 +280,19 @@ class SqliteStateStore(StateStore):
         )[0]
         self.metrics.record(OperationKind.QUERY, reads=1)
         return int(count)
+
+    def load_watch_mark(self, name: str) -> WatchMark:
+        self.metrics.record(OperationKind.READ, reads=1)
+        rows = self._db.execute("SELECT doc FROM watch_marks WHERE name = ?", (name,))
+        return WatchMark.from_document(decode_json(rows[0][0])) if rows else WatchMark()
+
+    def save_watch_mark(self, name: str, mark: WatchMark) -> None:
+        self._db.write(
+            "INSERT INTO watch_marks (name, doc) VALUES (?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET doc = excluded.doc",
+            (name, encode_json(mark.to_document())),
+        )
+        self.metrics.record(OperationKind.REPLACE, writes=1)
 
     def _page(self, rows: list[Any], limit: int, query: str) -> Page[StateRecord]:
         served = rows[:limit]

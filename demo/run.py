@@ -93,6 +93,14 @@ async def run_demo(options: DemoOptions) -> DemoReport:
 async def _run(
     pipeline: Pipeline, workload: Workload, mix: FaultMix, options: DemoOptions
 ) -> DemoReport:
+    host = pipeline.host
+    if host.http is not None and host.keys is not None:
+        print(
+            "operator console, while the demo runs: "
+            f"http://127.0.0.1:{host.http.port}/api/console?code={host.keys.function}",
+            file=sys.stderr,
+            flush=True,
+        )
     outcome, duration = await _submit_and_settle(pipeline, workload, options)
     return await _report(pipeline, workload, outcome, duration, mix, options)
 

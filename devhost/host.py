@@ -34,6 +34,7 @@ from devhost import telemetry
 from devhost.clock import Clock, RealClock, VirtualClock
 from devhost.durable import DurableEngine
 from devhost.durable.management_http import ManagementApi
+from devhost.function_keys import KEYS_FILE, FunctionKeys
 from devhost.host_config import HostConfig
 from devhost.indexing import IndexedFunction, index_app, load_app
 from devhost.invocation import (
@@ -77,6 +78,8 @@ class DevHost:
         self.engine: DurableEngine | None = None
         self.management: ManagementApi | None = None
         self.http: HttpTriggerServer | None = None
+        self.keys: FunctionKeys | None = None
+        """The function and master keys HTTP triggers check, also in <data>/keys.json."""
         self._invoker: FunctionInvoker | None = None
         self._http_invoker: FunctionInvoker | None = None
         self._workers: LanguageWorkers | None = None
@@ -132,8 +135,12 @@ class DevHost:
         )
         self._monitor = ScheduleMonitor(self.options.data_dir / "schedules.sqlite")
         await self.engine.start()
+        self.keys = FunctionKeys.load(self.options.data_dir, self.settings.values)
         self.http = HttpTriggerServer(
-            self._of_type("httpTrigger"), self._http_invoker, route_prefix=config.route_prefix
+            self._of_type("httpTrigger"),
+            self._http_invoker,
+            keys=self.keys,
+            route_prefix=config.route_prefix,
         )
         await self.http.start(port=self.options.http_port)
         for function in self._of_type("timerTrigger"):
@@ -146,10 +153,11 @@ class DevHost:
             self._listener_tasks.append(self._spawn(listener.run(), function.name))
         await self._until_listening()
         log.info(
-            "devhost started app=%s functions=%d http_port=%d",
+            "devhost started app=%s functions=%d http_port=%d function_keys=%s",
             self.options.app,
             len(self.functions),
             self.http.port,
+            self.options.data_dir / KEYS_FILE,
         )
 
     @property

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from devhost import event_loop
+from devhost.function_keys import KEYS_FILE
 from devhost.host import DevHost, HostOptions
 from devhost.indexing import IndexingError
 from devhost.settings import AppSettings, SettingsError
@@ -123,7 +124,8 @@ async def _serve(args: argparse.Namespace) -> int:
         await host.start()
         assert host.http is not None
         print(
-            f"devhost ready: {len(host.functions)} functions, http port {host.http.port}",
+            f"devhost ready: {len(host.functions)} functions, http port {host.http.port}, "
+            f"function keys in {options.data_dir / KEYS_FILE}",
             flush=True,
         )
         await stop.wait()

@@ -236,6 +236,10 @@ class AlertKind(StrEnum):
     INVALID_MESSAGE = "invalid-message"
     ORDER_OVERDUE = "order-overdue"
     """U2: the supervisor's catch-up found a deadline older than the sweep window."""
+    DEAD_LETTER = "dead-letter"
+    """S3, E8: a message of a queue the app consumes reached its dead-letter queue; the
+    alert adds queue, sequenceNumber, messageId, deadLetterReason, description and
+    deliveryCount (services.dead_letters)."""
 
 
 @dataclass(frozen=True)

@@ -13,17 +13,26 @@ offers so that its adapter (`adapters.cosmos_store`) fits without changing any c
   returns None: an expired attempt never changes a newer attempt's record (D4, E5).
 - Queries for claimable and expired records return one `Page` per call, with an opaque
   continuation token and a size capped by the store; records carry their etag, so a claim
-  or recovery needs no extra read (D1, U1, U2).
+  or recovery needs no extra read (D1, U1, U2). `query_by_state` pages through one state
+  for an operator (E8, C2).
 
 `StoreMetrics` counts calls, reads, writes, items read, refused fenced writes and request
 charge per operation kind: the demo's cost per order and the supervisor's own accounting.
 
 `MessagePublisher` is the port for outgoing messages (status replies, operator alerts,
 agent traffic; R2, E4): function code sends through it and never sees the Service Bus SDK.
+
+`DeadLetterQueues` is the port for triaging the dead-letter sub-queues of the app's queues
+(S3, E8): peek them, resubmit one dead letter to its source queue or discard it, each action
+conditional on the dead letter still being there, so of two operators acting on the same
+one exactly one succeeds. The state store keeps the dead-letter watcher's `WatchMark` per
+queue (`load_watch_mark`, `save_watch_mark`), so a restarted watcher neither re-alerts nor
+misses a dead letter.
 """
 
 from __future__ import annotations
 
+import builtins
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields
@@ -32,8 +41,9 @@ from enum import StrEnum
 from typing import Generic, TypeVar
 
 from domain.contracts import Order
+from domain.dead_letters import DeadLetter, WatchMark
 from domain.outgoing_messages import OutgoingMessage
-from domain.records import StateRecord
+from domain.records import ProcessState, StateRecord
 from domain.transitions import FencedChange
 
 T = TypeVar("T")
@@ -199,6 +209,16 @@ class StateStore(ABC):
         oldest deadline first (U1, U2, C2)."""
 
     @abstractmethod
+    def query_by_state(
+        self, *, state: ProcessState, page_size: int, continuation: str | None = None
+    ) -> Page[StateRecord]:
+        """Records in `state`, a page at a time, for an operator's list (E8, C2).
+
+        One single-state query with continuation tokens: an operator pages through it; a
+        token is valid only for the state it was issued for.
+        """
+
+    @abstractmethod
     def count_running(self, *, at_most: int) -> int:
         """How many records are Processing or Compensating, counted up to `at_most` (C5).
 
@@ -224,6 +244,15 @@ class StateStore(ABC):
 
         A store whose service expires documents itself (Cosmos DB's TTL) removes none here.
         """
+
+    @abstractmethod
+    def load_watch_mark(self, name: str) -> WatchMark:
+        """The dead-letter watcher's mark called `name` (one per queue), or the empty mark
+        when none was saved."""
+
+    @abstractmethod
+    def save_watch_mark(self, name: str, mark: WatchMark) -> None:
+        """Remember `mark` as `name`, replacing what was there; it never expires."""
 
     @abstractmethod
     def close(self) -> None:
@@ -260,3 +289,48 @@ class MessagePublisher(ABC):
     @abstractmethod
     async def send(self, message: OutgoingMessage) -> None:
         """Send one message; raise when the queue did not (or may not have) accepted it."""
+
+
+class DeadLetterBusy(Exception):
+    """The dead letter is still there, but another receiver holds its lock (an operator or
+    a console acting on it right now): try again once that lock is released or expires."""
+
+
+class DeadLetterQueues(ABC):
+    """The dead-letter sub-queues of the app's queues (S3, E8, DLQ triage).
+
+    `queue` is always the source queue's name; its dead letters are `DeadLetter`s with the
+    reason and description they were dead-lettered with. Listing peeks and never consumes or
+    locks anything. `resubmit` and `discard` act on one dead letter, named by its sequence
+    number, under a lock: they return False when it is no longer there (another operator
+    resubmitted or discarded it first), so two operators racing on the same dead letter get
+    exactly one True between them. `DeadLetterBusy` is raised when it is still there but
+    locked by someone else for longer than the call waits.
+    """
+
+    @abstractmethod
+    async def list(
+        self, queue: str, *, after_sequence: int = 0, max_count: int = 50
+    ) -> builtins.list[DeadLetter]:
+        """Up to `max_count` dead letters of `queue` numbered above `after_sequence`,
+        ascending by sequence number; a peek, so nothing is consumed."""
+
+    @abstractmethod
+    async def resubmit(self, queue: str, sequence_number: int) -> bool:
+        """Send a copy of the dead letter back to `queue`, then remove it; False when it is
+        no longer there. The copy's message id is derived from the original's
+        (`domain.dead_letters.resubmitted_message_id`)."""
+
+    @abstractmethod
+    async def discard(self, queue: str, sequence_number: int) -> bool:
+        """Remove the dead letter for good; False when it is no longer there."""
+
+    @abstractmethod
+    async def oldest_sequence_number(self, queue: str) -> int | None:
+        """The smallest sequence number of a message still in `queue` itself (active,
+        locked, deferred or scheduled), or None when it holds none: no dead letter with a
+        smaller number can appear later (the watcher's floor, `domain.dead_letters`)."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Release connections."""

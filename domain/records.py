@@ -232,6 +232,8 @@ class StateRecord:
     trace_parent: str | None = None
     """W3C ``traceparent`` of the submission that created the record: the starter, the
     supervisor and every attempt of the order join that trace (C9)."""
+    resubmits: int = 0
+    """How often an operator resubmitted the order from Error (E8); bounded (C4)."""
     schema_version: int = RECORD_SCHEMA_VERSION
     etag: str | None = field(default=None, compare=False)
 
@@ -275,6 +277,7 @@ class StateRecord:
             "CompensationFailures": self.compensation_failures,
             "CompensationStartedAt": _utc_or_none(self.compensation_started_at),
             "TraceParent": self.trace_parent,
+            "Resubmits": self.resubmits,
             "CreatedAt": format_utc(self.created_at),
             "UpdatedAt": format_utc(self.updated_at),
         }
@@ -311,6 +314,7 @@ class StateRecord:
                 compensation_failures=int(document.get("CompensationFailures", 0)),
                 compensation_started_at=_parsed_or_none(document.get("CompensationStartedAt")),
                 trace_parent=document.get("TraceParent"),
+                resubmits=int(document.get("Resubmits", 0)),
                 schema_version=int(version),
                 etag=etag,
             )

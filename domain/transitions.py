@@ -1,11 +1,12 @@
-"""The order state machine (S4, D1-D4, E5, E6, E8, U4, U5, C1, C2).
+"""The order state machine (S4, D1-D4, E5, E6, E8, U4, U5, C1, C2, C4).
 
 Two kinds of transition, matching the two kinds of conditional write the stores offer:
 
-- Whole-record transitions (`claim`, `retry_later`, `give_up`, `stall_compensation`,
-  `resubmit`) take a record that was read with its etag and return the next record; the
-  caller replaces it conditionally on that etag, so two starters or two supervisors that
-  read the same version cannot both win (D3, U6).
+- Whole-record transitions (`claim`, `retry_later`, `give_up`, `stall_compensation`, and
+  the operator's `resubmit`, `retry_compensation`, `cancel`) take a record that was read
+  with its etag and return the next record; the caller replaces it conditionally on that
+  etag, so two starters, supervisors or operators that read the same version cannot both
+  win (D3, U6, E8).
 - Fenced changes (`set_step_deadline`, `mark_processed`, `mark_error`, `begin_compensation`,
   `mark_compensated`, `mark_compensation_failed`) are written blind, without a read: a
   `FencedChange` is a small patch plus a guard (`LockedBy` equals the attempt's instance id
@@ -23,6 +24,9 @@ Illegal transitions raise `IllegalTransition`; a fenced change whose guard fails
        |                  |  '--begin_compensation--> Compensating --> Compensated
        '--retry_later-----|                                   |  '--> CompensationFailed
                           '--give_up--> Error (empty log) | Compensating (C1 log not empty)
+
+    Operator (E8, C2): Pending | Processing --cancel--> Compensating;
+                       CompensationFailed --retry_compensation--> Compensating
 """
 
 from __future__ import annotations
@@ -244,10 +248,22 @@ def stall_compensation(record: StateRecord, *, now: datetime, reason: str) -> St
     )
 
 
-def resubmit(record: StateRecord, *, now: datetime) -> StateRecord:
-    """An operator resubmits an order in Error after investigating it (E8)."""
+def resubmit(record: StateRecord, *, now: datetime, max_resubmits: int) -> StateRecord:
+    """An operator resubmits an order in Error after investigating it (E8).
+
+    The order gets a fresh run under the retry budget (FailureCount 0, so the supervisor's
+    MAX_FAILURES attempts again), and at most `max_resubmits` such runs (C4): the budget of
+    the order's whole life stays bounded however often operators press the button.
+    """
     if record.process_state is not ProcessState.ERROR:
         raise IllegalTransition(record, "resubmit", "only an order in Error is resubmitted")
+    if record.resubmits >= max_resubmits:
+        raise IllegalTransition(
+            record,
+            "resubmit",
+            f"its retry budget is spent: resubmitted {record.resubmits} times, the most an "
+            f"order may be (C4)",
+        )
     return replace(
         record,
         process_state=ProcessState.PENDING,
@@ -255,7 +271,78 @@ def resubmit(record: StateRecord, *, now: datetime) -> StateRecord:
         complete_by=None,
         failure_count=0,
         current_step=None,
+        resubmits=record.resubmits + 1,
         updated_at=now,
+    )
+
+
+def _compensating(
+    record: StateRecord, *, now: datetime, compensation_deadline: datetime, reason: str
+) -> StateRecord:
+    """The record compensating under a new attempt's instance id, which fences every older
+    attempt out (D4); a step that was running is in doubt and is undone by its request's
+    idempotency key (C1)."""
+    attempt = record.attempt + 1
+    return replace(
+        record,
+        process_state=ProcessState.COMPENSATING,
+        locked_by=str(InstanceId(record.order_id, attempt)),
+        complete_by=compensation_deadline,
+        attempt=attempt,
+        current_step=None,
+        last_error=reason,
+        compensation_started_at=record.compensation_started_at or now,
+        steps=tuple(
+            replace(step, state=StepState.FAILED, complete_by=None)
+            if step.state is StepState.RUNNING
+            else step
+            for step in record.steps
+        ),
+        updated_at=now,
+    )
+
+
+def retry_compensation(
+    record: StateRecord, *, now: datetime, compensation_deadline: datetime
+) -> StateRecord:
+    """An operator retries a compensation that failed (C2): Compensating again under a new
+    attempt, which resumes at the step that failed; the stall count starts over."""
+    if record.process_state is not ProcessState.COMPENSATION_FAILED:
+        raise IllegalTransition(
+            record, "retry compensation", "only an order in CompensationFailed is retried"
+        )
+    return replace(
+        _compensating(
+            record,
+            now=now,
+            compensation_deadline=compensation_deadline,
+            reason=record.last_error or "compensation retried by an operator",
+        ),
+        compensation_failures=0,
+    )
+
+
+CANCELLABLE_STATES = frozenset({ProcessState.PENDING, ProcessState.PROCESSING})
+"""States an operator may cancel an order in: it has not finished and is not compensating."""
+
+
+def cancel(
+    record: StateRecord, *, now: datetime, reason: str, compensation_deadline: datetime
+) -> StateRecord:
+    """An operator cancels an unfinished order: it compensates what completed (C1, C2).
+
+    The running attempt loses its fence at once (its writes are refused, D4, E5) and the
+    remote services refuse its calls by the newer attempt's fencing token (E7). Only the
+    step workflow compensates; a one-step order has nothing to undo and no undo to run.
+    """
+    if record.process_state not in CANCELLABLE_STATES:
+        raise IllegalTransition(record, "cancel", "only a Pending or Processing order is cancelled")
+    if record.workflow_version != WORKFLOW_STEPS:
+        raise IllegalTransition(
+            record, "cancel", "the one-step workflow (WorkflowVersion 1) has no compensation"
+        )
+    return _compensating(
+        record, now=now, compensation_deadline=compensation_deadline, reason=reason
     )
 
 

@@ -18,16 +18,17 @@ start, so it logs nothing while ``context.is_replaying`` (C9).
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import Any
 
 import azure.durable_functions as df
 
-from domain.records import WORKFLOW_ONE_STEP, WORKFLOW_STEPS, StateRecord
+from domain.records import WORKFLOW_ONE_STEP, WORKFLOW_STEPS, InstanceId, StateRecord
+from domain.transitions import Undo
 from observability import logs
 from orchestrators.one_step_workflow import one_step_workflow
 from orchestrators.payloads import AttemptInput
-from orchestrators.step_payloads import StepsAttempt
+from orchestrators.step_payloads import StepRef, StepsAttempt
 from orchestrators.step_workflow import step_workflow
 
 bp = df.Blueprint()
@@ -67,6 +68,20 @@ def attempt_input(record: StateRecord, agent_transport: str) -> dict[str, Any]:
             resume_at=record.resume_at or 0,
         ).to_dict()
     return AttemptInput(record.order_id, instance.attempt, agent_transport).to_dict()
+
+
+def compensation_input(
+    record: StateRecord, instance: InstanceId, undo: Sequence[Undo], agent_transport: str
+) -> dict[str, Any]:
+    """The input of an instance that undoes `undo` for `record` (C1, C2): what the supervisor
+    and an operator start, with `orchestration_version(record.workflow_version)` (C7)."""
+    return StepsAttempt(
+        order_id=record.order_id,
+        attempt=instance.attempt,
+        steps=tuple(step.name for step in record.steps),
+        agent_transport=agent_transport,
+        undo=tuple(StepRef(u.index, u.name, u.reference) for u in undo),
+    ).to_dict()
 
 
 @bp.orchestration_trigger(context_name="context")

@@ -1,18 +1,53 @@
-"""What an orchestration and an operator read or ask of the stores (D6, E8).
+"""What an orchestration and an operator read or ask of the stores (D6, E8, C2, C4, U4).
 
-`load_order` is the orchestration's one read of the orders database (D6). `resubmit_order`
-is the operator's way back after investigating an order in Error (E8): a conditional
-replace, so it cannot race the supervisor or another operator.
+`load_order` is the orchestration's one read of the orders database (D6). The rest is the
+operator console's service layer, which its three faces (the admin HTTP functions, the CLI
+that calls them, the page they serve) share:
+
+- `list_orders`: one page of the orders in one ProcessState, with the store's continuation
+  token for the next (E8, C2: Error and CompensationFailed are the states that need a
+  person).
+- `order_timeline`: one order's state record, steps, compensation log, what is left to undo
+  and the instance id of every attempt; the face adds each attempt's orchestration status
+  and history through the durable client.
+- Actions, each ONE conditional replace on the etag the record was read with, so of two
+  operators (or an operator and the supervisor or starter) only one wins; the loser gets
+  `PreconditionFailed`, or `IllegalTransition` once the record moved on (U4, U6):
+  - `resubmit_order`: an order in Error back to Pending for the starter, at most
+    `max_resubmits` times in its life (E8, C4);
+  - `retry_compensation`: a CompensationFailed order compensating again under a new attempt
+    that resumes at the step that failed (C2);
+  - `cancel_order`: a Pending or Processing order compensating under a new attempt; the
+    running attempt is fenced out by the same write (D4, E5, E7).
+  The last two return a `CompensationRequest`: the face starts that instance of the order's
+  own workflow version (C7), as the supervisor does, and may terminate the superseded one.
+  If the start fails, the record stays Compensating with its deadline, and the supervisor
+  resumes it (U4, C2).
+An operator may pass the etag of the version they looked at: the action is then refused
+when the order changed since, even if the change left it in a state the action accepts.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
+from domain import transitions
 from domain.contracts import Order
-from domain.ports import OrderStore, RecordNotFound, StateStore
-from domain.records import InstanceId, StateRecord
-from domain.transitions import resubmit
+from domain.policies import Timeouts, compensation_deadline
+from domain.ports import OrderStore, Page, PreconditionFailed, RecordNotFound, StateStore
+from domain.records import WORKFLOW_STEPS, InstanceId, ProcessState, StateRecord
+
+MAX_LISTED_ATTEMPTS = 20
+"""A timeline names at most this many attempts, the newest."""
+
+STATUS_MESSAGES_NOTE = (
+    "status messages are not recorded by the app: they go to the order's reply queue "
+    "(ReplyTo) and leave no copy; the orchestration history shows the activities that sent "
+    "them (complete_order, fail_order, finish_steps, fail_step, finish_undo, undo_failed)"
+)
 
 
 def load_order(orders: OrderStore, instance: InstanceId) -> Order:
@@ -26,13 +61,169 @@ def load_order(orders: OrderStore, instance: InstanceId) -> Order:
     return order
 
 
-def resubmit_order(states: StateStore, order_id: str, now: datetime) -> StateRecord:
-    """Put an order in Error back to Pending for the starter (E8).
+def list_orders(
+    states: StateStore, state: ProcessState, *, page_size: int, continuation: str | None = None
+) -> Page[StateRecord]:
+    """One page of the orders in `state`; `continuation` comes from the previous page."""
+    return states.query_by_state(state=state, page_size=page_size, continuation=continuation)
+
+
+@dataclass(frozen=True)
+class OrderTimeline:
+    """What the state store knows of one order, for an operator (E8, C1, C2)."""
+
+    record: StateRecord
+    attempts: tuple[InstanceId, ...]
+    """The instance id of each attempt, oldest first (at most MAX_LISTED_ATTEMPTS, the
+    newest); each attempt, compensation runs included, is one orchestration instance (D2)."""
+    left_to_undo: tuple[transitions.Undo, ...]
+    """What a compensation would undo now, in order (C1)."""
+
+
+def order_timeline(states: StateStore, order_id: str) -> OrderTimeline:
+    record = _read(states, order_id)
+    first = max(1, record.attempt - MAX_LISTED_ATTEMPTS + 1)
+    attempts = tuple(InstanceId(order_id, n) for n in range(first, record.attempt + 1))
+    undo = (
+        transitions.compensation_plan(record) if record.workflow_version == WORKFLOW_STEPS else ()
+    )
+    return OrderTimeline(record, attempts, undo)
+
+
+def resubmit_order(
+    states: StateStore,
+    order_id: str,
+    now: datetime,
+    *,
+    max_resubmits: int,
+    expected_etag: str | None = None,
+) -> StateRecord:
+    """Put an order in Error back to Pending for the starter (E8), within its budget (C4).
 
     Raises `RecordNotFound` for an unknown order, `IllegalTransition` when it is not in
-    Error, and `PreconditionFailed` when it changed while being resubmitted.
+    Error or was resubmitted `max_resubmits` times, and `PreconditionFailed` when it changed
+    while being resubmitted (or since `expected_etag`).
     """
+    record = _read(states, order_id, expected_etag)
+    return states.replace(transitions.resubmit(record, now=now, max_resubmits=max_resubmits))
+
+
+@dataclass(frozen=True)
+class CompensationRequest:
+    """An operator action won: start `instance` of the order's workflow to undo `undo`.
+
+    `superseded` is the attempt that held the order before (for a cancel, the one running),
+    which the new attempt fenced out; terminating it only tidies the durable view.
+    """
+
+    record: StateRecord
+    instance: InstanceId
+    undo: tuple[transitions.Undo, ...]
+    superseded: str | None
+
+
+def retry_compensation(
+    states: StateStore,
+    order_id: str,
+    now: datetime,
+    *,
+    timeouts: Timeouts,
+    expected_etag: str | None = None,
+) -> CompensationRequest:
+    """Compensate a CompensationFailed order again, from the step that failed (C2)."""
+    record = _read(states, order_id, expected_etag)
+    planned = transitions.retry_compensation(
+        record, now=now, compensation_deadline=compensation_deadline(now, timeouts)
+    )
+    return _compensation(record, states.replace(planned))
+
+
+def cancel_order(
+    states: StateStore,
+    order_id: str,
+    now: datetime,
+    *,
+    timeouts: Timeouts,
+    reason: str,
+    expected_etag: str | None = None,
+) -> CompensationRequest:
+    """Cancel a Pending or Processing order: it compensates what completed (C1, C2)."""
+    record = _read(states, order_id, expected_etag)
+    planned = transitions.cancel(
+        record,
+        now=now,
+        reason=f"cancelled by an operator: {reason}",
+        compensation_deadline=compensation_deadline(now, timeouts),
+    )
+    return _compensation(record, states.replace(planned))
+
+
+def _compensation(before: StateRecord, stored: StateRecord) -> CompensationRequest:
+    instance = stored.instance_id
+    if instance is None:  # every compensating transition sets LockedBy
+        raise AssertionError(f"order {stored.order_id!r} compensates without an attempt")
+    return CompensationRequest(
+        record=stored,
+        instance=instance,
+        undo=transitions.compensation_plan(stored),
+        superseded=before.locked_by,
+    )
+
+
+def _read(states: StateStore, order_id: str, expected_etag: str | None = None) -> StateRecord:
     record = states.get(order_id)
     if record is None:
         raise RecordNotFound(f"no state record for order {order_id!r}")
-    return states.replace(resubmit(record, now=now))
+    if expected_etag is not None and record.etag != expected_etag:
+        raise PreconditionFailed(order_id, expected_etag)
+    return record
+
+
+# --- the JSON the console's faces exchange -------------------------------------------------
+
+
+def record_view(record: StateRecord) -> dict[str, Any]:
+    """A state record as the console shows it: its contract document and its etag. The
+    record holds no order data and no customer id (C3), so it can be shown whole."""
+    return {**record.to_document(), "etag": record.etag}
+
+
+def list_view(page: Page[StateRecord], state: ProcessState) -> dict[str, Any]:
+    return {
+        "state": state.value,
+        "orders": [record_view(record) for record in page.items],
+        "continuation": page.continuation,
+        "requestCharge": page.request_charge,
+    }
+
+
+def timeline_view(
+    timeline: OrderTimeline, orchestrations: Mapping[str, Mapping[str, Any] | None]
+) -> dict[str, Any]:
+    """The timeline, with what the durable client said of each attempt's instance (None:
+    no such instance, e.g. a claim whose start never happened, or a purged one)."""
+    return {
+        "record": record_view(timeline.record),
+        "steps": [step.to_document() for step in timeline.record.steps],
+        "compensationLog": [entry.to_document() for entry in timeline.record.compensation_log],
+        "leftToUndo": [
+            {"index": u.index, "step": u.name, "reference": u.reference}
+            for u in timeline.left_to_undo
+        ],
+        "attempts": [
+            {"instanceId": str(instance), "orchestration": orchestrations.get(str(instance))}
+            for instance in timeline.attempts
+        ],
+        "statusMessages": {"recorded": False, "note": STATUS_MESSAGES_NOTE},
+    }
+
+
+def compensation_view(request: CompensationRequest) -> dict[str, Any]:
+    return {
+        "record": record_view(request.record),
+        "instanceId": str(request.instance),
+        "superseded": request.superseded,
+        "toUndo": [
+            {"index": u.index, "step": u.name, "reference": u.reference} for u in request.undo
+        ],
+    }

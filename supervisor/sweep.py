@@ -28,8 +28,7 @@ import bootstrap
 from domain.outgoing_messages import alert_outgoing, status_outgoing
 from observability import logs
 from observability.tracing import order_span, status_span
-from orchestrators.order_workflow import ORCHESTRATOR, orchestration_version
-from orchestrators.step_payloads import StepRef, StepsAttempt
+from orchestrators.order_workflow import ORCHESTRATOR, compensation_input, orchestration_version
 from services.supervisor import Recovery, RecoveryKind, SweepReport, catch_up, sweep
 
 bp = df.Blueprint()
@@ -135,18 +134,11 @@ async def _start_compensation(
     record, instance = recovery.record, recovery.compensation_instance
     if instance is None:
         return
-    attempt = StepsAttempt(
-        order_id=record.order_id,
-        attempt=instance.attempt,
-        steps=tuple(step.name for step in record.steps),
-        agent_transport=agent_transport,
-        undo=tuple(StepRef(u.index, u.name, u.reference) for u in recovery.undo),
-    )
     try:
         await client.start_new(
             ORCHESTRATOR,
             instance_id=str(instance),
-            client_input=attempt.to_dict(),
+            client_input=compensation_input(record, instance, recovery.undo, agent_transport),
             version=orchestration_version(record.workflow_version),
         )
     except Exception:

@@ -2,10 +2,12 @@
 
 Routes live under the route prefix (``api`` unless host.json's ``extensions.http.routePrefix``
 says otherwise). Templates take ``{name}``, optional ``{name?}`` and the ``int``/``alpha``/``guid``
-constraints. Like Core Tools, the devhost does not check function keys: ``authLevel`` is an
-Azure concern. An unhandled exception becomes a 500 without the exception text, so nothing
-internal leaks to a caller; the log has the details. The request's ``traceparent`` header is
-the invocation's trace parent (C9).
+constraints. Function keys are checked as on Azure (``devhost.function_keys``): a request to
+a ``function`` or ``admin`` function without a valid key is answered 401 and the function
+does not run; ``anonymous`` functions are open. A route that starts with ``admin`` is refused
+at start, as the host refuses it. An unhandled exception becomes a 500 without the exception
+text, so nothing internal leaks to a caller; the log has the details. The request's
+``traceparent`` header is the invocation's trace parent (C9).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import azure.functions as func
 from aiohttp import web
 
+from devhost.function_keys import KEY_HEADER, KEY_QUERY, FunctionKeys
 from devhost.indexing import IndexedFunction
 from devhost.invocation import FunctionInvoker
 from devhost.telemetry import carrier_of_headers
@@ -30,6 +33,9 @@ _CONSTRAINTS = {
     "alpha": r"[A-Za-z]+",
     "guid": r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}",
 }
+RESERVED_ROUTE_PREFIX = "admin"
+"""The host keeps ``admin`` for its own API and will not index an HTTP function whose route
+(or, without one, whose name) starts with it."""
 _PARAMETER = re.compile(r"\{(\*?)([A-Za-z_][A-Za-z0-9_]*)(?::([a-z]+))?(\?)?\}")
 
 
@@ -42,6 +48,12 @@ class HttpRoute:
     @classmethod
     def of(cls, function: IndexedFunction, prefix: str) -> HttpRoute:
         template = str(function.trigger.get("route") or function.name).strip("/")
+        if template.lower().startswith(RESERVED_ROUTE_PREFIX):
+            raise ValueError(
+                f"function {function.name!r}: route {template!r} conflicts with the host's "
+                f"built-in routes: Azure Functions refuses a route or function name that starts "
+                f"with {RESERVED_ROUTE_PREFIX!r}, whatever the route prefix"
+            )
         full = "/".join(part for part in (prefix.strip("/"), template) if part)
         methods = frozenset(m.upper() for m in function.trigger.get("methods") or ())
         return cls(function, re.compile(_template_to_regex(full, function.name)), methods)
@@ -85,11 +97,13 @@ class HttpTriggerServer:
         functions: Sequence[IndexedFunction],
         invoker: FunctionInvoker,
         *,
+        keys: FunctionKeys,
         route_prefix: str = "api",
         extra_routes: Sequence[web.RouteDef] = (),
     ) -> None:
         self._routes = [HttpRoute.of(f, route_prefix) for f in functions]
         self._invoker = invoker
+        self._keys = keys
         self._app = web.Application()
         self._app.add_routes(extra_routes)
         self._app.router.add_route("*", "/{tail:.*}", self._dispatch)
@@ -112,6 +126,10 @@ class HttpTriggerServer:
         for route in self._routes:
             route_params = route.match(request.method, request.path)
             if route_params is not None:
+                level = str(route.function.trigger.get("authLevel") or "function")
+                presented = request.headers.get(KEY_HEADER) or request.query.get(KEY_QUERY)
+                if not self._keys.allows(level, presented):
+                    return web.Response(status=401)
                 return await self._invoke(route, route_params, request)
         return web.Response(status=404, text="no function matches this route")
 

@@ -132,3 +132,5 @@ def test_the_command_without_faults_processes_every_order_and_exits_zero(tmp_pat
     assert set(report["step_latency_ms"]) == set(STEPS)
     assert set(report["per_order"]) >= {"store_reads", "store_writes", "messages"}
     assert "Result: passed" in completed.stdout
+    assert "operator console, while the demo runs: http://127.0.0.1:" in completed.stderr
+    assert "/api/console?code=" in completed.stderr

@@ -539,3 +539,45 @@ def test_one_store_object_serves_many_threads(stores: tuple[StateStore, OrderSto
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(lifecycle, range(40), timeout=THREAD_TIMEOUT))
     assert all(r is not None and r.process_state is ProcessState.PROCESSED for r in results)
+
+
+# --- the operator's list by state (E8, C2) ------------------------------------------------
+
+
+def test_listing_by_state_pages_through_one_state_only_e8(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    for index in range(5):
+        stored(states, pending(f"p-{index}"))
+    for index in range(3):
+        stored(states, processing(f"w-{index}"))
+    seen: list[str] = []
+    token: str | None = None
+    pages = 0
+    while True:
+        page = states.query_by_state(state=ProcessState.PENDING, page_size=2, continuation=token)
+        pages += 1
+        assert len(page.items) <= 2
+        seen += [record.order_id for record in page.items]
+        assert all(record.etag for record in page.items)
+        token = page.continuation
+        if token is None:
+            break
+        assert pages < 10
+    assert sorted(seen) == [f"p-{index}" for index in range(5)]
+    running = states.query_by_state(state=ProcessState.PROCESSING, page_size=10)
+    assert sorted(record.order_id for record in running.items) == ["w-0", "w-1", "w-2"]
+    assert states.query_by_state(state=ProcessState.ERROR, page_size=10).items == ()
+
+
+def test_a_listing_token_of_one_state_is_refused_for_another_e8(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    for index in range(3):
+        stored(states, pending(f"p-{index}"))
+    page = states.query_by_state(state=ProcessState.PENDING, page_size=1)
+    assert page.continuation is not None
+    with pytest.raises(InvalidContinuation):
+        states.query_by_state(state=ProcessState.ERROR, page_size=1, continuation=page.continuation)

@@ -1003,13 +1003,13 @@ def test_an_operator_resubmits_an_order_in_error_for_a_new_attempt_e8(
         timeouts=TIMEOUTS,
         reply_queues=REPLIES,
     )
-    resubmitted = resubmit_order(states, "o-1", T0 + timedelta(minutes=5))
+    resubmitted = resubmit_order(states, "o-1", T0 + timedelta(minutes=5), max_resubmits=3)
     assert resubmitted.process_state is ProcessState.PENDING
     assert claim_one(states, T0 + timedelta(minutes=5)) == InstanceId("o-1", 2)
     with pytest.raises(IllegalTransition, match="only an order in Error"):
-        resubmit_order(states, "o-1", T0 + timedelta(minutes=6))
+        resubmit_order(states, "o-1", T0 + timedelta(minutes=6), max_resubmits=3)
     with pytest.raises(RecordNotFound, match="o-9"):
-        resubmit_order(states, "o-9", T0)
+        resubmit_order(states, "o-9", T0, max_resubmits=3)
 
 
 def test_giving_up_with_nothing_completed_names_the_step_in_doubt_e8_u4(

@@ -53,6 +53,15 @@ ORDER_APP_FUNCTIONS = {
     "run_agent_in_activity": "activityTrigger",
     "supervise_orders": "timerTrigger",
     "catch_up_orders": "timerTrigger",
+    "console_page": "httpTrigger",
+    "console_list_orders": "httpTrigger",
+    "console_show_order": "httpTrigger",
+    "console_resubmit": "httpTrigger",
+    "console_retry_compensation": "httpTrigger",
+    "console_cancel": "httpTrigger",
+    "console_dead_letter_queues": "httpTrigger",
+    "console_list_dead_letters": "httpTrigger",
+    "console_act_on_dead_letter": "httpTrigger",
 }
 # Every app module the devhost's tests run (tests/**/apps/*_app.py).
 DEVHOST_TEST_APPS = sorted((ROOT / "tests").glob("**/apps/**/*_app.py"))

@@ -1,4 +1,4 @@
-"""The order state machine, exhaustively (S4, D2-D4, E5, E8, U4, U5, C1, C2)."""
+"""The order state machine, exhaustively (S4, D2-D4, E5, E8, U4, U5, C1, C2, C4)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from domain import transitions
-from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord
+from domain.records import (
+    WORKFLOW_STEPS,
+    CompletedStep,
+    InstanceId,
+    ProcessState,
+    StateRecord,
+    StepState,
+    StepStatus,
+)
 from domain.transitions import FencedChange, FenceLost, IllegalTransition
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
@@ -59,7 +67,23 @@ WHOLE_RECORD: dict[str, tuple[WholeRecordTransition, set[ProcessState]]] = {
         lambda r: transitions.stall_compensation(r, now=NOW, reason="r"),
         {ProcessState.COMPENSATING},
     ),
-    "resubmit": (lambda r: transitions.resubmit(r, now=NOW), {ProcessState.ERROR}),
+    "resubmit": (
+        lambda r: transitions.resubmit(r, now=NOW, max_resubmits=3),
+        {ProcessState.ERROR},
+    ),
+    "retry_compensation": (
+        lambda r: transitions.retry_compensation(r, now=NOW, compensation_deadline=FUTURE),
+        {ProcessState.COMPENSATION_FAILED},
+    ),
+    "cancel": (
+        lambda r: transitions.cancel(
+            replace(r, workflow_version=WORKFLOW_STEPS, steps=(StepStatus("reserve-stock"),)),
+            now=NOW,
+            reason="r",
+            compensation_deadline=FUTURE,
+        ),
+        {ProcessState.PENDING, ProcessState.PROCESSING},
+    ),
 }
 
 
@@ -171,12 +195,77 @@ def test_stalled_compensation_becomes_compensation_failed_c2() -> None:
 
 def test_resubmit_returns_an_error_to_pending_with_a_fresh_failure_count_e8() -> None:
     resubmitted = transitions.resubmit(
-        record_in(ProcessState.ERROR, failure_count=3, complete_by=None), now=NOW
+        record_in(ProcessState.ERROR, failure_count=3, complete_by=None), now=NOW, max_resubmits=3
     )
     assert resubmitted.process_state is ProcessState.PENDING
     assert resubmitted.failure_count == 0
+    assert resubmitted.resubmits == 1
     assert resubmitted.locked_by is None
     assert transitions.is_claimable(resubmitted, NOW)
+
+
+def test_resubmit_is_refused_once_the_order_spent_its_resubmissions_c4() -> None:
+    spent = record_in(ProcessState.ERROR, resubmits=2, complete_by=None)
+    with pytest.raises(IllegalTransition, match="retry budget is spent: resubmitted 2 times"):
+        transitions.resubmit(spent, now=NOW, max_resubmits=2)
+
+
+def steps_record(state: ProcessState, *steps: StepStatus, **changes: object) -> StateRecord:
+    return replace(record_in(state, **changes), workflow_version=WORKFLOW_STEPS, steps=steps)
+
+
+def test_cancel_fences_the_running_attempt_out_and_compensates_the_step_in_doubt_c1() -> None:
+    running = steps_record(
+        ProcessState.PROCESSING,
+        StepStatus("reserve-stock", StepState.COMPLETED, None, "r-1"),
+        StepStatus("charge-payment", StepState.RUNNING, FUTURE),
+        StepStatus("ship-order"),
+        compensation_log=(CompletedStep("reserve-stock", "r-1", PAST),),
+    )
+    cancelled = transitions.cancel(
+        running, now=NOW, reason="customer", compensation_deadline=FUTURE
+    )
+    assert cancelled.process_state is ProcessState.COMPENSATING
+    assert cancelled.locked_by == "order-7:3"
+    assert cancelled.complete_by == FUTURE
+    assert cancelled.last_error == "customer"
+    assert cancelled.compensation_started_at == NOW
+    assert cancelled.steps[1].state is StepState.FAILED
+    assert [u.name for u in transitions.compensation_plan(cancelled)] == [
+        "charge-payment",
+        "reserve-stock",
+    ]
+
+
+def test_cancel_refuses_a_one_step_order_it_cannot_compensate_c7() -> None:
+    with pytest.raises(IllegalTransition, match="one-step workflow"):
+        transitions.cancel(
+            record_in(ProcessState.PROCESSING), now=NOW, reason="r", compensation_deadline=FUTURE
+        )
+
+
+def test_retry_compensation_resumes_at_the_failed_undo_with_a_fresh_stall_count_c2() -> None:
+    failed = steps_record(
+        ProcessState.COMPENSATION_FAILED,
+        StepStatus("reserve-stock", StepState.COMPLETED, None, "r-1"),
+        StepStatus("charge-payment", StepState.COMPENSATION_FAILED, None, "p-1"),
+        StepStatus("ship-order", StepState.COMPENSATED, None, None),
+        compensation_log=(
+            CompletedStep("reserve-stock", "r-1", PAST),
+            CompletedStep("charge-payment", "p-1", PAST),
+        ),
+        compensation_failures=2,
+        complete_by=None,
+        last_error="refund refused",
+    )
+    retried = transitions.retry_compensation(failed, now=NOW, compensation_deadline=FUTURE)
+    assert retried.process_state is ProcessState.COMPENSATING
+    assert retried.locked_by == "order-7:3"
+    assert retried.compensation_failures == 0
+    assert [(u.name, u.reference) for u in transitions.compensation_plan(retried)] == [
+        ("charge-payment", "p-1"),
+        ("reserve-stock", "r-1"),
+    ]
 
 
 INSTANCE = InstanceId("order-7", 2)

@@ -1,0 +1,400 @@
+"""The console's HTTP functions: one thin face over ``services.operator`` (E8, C2, C4).
+
+Routes (auth level FUNCTION: a function key in ``x-functions-key`` or ``code``; on Azure
+the app also sits behind App Service authentication with Entra ID):
+
+- ``GET  api/console``                                 the page (``console/page.html``)
+- ``GET  api/console/orders?state=Error&pageSize=50&continuation=...``   one page of a state
+- ``GET  api/console/orders/{order_id}``               the order's timeline, with each
+  attempt's orchestration status (the newest with its history) from the durable client
+- ``POST api/console/orders/{order_id}/resubmit``       body ``{"etag"?}``  (E8, C4)
+- ``POST api/console/orders/{order_id}/retry-compensation``  body ``{"etag"?}``  (C2)
+- ``POST api/console/orders/{order_id}/cancel``         body ``{"reason", "etag"?}``  (C1)
+- ``GET  api/console/dead-letters``                    the queues whose dead letters are triaged
+- ``GET  api/console/dead-letters/{queue}?after=0&max=50``  dead letters with reason and
+  description, the body's shape but none of its content (``services.dead_letters``)
+- ``POST api/console/dead-letters/{queue}/{sequence}/resubmit``  back to the source queue
+- ``POST api/console/dead-letters/{queue}/{sequence}/discard``   removed for good
+
+Answers: 200 with JSON; 400 bad input; 404 unknown order or queue; 409 when the action lost
+a race, the order is not in a state that allows it, or the dead letter is gone (another
+operator resubmitted or discarded it); 503 when the store is
+unavailable. An action started compensation answers 202 with the instance it started; the
+instance runs the order's own workflow version (C7), as the supervisor starts it. A cancel
+terminates the superseded attempt's instance as well: its writes are already refused by
+the fence (D4), so this only tidies what the durable view shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import azure.durable_functions as df
+import azure.functions as func
+
+import bootstrap
+from domain.dead_letters import DeadLetter
+from domain.ports import InvalidContinuation, PreconditionFailed, RecordNotFound, StoreUnavailable
+from domain.records import ProcessState
+from domain.transitions import IllegalTransition
+from orchestrators.order_workflow import ORCHESTRATOR, compensation_input, orchestration_version
+from services import dead_letters, operator
+
+bp = df.Blueprint()
+log = logging.getLogger("app.console")
+
+AUTH = func.AuthLevel.FUNCTION
+PAGE = Path(__file__).with_name("page.html")
+DEFAULT_PAGE_SIZE = 50
+MAX_REASON_LENGTH = 500
+HISTORY_FIELDS = (
+    "EventType",
+    "Timestamp",
+    "Name",
+    "FunctionName",
+    "EventId",
+    "TaskScheduledId",
+    "FireAt",
+    "TimerId",
+    "OrchestrationStatus",
+    "Reason",
+)
+"""What the console shows of a history event: never its inputs or results, which may carry
+the order's data (C3)."""
+
+
+class BadRequest(ValueError):
+    """The request itself is wrong: a 400."""
+
+
+def _json(body: Any, status: int = 200) -> func.HttpResponse:
+    return func.HttpResponse(
+        json.dumps(body), status_code=status, mimetype="application/json", charset="utf-8"
+    )
+
+
+def _error(status: int, message: str) -> func.HttpResponse:
+    return _json({"error": message}, status)
+
+
+async def _answer(action: Callable[[], Awaitable[func.HttpResponse]]) -> func.HttpResponse:
+    """Run `action`, mapping the service layer's refusals to HTTP statuses."""
+    try:
+        return await action()
+    except (RecordNotFound, dead_letters.UnknownQueue) as error:
+        return _error(404, str(error))
+    except (PreconditionFailed, IllegalTransition) as error:
+        return _error(409, str(error))
+    except (BadRequest, InvalidContinuation) as error:
+        return _error(400, str(error))
+    except StoreUnavailable as error:
+        return _error(503, str(error))
+
+
+def _body(req: func.HttpRequest) -> dict[str, Any]:
+    raw = req.get_body()
+    if not raw:
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError as error:
+        raise BadRequest(f"the body is not JSON: {error}") from error
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    return body
+
+
+def _etag(body: dict[str, Any]) -> str | None:
+    etag = body.get("etag")
+    if etag is not None and not isinstance(etag, str):
+        raise BadRequest("etag must be a string")
+    return etag
+
+
+@bp.route(route="console", methods=["GET"], auth_level=AUTH)
+def console_page(req: func.HttpRequest) -> func.HttpResponse:
+    return func.HttpResponse(
+        PAGE.read_bytes(),
+        mimetype="text/html",
+        charset="utf-8",
+        headers={
+            "Content-Security-Policy": (
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+            ),
+            "Cache-Control": "no-store",
+        },
+    )
+
+
+@bp.route(route="console/orders", methods=["GET"], auth_level=AUTH)
+async def console_list_orders(req: func.HttpRequest) -> func.HttpResponse:
+    async def act() -> func.HttpResponse:
+        text = req.params.get("state") or ProcessState.ERROR.value
+        try:
+            state = ProcessState(text)
+        except ValueError as error:
+            raise BadRequest(
+                f"state {text!r} is not one of {', '.join(s.value for s in ProcessState)}"
+            ) from error
+        try:
+            page_size = int(req.params.get("pageSize") or DEFAULT_PAGE_SIZE)
+        except ValueError as error:
+            raise BadRequest("pageSize must be a whole number") from error
+        if page_size < 1:
+            raise BadRequest("pageSize must be 1 or more")
+        states = bootstrap.services().states
+        page = await asyncio.to_thread(
+            operator.list_orders,
+            states,
+            state,
+            page_size=page_size,
+            continuation=req.params.get("continuation") or None,
+        )
+        return _json(operator.list_view(page, state))
+
+    return await _answer(act)
+
+
+@bp.route(route="console/orders/{order_id}", methods=["GET"], auth_level=AUTH)
+@bp.durable_client_input(client_name="client")
+async def console_show_order(
+    req: func.HttpRequest, client: df.DurableOrchestrationClient
+) -> func.HttpResponse:
+    async def act() -> func.HttpResponse:
+        order_id = req.route_params["order_id"]
+        timeline = await asyncio.to_thread(
+            operator.order_timeline, bootstrap.services().states, order_id
+        )
+        newest = str(timeline.attempts[-1]) if timeline.attempts else None
+        orchestrations = {
+            str(instance): await _orchestration(client, str(instance), str(instance) == newest)
+            for instance in timeline.attempts
+        }
+        return _json(operator.timeline_view(timeline, orchestrations))
+
+    return await _answer(act)
+
+
+async def _orchestration(
+    client: df.DurableOrchestrationClient, instance_id: str, with_history: bool
+) -> dict[str, Any] | None:
+    """What the durable client says of one instance; None when it has no such instance.
+    Inputs and activity outputs stay out: they may carry the order's data (C3)."""
+    status = await client.get_status(
+        instance_id, show_history=with_history, show_history_output=False, show_input=False
+    )
+    if status is None or status.runtime_status is None:
+        return None
+    view: dict[str, Any] = status.to_json()
+    view.pop("input", None)
+    # The host answers with ``historyEvents``, which the SDK keeps as an attribute of that
+    # name rather than as ``history``.
+    history = getattr(status, "historyEvents", None) or status.history
+    if with_history:
+        view["history"] = [
+            {name: event[name] for name in HISTORY_FIELDS if name in event}
+            for event in history or []
+            if isinstance(event, dict)
+        ]
+    return view
+
+
+@bp.route(route="console/orders/{order_id}/resubmit", methods=["POST"], auth_level=AUTH)
+async def console_resubmit(req: func.HttpRequest) -> func.HttpResponse:
+    async def act() -> func.HttpResponse:
+        order_id = req.route_params["order_id"]
+        app = bootstrap.services()
+        record = await asyncio.to_thread(
+            operator.resubmit_order,
+            app.states,
+            order_id,
+            bootstrap.now(),
+            max_resubmits=app.settings.max_failures,
+            expected_etag=_etag(_body(req)),
+        )
+        log.info("operator resubmitted order=%s resubmits=%d", order_id, record.resubmits)
+        return _json({"record": operator.record_view(record)})
+
+    return await _answer(act)
+
+
+@bp.route(route="console/orders/{order_id}/retry-compensation", methods=["POST"], auth_level=AUTH)
+@bp.durable_client_input(client_name="client")
+async def console_retry_compensation(
+    req: func.HttpRequest, client: df.DurableOrchestrationClient
+) -> func.HttpResponse:
+    async def act() -> func.HttpResponse:
+        order_id = req.route_params["order_id"]
+        app = bootstrap.services()
+        request = await asyncio.to_thread(
+            operator.retry_compensation,
+            app.states,
+            order_id,
+            bootstrap.now(),
+            timeouts=app.settings.timeouts,
+            expected_etag=_etag(_body(req)),
+        )
+        log.info("operator retried compensation order=%s instance=%s", order_id, request.instance)
+        return await _start_compensation(client, request, terminate_superseded=False)
+
+    return await _answer(act)
+
+
+@bp.route(route="console/orders/{order_id}/cancel", methods=["POST"], auth_level=AUTH)
+@bp.durable_client_input(client_name="client")
+async def console_cancel(
+    req: func.HttpRequest, client: df.DurableOrchestrationClient
+) -> func.HttpResponse:
+    async def act() -> func.HttpResponse:
+        order_id = req.route_params["order_id"]
+        body = _body(req)
+        reason = body.get("reason")
+        if not isinstance(reason, str) or not reason.strip():
+            raise BadRequest('a cancel needs a reason: {"reason": "..."}')
+        if len(reason) > MAX_REASON_LENGTH:
+            raise BadRequest(f"the reason is longer than {MAX_REASON_LENGTH} characters")
+        app = bootstrap.services()
+        request = await asyncio.to_thread(
+            operator.cancel_order,
+            app.states,
+            order_id,
+            bootstrap.now(),
+            timeouts=app.settings.timeouts,
+            reason=reason.strip(),
+            expected_etag=_etag(body),
+        )
+        log.info(
+            "operator cancelled order=%s superseded=%s instance=%s",
+            order_id,
+            request.superseded,
+            request.instance,
+        )
+        return await _start_compensation(client, request, terminate_superseded=True)
+
+    return await _answer(act)
+
+
+async def _start_compensation(
+    client: df.DurableOrchestrationClient,
+    request: operator.CompensationRequest,
+    *,
+    terminate_superseded: bool,
+) -> func.HttpResponse:
+    """Start the compensation instance the action won (C1, C2, C7). If the start fails the
+    record stays Compensating with its deadline and the supervisor resumes it (U4)."""
+    settings = bootstrap.services().settings
+    started = True
+    try:
+        await client.start_new(
+            ORCHESTRATOR,
+            instance_id=str(request.instance),
+            client_input=compensation_input(
+                request.record, request.instance, request.undo, settings.agent_transport
+            ),
+            version=orchestration_version(request.record.workflow_version),
+        )
+    except Exception:
+        started = False
+        log.exception("could not start compensation instance=%s", request.instance)
+    if terminate_superseded and request.superseded is not None:
+        try:
+            await client.terminate(request.superseded, "cancelled by an operator")
+        except Exception:
+            log.warning("could not terminate superseded instance=%s", request.superseded)
+    view = operator.compensation_view(request)
+    view["compensationStarted"] = started
+    if not started:
+        view["note"] = (
+            "the compensation instance did not start; the supervisor resumes the "
+            "compensation once its CompleteBy passes"
+        )
+    return _json(view, 202)
+
+
+# --- dead-letter triage ---------------------------------------------------------------------
+
+
+def _dead_letter_view(letter: DeadLetter) -> dict[str, Any]:
+    return {
+        "queue": letter.queue,
+        "sequenceNumber": letter.sequence_number,
+        "messageId": letter.message_id,
+        "reason": letter.reason,
+        "description": letter.description,
+        "enqueuedAt": None if letter.enqueued_at is None else letter.enqueued_at.isoformat(),
+        "deliveryCount": letter.delivery_count,
+        "orderId": letter.order_id,
+        "bodyPreview": letter.body_preview,
+        "applicationProperties": dict(letter.application_properties),
+    }
+
+
+def _whole(text: str | None, name: str, default: int) -> int:
+    try:
+        return default if not text else int(text)
+    except ValueError as error:
+        raise BadRequest(f"{name} must be a whole number") from error
+
+
+@bp.route(route="console/dead-letters", methods=["GET"], auth_level=AUTH)
+def console_dead_letter_queues(req: func.HttpRequest) -> func.HttpResponse:
+    return _json({"queues": list(bootstrap.services().settings.consumed_queues)})
+
+
+@bp.route(route="console/dead-letters/{queue}", methods=["GET"], auth_level=AUTH)
+async def console_list_dead_letters(req: func.HttpRequest) -> func.HttpResponse:
+    async def act() -> func.HttpResponse:
+        queue = req.route_params["queue"]
+        after = _whole(req.params.get("after"), "after", 0)
+        count = _whole(req.params.get("max"), "max", DEFAULT_PAGE_SIZE)
+        if count < 1:
+            raise BadRequest("max must be 1 or more")
+        letters = await dead_letters.list_dead_letters(
+            bootstrap.dead_letter_queues(),
+            queue,
+            consumed=bootstrap.services().settings.consumed_queues,
+            after_sequence=after,
+            max_count=count,
+        )
+        return _json({"queue": queue, "deadLetters": [_dead_letter_view(d) for d in letters]})
+
+    return await _answer(act)
+
+
+@bp.route(
+    route="console/dead-letters/{queue}/{sequence:int}/{action:alpha}",
+    methods=["POST"],
+    auth_level=AUTH,
+)
+async def console_act_on_dead_letter(req: func.HttpRequest) -> func.HttpResponse:
+    async def act() -> func.HttpResponse:
+        queue, action = req.route_params["queue"], req.route_params["action"]
+        sequence = _whole(req.route_params["sequence"], "sequence", 0)
+        chosen = {
+            "resubmit": dead_letters.resubmit_dead_letter,
+            "discard": dead_letters.discard_dead_letter,
+        }.get(action)
+        if chosen is None:
+            raise BadRequest(f"no dead-letter action {action!r}: resubmit or discard")
+        done = await chosen(
+            bootstrap.dead_letter_queues(),
+            queue,
+            sequence,
+            consumed=bootstrap.services().settings.consumed_queues,
+        )
+        if not done:
+            return _error(
+                409,
+                f"dead letter {sequence} of {queue!r} is gone: another operator resubmitted "
+                f"or discarded it",
+            )
+        log.info("operator %s dead letter queue=%s sequence=%d", action, queue, sequence)
+        return _json({"queue": queue, "sequenceNumber": sequence, "action": action, "done": True})
+
+    return await _answer(act)

@@ -1,0 +1,300 @@
+"""The operator console through the devhost: its HTTP functions and its CLI (E8, C1, C2, C4).
+
+The real pipeline runs (embedded broker, simulated services, devhost with ``function_app``);
+the console is called over HTTP with the devhost's function key, as on Azure. The simulated
+services' fault rules put one order where an operator is needed: in Error (the stock service
+refuses the reservation for good, once), running (the stock service hangs), or
+CompensationFailed (the charge is declined and the first release refused).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from demo.pipeline import REPOSITORY
+from devhost.function_keys import FunctionKeys
+from domain.dead_letters import resubmitted_message_id
+from domain.records import ProcessState
+from simulators.services import FaultKind, FaultPlan, FaultRule
+from tests.e2e.e2e_helpers import (
+    E2E,
+    ORDERS,
+    Delivered,
+    compensation_began_at,
+    order_body,
+    running_step_pipeline,
+    side_effects_against_compensation,
+)
+from tests.support.waiting import eventually_true
+
+HTTP_TIMEOUT = aiohttp.ClientTimeout(total=20)
+CLI_TIMEOUT_SECONDS = 60.0
+# A step may take long enough for an operator to cancel it while it runs.
+SLOW_STEPS = {"STEP_TIMEOUT_SECONDS": "60", "CLAIM_TIMEOUT_SECONDS": "60"}
+
+
+def once(kind: FaultKind, order_id: str, operation: str) -> FaultRule:
+    return FaultRule(kind, order_id=order_id, operation=operation, times=1)
+
+
+def refused_once(order_id: str) -> dict[str, FaultPlan]:
+    """The stock service refuses the order's first reservation for good: Error (E8)."""
+    return {"stock": FaultPlan(rules=(once(FaultKind.PERMANENT, order_id, "reserve"),))}
+
+
+def base_url(e2e: E2E) -> str:
+    assert e2e.pipeline.host.http is not None
+    return f"http://127.0.0.1:{e2e.pipeline.host.http.port}"
+
+
+def function_key(e2e: E2E) -> str:
+    keys = e2e.pipeline.host.keys
+    assert keys is not None
+    return keys.function
+
+
+async def console(
+    e2e: E2E, method: str, path: str, body: Any = None, *, key: str | None = ""
+) -> tuple[int, Any]:
+    """One call to ``api/console{path}``; `key` "" means the devhost's function key."""
+    headers = {} if key is None else {"x-functions-key": key or function_key(e2e)}
+    async with (
+        aiohttp.ClientSession(timeout=HTTP_TIMEOUT) as session,
+        session.request(
+            method, f"{base_url(e2e)}/api/console{path}", json=body, headers=headers
+        ) as response,
+    ):
+        text = await response.text()
+        return response.status, json.loads(text) if text else None
+
+
+async def in_error(e2e: E2E, order_id: str) -> None:
+    await e2e.submit(order_body(order_id), message_id=order_id)
+    await e2e.wait_for_record(order_id, lambda r: r.process_state is ProcessState.ERROR, "in Error")
+    await e2e.finished_instance(f"{order_id}:1")
+
+
+async def test_e8_the_console_lists_shows_and_resubmits_and_a_second_operator_gets_409(
+    tmp_path: Path,
+) -> None:
+    order = "o-console"
+    async with running_step_pipeline(tmp_path, service_faults=refused_once(order)) as e2e:
+        await in_error(e2e, order)
+
+        for method, path in (
+            ("GET", ""),
+            ("GET", "/orders?state=Error"),
+            ("GET", f"/orders/{order}"),
+            ("POST", f"/orders/{order}/resubmit"),
+        ):
+            assert (await console(e2e, method, path, key=None))[0] == 401, path
+            assert (await console(e2e, method, path, key="wrong"))[0] == 401, path
+
+        status, listed = await console(e2e, "GET", "/orders?state=Error")
+        assert status == 200
+        assert [r["OrderID"] for r in listed["orders"]] == [order]
+        assert (await console(e2e, "GET", "/orders?state=Nonsense"))[0] == 400
+        assert (await console(e2e, "GET", "/orders/o-nobody"))[0] == 404
+
+        status, timeline = await console(e2e, "GET", f"/orders/{order}")
+        assert status == 200
+        assert timeline["record"]["ProcessState"] == "Error"
+        assert [s["State"] for s in timeline["steps"]] == ["Failed", "NotStarted", "NotStarted"]
+        [attempt] = timeline["attempts"]
+        assert attempt["instanceId"] == f"{order}:1"
+        assert attempt["orchestration"]["runtimeStatus"] == "Completed"
+        assert attempt["orchestration"]["history"]
+        assert timeline["statusMessages"]["recorded"] is False
+        assert (await console(e2e, "POST", f"/orders/{order}/cancel", {}))[0] == 400
+
+        etag = timeline["record"]["etag"]
+        answers = await asyncio.gather(
+            console(e2e, "POST", f"/orders/{order}/resubmit", {"etag": etag}),
+            console(e2e, "POST", f"/orders/{order}/resubmit", {"etag": etag}),
+        )
+        assert sorted(status for status, _ in answers) == [200, 409]
+        [lost] = [body for status, body in answers if status == 409]
+        assert "another writer changed it" in lost["error"]
+
+        record = await e2e.wait_for_record(
+            order, lambda r: r.process_state is ProcessState.PROCESSED, "Processed"
+        )
+        assert (record.attempt, record.resubmits) == (2, 1)
+
+
+async def test_c1_an_operator_cancels_a_running_order_and_it_compensates(tmp_path: Path) -> None:
+    order = "o-cancel"
+    hang = {"stock": FaultPlan(rules=(once(FaultKind.HANG, order, "reserve"),))}
+    async with running_step_pipeline(tmp_path, service_faults=hang, settings=SLOW_STEPS) as e2e:
+        await e2e.submit(order_body(order), message_id=order)
+        await e2e.wait_for_record(
+            order, lambda r: r.current_step == "reserve-stock", "running reserve-stock"
+        )
+
+        status, cancelled = await console(
+            e2e, "POST", f"/orders/{order}/cancel", {"reason": "customer withdrew"}
+        )
+
+        assert status == 202, cancelled
+        assert (cancelled["superseded"], cancelled["instanceId"]) == (f"{order}:1", f"{order}:2")
+        assert cancelled["compensationStarted"] is True
+        record = await e2e.wait_for_record(
+            order, lambda r: r.process_state is ProcessState.COMPENSATED, "Compensated"
+        )
+        assert record.last_error == "cancelled by an operator: customer withdrew"
+        began_at = await compensation_began_at(e2e, order)
+        assert side_effects_against_compensation(e2e.pipeline.services, order, began_at) == []
+        superseded = await e2e.finished_instance(f"{order}:1")
+        assert superseded.runtime_status.value == "Terminated"
+        assert (await console(e2e, "POST", f"/orders/{order}/cancel", {"reason": "x"}))[0] == 409
+
+
+async def test_c2_an_operator_retries_a_failed_compensation_until_it_compensates(
+    tmp_path: Path,
+) -> None:
+    order = "o-undo"
+    faults = {
+        "payment": FaultPlan(
+            rules=(FaultRule(FaultKind.PERMANENT, order_id=order, operation="charge"),)
+        ),
+        "stock": FaultPlan(rules=(once(FaultKind.PERMANENT, order, "release"),)),
+    }
+    async with running_step_pipeline(tmp_path, service_faults=faults) as e2e:
+        await e2e.submit(order_body(order), message_id=order)
+        await e2e.wait_for_record(
+            order,
+            lambda r: r.process_state is ProcessState.COMPENSATION_FAILED,
+            "CompensationFailed",
+        )
+        status, listed = await console(e2e, "GET", "/orders?state=CompensationFailed")
+        assert [r["OrderID"] for r in listed["orders"]] == [order]
+
+        status, retried = await console(e2e, "POST", f"/orders/{order}/retry-compensation")
+
+        assert status == 202, retried
+        assert [u["step"] for u in retried["toUndo"]] == ["reserve-stock"]
+        await e2e.wait_for_record(
+            order, lambda r: r.process_state is ProcessState.COMPENSATED, "Compensated"
+        )
+        again = await console(e2e, "POST", f"/orders/{order}/retry-compensation")
+        assert again[0] == 409
+
+
+async def run_cli(*args: str) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "console",
+        *args,
+        cwd=REPOSITORY,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), CLI_TIMEOUT_SECONDS)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_e8_the_cli_lists_shows_and_resubmits_with_the_devhost_keys_file(
+    tmp_path: Path,
+) -> None:
+    order = "o-cli"
+    async with running_step_pipeline(tmp_path, service_faults=refused_once(order)) as e2e:
+        await in_error(e2e, order)
+        keys_file = str(tmp_path / "devhost" / "keys.json")
+        assert FunctionKeys.read(tmp_path / "devhost").function == function_key(e2e)
+        common = ("--url", base_url(e2e), "--keys-file", keys_file)
+
+        code, out, _ = await run_cli(*common, "list", "--state", "Error")
+        assert code == 0
+        assert [r["OrderID"] for r in json.loads(out)["orders"]] == [order]
+        code, out, _ = await run_cli(*common, "show", order)
+        assert code == 0
+        assert json.loads(out)["attempts"][0]["instanceId"] == f"{order}:1"
+        code, _, err = await run_cli("--url", base_url(e2e), "--keys-file", "none", "list")
+        assert code == 1
+        assert "unauthorized" in err
+        code, _, err = await run_cli(*common, "show", "o-nobody")
+        assert code == 4
+
+        code, out, _ = await run_cli(*common, "resubmit", order)
+        assert code == 0
+        assert json.loads(out)["record"]["ProcessState"] == "Pending"
+        code, _, err = await run_cli(*common, "resubmit", order)
+        assert code == 3
+        assert "conflict" in err
+        await e2e.wait_for_record(
+            order, lambda r: r.process_state is ProcessState.PROCESSED, "Processed"
+        )
+
+
+async def dead_letters_of_orders(e2e: E2E, count: int) -> list[Delivered]:
+    """The dead letters of the orders queue, once there are `count` (peeked, not taken)."""
+    seen: list[Delivered] = []
+
+    async def arrived() -> bool:
+        seen[:] = await e2e.peek(ORDERS, dead_letters=True)
+        return len(seen) >= count
+
+    await eventually_true(arrived, f"{count} dead letter(s) on orders")
+    return seen
+
+
+async def test_dead_letters_are_triaged_once_each_through_http_and_the_cli(
+    tmp_path: Path,
+) -> None:
+    """DLQ triage: invalid submissions are dead-lettered (S3); an operator lists them with
+    reason and description, discards one - a second operator discarding it too gets 409 -
+    and resubmits the other to the orders queue, where it is handled again."""
+    async with running_step_pipeline(tmp_path) as e2e:
+        for message_id in ("bad-1", "bad-2", "bad-3"):
+            await e2e.submit("not json", message_id=message_id)
+        await dead_letters_of_orders(e2e, 3)
+
+        status, queues = await console(e2e, "GET", "/dead-letters")
+        assert status == 200
+        assert "orders" in queues["queues"]
+        assert (await console(e2e, "GET", "/dead-letters/not-a-queue"))[0] == 404
+        assert (await console(e2e, "GET", "/dead-letters/orders", key=None))[0] == 401
+        status, listed = await console(e2e, "GET", "/dead-letters/orders")
+        assert status == 200
+        letters = listed["deadLetters"]
+        assert [d["messageId"] for d in letters] == ["bad-1", "bad-2", "bad-3"]
+        assert all(d["reason"] and d["description"] for d in letters)
+        first, second, third = (d["sequenceNumber"] for d in letters)
+
+        answers = await asyncio.gather(
+            console(e2e, "POST", f"/dead-letters/orders/{first}/discard"),
+            console(e2e, "POST", f"/dead-letters/orders/{first}/discard"),
+        )
+        assert sorted(status for status, _ in answers) == [200, 409]
+
+        status, _ = await console(e2e, "POST", f"/dead-letters/orders/{second}/resubmit")
+        assert status == 200
+        assert (await console(e2e, "POST", f"/dead-letters/orders/{second}/resubmit"))[0] == 409
+        # Still not JSON: handled again, and dead-lettered again as a new dead letter.
+        again = await dead_letters_of_orders(e2e, 2)
+        assert sorted(str(d.message_id) for d in again) == sorted(
+            ["bad-3", resubmitted_message_id("bad-2", second)]
+        )
+
+        common = ("--url", base_url(e2e), "--keys-file", str(tmp_path / "devhost" / "keys.json"))
+        code, out, _ = await run_cli(*common, "dead-letters", "list", "orders")
+        assert code == 0
+        assert third in [d["sequenceNumber"] for d in json.loads(out)["deadLetters"]]
+        code, _, _ = await run_cli(*common, "dead-letters", "discard", "orders", str(third))
+        assert code == 0
+        code, _, err = await run_cli(*common, "dead-letters", "discard", "orders", str(third))
+        assert code == 3
+        assert "gone" in err
