@@ -173,7 +173,11 @@ class ServiceBusDeadLetterQueues(DeadLetterQueues):
                 try:
                     target = await self._lock(receiver, sequence_number, held)
                     if target is not None:
-                        await act(target)
+                        try:
+                            await act(target)
+                        except BaseException:
+                            held.append(target)  # not acted on: handed back with the rest
+                            raise
                         return await self._complete(receiver, target, queue, done)
                 finally:
                     await self._abandon_all(receiver, held)

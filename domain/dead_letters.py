@@ -29,8 +29,9 @@ has left it - and the numbers at or above the floor it has already reported. `wa
 computes the next mark from one look at the source queue and its dead letters. The mark
 stays correct whatever numbering the dead-letter queue uses (were its numbers its own,
 increasing as messages are dead-lettered): the floor never passes a number not yet looked
-at, and whatever it has not passed is remembered by number. The reported numbers kept are those still in the dead-letter queue, so the mark is never
-larger than the queue an operator has to triage.
+at, and whatever it has not passed is remembered by number. The reported numbers kept are
+those still in the dead-letter queue, so the mark grows no larger than the queue an
+operator has to triage.
 """
 
 from __future__ import annotations

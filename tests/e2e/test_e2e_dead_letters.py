@@ -3,8 +3,8 @@ dead-letter watcher raises one operator alert per dead letter of the queues the 
 consumes - a conflicting submission (S3) and a submission that exhausted its deliveries -
 and never twice; an operator triages them through the service layer the console uses.
 
-The watcher's timer is set never to fire on its own; the test runs it when it wants, as
-the Functions host's admin endpoint does (`DevHost.invoke`).
+The watcher's timer does not fire on its own in the e2e pipeline (`QUIET_TIMERS`); the
+test runs it when it wants, as the Functions host's admin endpoint does (`DevHost.invoke`).
 """
 
 from __future__ import annotations
@@ -21,12 +21,11 @@ from services.dead_letters import discard_dead_letter, list_dead_letters
 from tests.e2e.e2e_helpers import ALERTS, E2E, ORDERS, REPLIES, order_body, running_pipeline
 from tests.support.waiting import eventually_true
 
-NEVER = "0 0 0 1 1 *"
 GONE_REPLIES = "gone-replies"
 """On REPLY_QUEUES, yet no such queue exists: every delivery of a submission naming it fails
 when it sends the `received` status, until the broker dead-letters it (MaxDeliveryCount)."""
 
-SETTINGS = {"DEADLETTER_WATCH_SCHEDULE": NEVER, "REPLY_QUEUES": f"{REPLIES},{GONE_REPLIES}"}
+SETTINGS = {"REPLY_QUEUES": f"{REPLIES},{GONE_REPLIES}"}
 
 
 async def watch(e2e: E2E) -> None:
