@@ -1,7 +1,8 @@
 """Dead letters through the real pipeline (S3, E8, DLQ with metadata for triage): the
 dead-letter watcher raises one operator alert per dead letter of the queues the app
 consumes - a conflicting submission (S3) and a submission that exhausted its deliveries -
-and never twice; an operator triages them through the service layer the console uses.
+and never twice; an operator triages them through the service layer the console uses: a
+resubmitted conflict is processed by the app again (and conflicts again), then discarded.
 
 The watcher's timer does not fire on its own in the e2e pipeline (`QUIET_TIMERS`); the
 test runs it when it wants, as the Functions host's admin endpoint does (`DevHost.invoke`).
@@ -17,7 +18,7 @@ from azure.functions.timer import TimerRequest
 
 import bootstrap
 from domain.dead_letters import MAX_DELIVERY_COUNT_EXCEEDED
-from services.dead_letters import discard_dead_letter, list_dead_letters
+from services.dead_letters import discard_dead_letter, list_dead_letters, resubmit_dead_letter
 from tests.e2e.e2e_helpers import ALERTS, E2E, ORDERS, REPLIES, order_body, running_pipeline
 from tests.support.waiting import eventually_true
 
@@ -70,19 +71,38 @@ async def test_s3_a_conflict_and_an_exhausted_submission_each_raise_one_dead_let
         )
         assert not any("c-1" in line for line in lines), "no customer id in an alert"
 
-        # The operator discards the conflict through the console's service layer; the
-        # watcher stays quiet about what it already reported.
+        # The operator resubmits the conflict through the console's service layer: the app
+        # processes the copy, finds the same conflict and dead-letters it again - a new dead
+        # letter, alerted once. Then the operator discards it; the watcher stays quiet.
         consumed = bootstrap.services().settings.consumed_queues
         queues = bootstrap.dead_letter_queues()
         letters = await list_dead_letters(queues, ORDERS, consumed=consumed)
         conflict = next(d for d in letters if d.order_id == "o-conflict")
         assert conflict.description is not None
         assert "items" in conflict.description
-        assert await discard_dead_letter(
+        assert await resubmit_dead_letter(
             queues, ORDERS, conflict.sequence_number, consumed=consumed
         )
+
+        async def conflict_dead_lettered_again() -> bool:
+            again = await list_dead_letters(queues, ORDERS, consumed=consumed)
+            return any(d.sequence_number > conflict.sequence_number for d in again)
+
+        await eventually_true(conflict_dead_lettered_again, "the resubmitted conflict processed")
         await watch(e2e)
-        assert len(await dead_letter_alerts(e2e)) == 2
+        [again] = [
+            a
+            for a in await dead_letter_alerts(e2e)
+            if a["sequenceNumber"] != conflict.sequence_number and a["orderId"] == "o-conflict"
+        ]
+        assert again["messageId"] == f"second:resubmitted:{conflict.sequence_number}"
+        assert again["deadLetterReason"] == "OrderConflict"
+
+        assert await discard_dead_letter(
+            queues, ORDERS, int(str(again["sequenceNumber"])), consumed=consumed
+        )
+        await watch(e2e)
+        assert len(await dead_letter_alerts(e2e)) == 3
         assert [d.order_id for d in await list_dead_letters(queues, ORDERS, consumed=consumed)] == [
             "o-exhausted"
         ]
