@@ -292,13 +292,15 @@ class Watcher:
             ServiceBusClient.from_connection_string(broker.connection_string)
         )
 
-    async def run(self, *, peek_limit: int = 1000) -> WatchReport:
+    async def run(
+        self, *, peek_limit: int = 1000, consumed: tuple[str, ...] = CONSUMED
+    ) -> WatchReport:
         return await asyncio.wait_for(
             watch_dead_letters(
                 self.triage,
                 self.states,
                 self.publisher,
-                consumed=CONSUMED,
+                consumed=consumed,
                 alerts_queue=ALERTS,
                 now=NOW,
                 peek_limit=peek_limit,
@@ -397,3 +399,15 @@ async def test_a_watch_past_its_peek_limit_goes_on_where_it_stopped(
     for _ in range(4):
         reported += [d.message_id for d in (await watcher.run(peek_limit=2)).new]
     assert reported == [f"order-{index}" for index in range(5)]
+
+
+async def test_a_queue_that_cannot_be_read_is_retried_and_the_others_are_still_watched(
+    client: ServiceBusClient, watcher: Watcher
+) -> None:
+    await dead_letter(client, RESPONSES, "response-1", "InvalidAgentResponse")
+
+    report = await watcher.run(consumed=("no-such-queue", RESPONSES))
+
+    assert report.failed == ("no-such-queue",)
+    assert [d.message_id for d in report.new] == ["response-1"]
+    assert (await watcher.run(consumed=CONSUMED)).new == ()
