@@ -13,8 +13,8 @@ azure-servicebus SDK with `sub_queue=ServiceBusSubQueue.DEAD_LETTER`:
   locked. The lock is the condition: of two operators acting on the same dead letter, one
   holds it; the other cannot receive it, sees by peeking that it is still there, waits
   (bounded by `busy_wait_seconds`) and then finds it gone: False. A dead letter locked
-  for longer (a console that crashed holding it, until its LockDuration ends) raises
-  `DeadLetterBusy`.
+  for longer (a console that crashed holding it, until its LockDuration ends), or one
+  behind more than `scan_limit` others, raises `DeadLetterBusy`.
 - The resubmitted copy keeps the body, content type, correlation id, subject, reply-to
   and application properties (trace context included), drops the dead-letter reason and
   description, adds `DeadLetterResubmittedFrom` = the dead letter's sequence number, and
@@ -214,12 +214,10 @@ class ServiceBusDeadLetterQueues(DeadLetterQueues):
                     held.append(message)
             if target is not None:
                 return target
-        log.warning(
-            "dead letter %d not among the first %d locked: triage the older ones first",
-            sequence_number,
-            self._scan_limit,
+        raise DeadLetterBusy(
+            f"dead letter {sequence_number} is behind more than {self._scan_limit} others that "
+            "a receiver must lock first; resubmit or discard older dead letters first"
         )
-        return None
 
     async def _complete(
         self, receiver: ServiceBusReceiver, target: ServiceBusReceivedMessage, queue: str, done: str

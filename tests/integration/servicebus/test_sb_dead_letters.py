@@ -26,6 +26,7 @@ from adapters.servicebus_publisher import ServiceBusPublisher
 from adapters.sqlite_store import SqliteStateStore
 from devhost.servicebus.server import ServiceBusBroker
 from domain.dead_letters import MAX_DELIVERY_COUNT_EXCEEDED, RESUBMITTED_FROM_PROPERTY
+from domain.ports import DeadLetterBusy
 from services.dead_letters import (
     UnknownQueue,
     WatchReport,
@@ -411,3 +412,24 @@ async def test_a_queue_that_cannot_be_read_is_retried_and_the_others_are_still_w
     assert report.failed == ("no-such-queue",)
     assert [d.message_id for d in report.new] == ["response-1"]
     assert (await watcher.run(consumed=CONSUMED)).new == ()
+
+
+async def test_a_dead_letter_behind_more_than_the_scan_limit_is_refused_and_nothing_is_lost(
+    broker: ServiceBusBroker, client: ServiceBusClient
+) -> None:
+    for order_id in ("order-1", "order-2"):
+        await dead_letter(client, ORDERS, order_id, "conflict")
+    narrow = ServiceBusDeadLetterQueues(
+        ServiceBusClient.from_connection_string(broker.connection_string),
+        receive_wait_seconds=0.5,
+        scan_limit=1,
+    )
+    try:
+        letters = await narrow.list(ORDERS)
+        with pytest.raises(DeadLetterBusy, match="behind more than 1 others"):
+            await narrow.discard(ORDERS, letters[1].sequence_number)
+        assert [d.message_id for d in await narrow.list(ORDERS)] == ["order-1", "order-2"]
+        assert await narrow.discard(ORDERS, letters[0].sequence_number)
+        assert await narrow.discard(ORDERS, letters[1].sequence_number)
+    finally:
+        await narrow.close()
