@@ -9,6 +9,7 @@
 - order_agents.worker      E1, E7, E9  the fulfilment agent (queue worker and activity)
 - order_agents.step_agents  E1, E7, E9, C1  one agent per step's remote service
 - supervisor.sweep         U1-U7  timer: bounded sweeps for expired attempts
+- supervisor.dead_letter_watch  S3, E8  timer: one operator alert per new dead letter
 - console.functions        E8, C2, C4  the operator console: admin HTTP functions and page
 """
 
@@ -20,7 +21,7 @@ from activities import agent_bridge, order_steps, starter, step_activities, subm
 from console import functions as console
 from orchestrators import order_workflow
 from order_agents import step_agents, worker
-from supervisor import sweep
+from supervisor import dead_letter_watch, sweep
 
 # A setting the app cannot run with (a retry budget too small for its factors, C4) stops the
 # app from loading, on Azure as under the devhost, with a message that names it.
@@ -38,6 +39,7 @@ for blueprint in (
     worker.bp,
     step_agents.bp,
     sweep.bp,
+    dead_letter_watch.bp,
     console.bp,
 ):
     app.register_functions(blueprint)

@@ -13,8 +13,8 @@ azure-servicebus SDK with `sub_queue=ServiceBusSubQueue.DEAD_LETTER`:
   locked. The lock is the condition: of two operators acting on the same dead letter, one
   holds it; the other cannot receive it, sees by peeking that it is still there, waits
   (bounded by `busy_wait_seconds`) and then finds it gone: False. A dead letter locked
-  for longer (a console that crashed holding it, until its LockDuration ends) raises
-  `DeadLetterBusy`.
+  for longer (a console that crashed holding it, until its LockDuration ends), or one
+  behind more than `scan_limit` others, raises `DeadLetterBusy`.
 - The resubmitted copy keeps the body, content type, correlation id, subject, reply-to
   and application properties (trace context included), drops the dead-letter reason and
   description, adds `DeadLetterResubmittedFrom` = the dead letter's sequence number, and
@@ -26,8 +26,10 @@ azure-servicebus SDK with `sub_queue=ServiceBusSubQueue.DEAD_LETTER`:
   sends the same message id again, which the source queue de-duplicates.
 - `oldest_sequence_number` peeks the source queue itself for the watcher's floor.
 
-Every SDK call is bounded by a timeout; a receiver is opened per operation and closed
-after it, which also releases any lock it still held.
+Every SDK call is bounded by a timeout. Peeks go through receivers kept open per queue
+and sub-queue (an AMQP attach costs a round trip; the watcher peeks every queue each
+run), replaced after a failure; `resubmit` and `discard` open a receiver of their own and
+close it after the action, which also releases any lock it still held.
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ class ServiceBusDeadLetterQueues(DeadLetterQueues):
         self._busy_wait = busy_wait_seconds
         self._scan_limit = scan_limit
         self._timeout = timeout_seconds
+        self._peekers: dict[tuple[str, bool], tuple[ServiceBusReceiver, asyncio.Lock]] = {}
 
     async def list(
         self, queue: str, *, after_sequence: int = 0, max_count: int = 50
@@ -89,20 +92,18 @@ class ServiceBusDeadLetterQueues(DeadLetterQueues):
         if max_count < 1:
             return []
         letters: builtins.list[DeadLetter] = []
-        async with self._dead_letter_receiver(queue) as receiver:
-            start = after_sequence + 1
-            while len(letters) < max_count:
-                page = await self._peek(receiver, start, min(PEEK_PAGE, max_count - len(letters)))
-                if not page:
-                    break
-                letters.extend(_dead_letter(queue, message) for message in page)
-                start = max(_sequence(message) for message in page) + 1
+        start = after_sequence + 1
+        while len(letters) < max_count:
+            count = min(PEEK_PAGE, max_count - len(letters))
+            page = await self._kept_peek(queue, start, count, dead_letters=True)
+            if not page:
+                break
+            letters.extend(_dead_letter(queue, message) for message in page)
+            start = max(_sequence(message) for message in page) + 1
         return letters
 
     async def oldest_sequence_number(self, queue: str) -> int | None:
-        receiver = self._client.get_queue_receiver(queue, prefetch_count=0)
-        async with receiver:
-            page = await self._peek(receiver, 1, 1)
+        page = await self._kept_peek(queue, 1, 1, dead_letters=False)
         return _sequence(page[0]) if page else None
 
     async def resubmit(self, queue: str, sequence_number: int) -> bool:
@@ -121,7 +122,33 @@ class ServiceBusDeadLetterQueues(DeadLetterQueues):
         return await self._settle(queue, sequence_number, nothing, "discarded")
 
     async def close(self) -> None:
+        peekers, self._peekers = list(self._peekers.values()), {}
+        for receiver, _ in peekers:
+            await _close_quietly(receiver)
         await self._client.close()
+
+    async def _kept_peek(
+        self, queue: str, start: int, count: int, *, dead_letters: bool
+    ) -> builtins.list[ServiceBusReceivedMessage]:
+        """Peek through the kept receiver of `queue` or its dead letters; one that failed is
+        closed, and the next peek opens a new one."""
+        key = (queue, dead_letters)
+        if key not in self._peekers:
+            receiver = self._client.get_queue_receiver(
+                queue,
+                sub_queue=ServiceBusSubQueue.DEAD_LETTER if dead_letters else None,
+                prefetch_count=0,
+            )
+            self._peekers[key] = (receiver, asyncio.Lock())
+        receiver, lock = self._peekers[key]
+        async with lock:
+            try:
+                return await self._peek(receiver, start, count)
+            except BaseException:
+                if self._peekers.get(key, (None,))[0] is receiver:
+                    del self._peekers[key]
+                await _close_quietly(receiver)
+                raise
 
     # -- the conditional action ---------------------------------------------------------------
 
@@ -146,7 +173,11 @@ class ServiceBusDeadLetterQueues(DeadLetterQueues):
                 try:
                     target = await self._lock(receiver, sequence_number, held)
                     if target is not None:
-                        await act(target)
+                        try:
+                            await act(target)
+                        except BaseException:
+                            held.append(target)  # not acted on: handed back with the rest
+                            raise
                         return await self._complete(receiver, target, queue, done)
                 finally:
                     await self._abandon_all(receiver, held)
@@ -183,12 +214,10 @@ class ServiceBusDeadLetterQueues(DeadLetterQueues):
                     held.append(message)
             if target is not None:
                 return target
-        log.warning(
-            "dead letter %d not among the first %d locked: triage the older ones first",
-            sequence_number,
-            self._scan_limit,
+        raise DeadLetterBusy(
+            f"dead letter {sequence_number} is behind more than {self._scan_limit} others that "
+            "a receiver must lock first; resubmit or discard older dead letters first"
         )
-        return None
 
     async def _complete(
         self, receiver: ServiceBusReceiver, target: ServiceBusReceivedMessage, queue: str, done: str
@@ -255,6 +284,15 @@ class ServiceBusDeadLetterQueues(DeadLetterQueues):
             receive_mode=receive_mode,
             prefetch_count=0,
         )
+
+
+async def _close_quietly(receiver: ServiceBusReceiver) -> None:
+    """Close a receiver, bounded: one whose connection died may never answer."""
+    try:
+        async with asyncio.timeout(5.0):
+            await receiver.close()
+    except Exception as error:
+        log.debug("closing a service bus receiver: %s: %s", type(error).__name__, error)
 
 
 def _sequence(message: ServiceBusReceivedMessage) -> int:

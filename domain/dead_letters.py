@@ -26,7 +26,12 @@ late, after many newer ones (it exhausted its deliveries while they conflicted a
 single high-water mark would miss it. Instead the mark keeps a `floor` - no dead letter
 below it is still to come, because every message of the source queue with a smaller number
 has left it - and the numbers at or above the floor it has already reported. `watch_step`
-computes the next mark from one look at the source queue and its dead letters.
+computes the next mark from one look at the source queue and its dead letters. The mark
+stays correct whatever numbering the dead-letter queue uses (were its numbers its own,
+increasing as messages are dead-lettered): the floor never passes a number not yet looked
+at, and whatever it has not passed is remembered by number. The reported numbers kept are
+those still in the dead-letter queue, so the mark grows no larger than the queue an
+operator has to triage.
 """
 
 from __future__ import annotations

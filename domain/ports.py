@@ -292,8 +292,9 @@ class MessagePublisher(ABC):
 
 
 class DeadLetterBusy(Exception):
-    """The dead letter is still there, but another receiver holds its lock (an operator or
-    a console acting on it right now): try again once that lock is released or expires."""
+    """The dead letter is still there but cannot be acted on now: another receiver holds
+    its lock (an operator or a console acting on it right now; try again once that lock is
+    released or expires), or too many older dead letters stand before it."""
 
 
 class DeadLetterQueues(ABC):

@@ -28,7 +28,6 @@ reason.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -37,8 +36,9 @@ from domain.contracts import AlertKind, OperatorAlert, operator_alert
 from domain.dead_letters import DeadLetter, watch_step
 from domain.outgoing_messages import alert_outgoing
 from domain.ports import DeadLetterQueues, MessagePublisher, StateStore
+from observability import logs, metrics
 
-log = logging.getLogger("app.dead_letters")
+log = logs.get_logger("app.dead_letters")
 
 WATCH_PEEK_LIMIT = 1000
 """The most dead letters the watcher peeks per queue per run; more wait for the next run."""
@@ -156,7 +156,7 @@ async def watch_dead_letters(
                 )
             )
         except Exception:
-            log.exception("dead-letter watch of queue=%s failed; it is retried next run", queue)
+            log.exception("dead-letter watch failed; it is retried next run", queue=queue)
             failed.append(queue)
     return WatchReport(tuple(new), tuple(failed))
 
@@ -185,24 +185,24 @@ async def _watch_queue(
     )
     for letter in step.new:
         log.warning(
-            "operator alert: dead letter queue=%s sequence=%d reason=%s description=%s "
-            "message_id=%s order=%s delivery_count=%d",
-            letter.queue,
-            letter.sequence_number,
-            letter.reason,
-            letter.description,
-            letter.message_id,
-            letter.order_id,
-            letter.delivery_count,
+            "operator alert: dead letter",
+            queue=letter.queue,
+            sequence=letter.sequence_number,
+            reason=letter.reason,
+            description=letter.description,
+            message_id=letter.message_id,
+            order_id=letter.order_id,
+            delivery_count=letter.delivery_count,
         )
+        metrics.dead_lettered(letter.queue, letter.reason or "unknown")
         await publisher.send(alert_outgoing(dead_letter_alert(letter, now=now), alerts_queue))
     if step.mark != mark:
         await asyncio.to_thread(states.save_watch_mark, _mark_name(queue), step.mark)
     if len(peeked) >= peek_limit:
         log.warning(
-            "dead-letter queue of %s holds more than %d letters past the watch mark; the rest "
-            "are reported on later runs - triage them",
-            queue,
-            peek_limit,
+            "dead-letter queue holds more letters past the watch mark than one run peeks; the "
+            "rest are reported on later runs - triage them",
+            queue=queue,
+            peek_limit=peek_limit,
         )
     return step.new

@@ -1,13 +1,15 @@
-"""Fixtures shared by the integration tests that call the simulated remote services: every
-service started in-process, and an HTTP session whose calls carry a timeout."""
+"""Fixtures shared by the integration tests: every simulated remote service started
+in-process, an HTTP session whose calls carry a timeout, and the app's metrics read in memory."""
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import aiohttp
 import pytest
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from simulators.services import SimulatedServices
 from tests.integration.simulators.fulfilment_calls import TIMEOUT
+from tests.support.metric_points import bound_reader
 
 
 @pytest.fixture
@@ -22,3 +24,10 @@ async def services() -> AsyncIterator[SimulatedServices]:
 async def session() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession(timeout=TIMEOUT) as client_session:
         yield client_session
+
+
+@pytest.fixture
+def reader() -> Iterator[InMemoryMetricReader]:
+    """The app's instruments (observability.metrics) bound to a provider this test reads."""
+    with bound_reader() as memory:
+        yield memory

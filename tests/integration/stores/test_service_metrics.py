@@ -11,17 +11,10 @@ fails (C2, CompensationFailed); expired attempts the supervisor retries and then
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import (
-    HistogramDataPoint,
-    InMemoryMetricReader,
-    NumberDataPoint,
-)
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from adapters.cosmos_store import CosmosStateStore
 from config import Settings
@@ -40,6 +33,7 @@ from services.starter import claim_pending
 from services.step_writes import Done as StepDone
 from services.submission import Accepted, Rejected, submit_order
 from services.supervisor import RecoveryKind, sweep
+from tests.support.metric_points import gauge, histogram, points, total
 
 T0 = datetime(2026, 9, 1, 10, 0, tzinfo=UTC)
 STEPS = ("reserve-stock", "charge-payment", "ship-order")
@@ -53,61 +47,6 @@ SETTINGS = Settings(
 )
 
 CUSTOMER = "customer-1"
-
-Points = dict[str, list[Any]]
-
-
-@pytest.fixture
-def reader() -> Iterator[InMemoryMetricReader]:
-    """The app's instruments bound to an SDK provider that this test reads."""
-    memory = InMemoryMetricReader()
-    provider = MeterProvider(metric_readers=[memory])
-    metrics.reset_gauges()
-    metrics.bind(provider)
-    yield memory
-    metrics.bind(None)
-    metrics.reset_gauges()
-    provider.shutdown()
-
-
-def points(reader: InMemoryMetricReader) -> Points:
-    """Every data point by instrument name, from the scope of the app."""
-    data = reader.get_metrics_data()
-    found: Points = {}
-    if data is None:
-        return found
-    for resource in data.resource_metrics:
-        for scope in resource.scope_metrics:
-            assert scope.scope.name == metrics.SCOPE
-            for metric in scope.metrics:
-                found.setdefault(metric.name, []).extend(metric.data.data_points)
-    return found
-
-
-def total(found: Points, name: str, **attributes: str) -> float:
-    """The sum of a counter's points whose attributes include `attributes`."""
-    return sum(
-        point.value
-        for point in found.get(name, [])
-        if isinstance(point, NumberDataPoint)
-        and all(point.attributes.get(key) == value for key, value in attributes.items())
-    )
-
-
-def histogram(found: Points, name: str, **attributes: str) -> HistogramDataPoint:
-    (point,) = [
-        point
-        for point in found.get(name, [])
-        if all(point.attributes.get(key) == value for key, value in attributes.items())
-    ]
-    assert isinstance(point, HistogramDataPoint)
-    return point
-
-
-def gauge(found: Points, name: str) -> float:
-    (point,) = found[name]
-    assert isinstance(point, NumberDataPoint)
-    return float(point.value)
 
 
 def order_body(order_id: str) -> str:

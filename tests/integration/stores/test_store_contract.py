@@ -16,6 +16,7 @@ import pytest
 
 from domain import transitions
 from domain.contracts import Order, OrderItem
+from domain.dead_letters import WatchMark
 from domain.ports import (
     InvalidContinuation,
     OperationKind,
@@ -581,3 +582,23 @@ def test_a_listing_token_of_one_state_is_refused_for_another_e8(
     assert page.continuation is not None
     with pytest.raises(InvalidContinuation):
         states.query_by_state(state=ProcessState.ERROR, page_size=1, continuation=page.continuation)
+
+
+def test_a_watch_mark_survives_a_reopen_and_is_no_state_record_s3(
+    store_factory: StoreFactory,
+) -> None:
+    """The dead-letter watcher's marks (services.dead_letters): the empty mark until one is
+    saved, the last save after the store is opened again, one per name, and never counted,
+    claimed or swept as an order."""
+    states, _ = store_factory.open_stores()
+    assert states.load_watch_mark("dead-letters:orders") == WatchMark()
+    states.save_watch_mark("dead-letters:orders", WatchMark(3, frozenset({5, 9}), resume=10))
+    states.save_watch_mark("dead-letters:orders", WatchMark(4, frozenset({5, 9})))
+    states.save_watch_mark("dead-letters:agent-responses", WatchMark(7))
+
+    reopened, _ = store_factory.open_stores()
+    assert reopened.load_watch_mark("dead-letters:orders") == WatchMark(4, frozenset({5, 9}))
+    assert reopened.load_watch_mark("dead-letters:agent-responses") == WatchMark(7)
+    assert reopened.count_backlog(at_most=10) == 0
+    assert reopened.count_running(at_most=10) == 0
+    assert reopened.query_claimable(now=NOW, page_size=10).items == ()

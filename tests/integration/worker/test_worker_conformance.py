@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from config import Settings, declarations
 from devhost.indexing import IndexingError, index_app, load_app
 from devhost.settings import AppSettings
 
@@ -62,6 +63,7 @@ ORDER_APP_FUNCTIONS = {
     "console_dead_letter_queues": "httpTrigger",
     "console_list_dead_letters": "httpTrigger",
     "console_act_on_dead_letter": "httpTrigger",
+    "watch_dead_letter_queues": "timerTrigger",
 }
 # Every app module the devhost's tests run (tests/**/apps/*_app.py).
 DEVHOST_TEST_APPS = sorted((ROOT / "tests").glob("**/apps/**/*_app.py"))
@@ -141,6 +143,8 @@ def test_settings_stay_expressions_for_the_host_to_resolve(
     assert queues == {"%ORDERS_QUEUE%", "%AGENT_REQUESTS_QUEUE%"}
     assert trigger_of(order_app["supervise_orders"])["schedule"] == "%SUPERVISOR_SCHEDULE%"
     assert trigger_of(order_app["catch_up_orders"])["schedule"] == "%SUPERVISOR_CATCHUP_SCHEDULE%"
+    watch = trigger_of(order_app["watch_dead_letter_queues"])
+    assert watch["schedule"] == "%DEADLETTER_WATCH_SCHEDULE%"
 
 
 def test_the_host_accepts_the_order_app_with_the_sample_settings() -> None:
@@ -286,3 +290,17 @@ def test_no_app_package_shadows_a_module_the_functions_libraries_import() -> Non
     app_packages = {path.parent.name for path in ROOT.glob("*/__init__.py")}
     app_packages |= {path.stem for path in ROOT.glob("*.py")}
     assert app_packages & imported == set()
+
+
+def test_the_dead_letter_watcher_covers_every_queue_a_service_bus_trigger_consumes_s3(
+    order_app: dict[str, dict[str, Any]],
+) -> None:
+    """Settings.consumed_queues - the queues whose dead letters the watcher alerts on and an
+    operator triages - are exactly the queues of the app's Service Bus triggers."""
+    by_name = {declared.name: declared.default for declared in declarations()}
+    triggered = {
+        by_name[trigger_of(function)["queueName"].strip("%")]
+        for function in order_app.values()
+        if trigger_of(function)["type"] == "serviceBusTrigger"
+    }
+    assert triggered == set(Settings().consumed_queues)
