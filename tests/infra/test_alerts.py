@@ -134,7 +134,20 @@ def test_the_worker_exports_opentelemetry_to_application_insights_as_the_identit
     assert host["telemetryMode"] == "OpenTelemetry"
 
 
-def test_the_app_uses_the_opentelemetry_api_alone_pinned_in_requirements() -> None:
+def test_the_app_code_uses_the_opentelemetry_api_and_the_worker_finds_the_distro() -> None:
+    """The app records through the API alone; the SDK and exporter come from the distro the
+    worker imports on Azure (PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY), pinned with the app."""
     pins = (ROOT / "requirements.txt").read_text(encoding="utf-8")
-    assert re.search(r"^opentelemetry-api==\S+$", pins, re.MULTILINE)
-    assert not re.search(r"^opentelemetry-sdk", pins, re.MULTILINE)
+    for package in ("opentelemetry-api", "azure-monitor-opentelemetry"):
+        assert re.search(rf"^{package}==\S+$", pins, re.MULTILINE), package
+    packages = "activities adapters console domain observability orchestrators order_agents"
+    app_sources = [
+        path
+        for package in (*packages.split(), "services", "supervisor")
+        for path in (ROOT / package).rglob("*.py")
+    ]
+    assert app_sources
+    for path in app_sources:
+        text = path.read_text(encoding="utf-8")
+        assert "opentelemetry.sdk" not in text, path
+        assert "azure.monitor" not in text, path
