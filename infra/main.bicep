@@ -281,5 +281,6 @@ output SERVICEBUS_FULLY_QUALIFIED_NAMESPACE string = serviceBus.outputs.fullyQua
 output ORDERS_QUEUE string = serviceBus.outputs.ordersQueue
 output CLIENT_REPLY_QUEUES string = join(replyQueueNames, ',')
 output COSMOS_ENDPOINT string = cosmos.outputs.endpoint
-output CONSOLE_URL string = 'https://${functionApp.outputs.defaultHostName}/api/console'
+// The app's URL, as the console's CLI takes it (CONSOLE_URL); the page is <url>/api/console.
+output CONSOLE_URL string = 'https://${functionApp.outputs.defaultHostName}'
 output CONSOLE_AUTH_ENABLED bool = functionApp.outputs.consoleAuthEnabled

@@ -216,9 +216,9 @@ output defaultHostName string = site.properties.defaultHostName
 // C2) when consoleAuthClientId names an app registration: every request needs an Entra ID
 // session or access token for that registration, issued in this tenant, or gets 401; then the
 // function key as before. Only members of consoleOperatorGroupIds or the principals of
-// consoleOperatorPrincipalIds pass (the built-in authorization policy, allowedPrincipals);
-// the registration's "assignment required" with its Console.Operator app role narrows who
-// gets a token at all (README). Browser sign-in uses the ID token flow, so no client secret is
+// consoleOperatorPrincipalIds pass (the built-in authorization policy, allowedPrincipals;
+// with both empty any principal holding a token passes); the registration's "assignment
+// required" with its Console.Operator app role narrows who gets a token at all (README). Browser sign-in uses the ID token flow, so no client secret is
 // stored anywhere.
 //
 // Excluded: /runtime/webhooks/durabletask, the Durable Functions HTTP API, which the host

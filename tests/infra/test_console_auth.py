@@ -126,6 +126,8 @@ def test_main_passes_the_registration_the_group_and_the_principals():
         "value": "${CONSOLE_OPERATOR_PRINCIPAL_IDS}"
     }
     outputs = main["outputs"]
+    # The CLI's CONSOLE_URL: the app's URL, which `azd env get-values` prints.
+    assert outputs["CONSOLE_URL"]["value"] == "https://${functionApp.outputs.defaultHostName}"
     assert accessor_path(outputs["CONSOLE_AUTH_ENABLED"]["value"]) == [
         "functionApp",
         "outputs",
