@@ -208,18 +208,14 @@ resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
   // checkov:skip=CKV_AZURE_88:Flex Consumption deploys from a blob container, not an Azure Files share
 }
 
-output name string = site.name
-output consoleAuthEnabled bool = consoleAuthEnabled
-output defaultHostName string = site.properties.defaultHostName
-
 // App Service authentication (Easy Auth, authsettingsV2) in front of the operator console (E8,
 // C2) when consoleAuthClientId names an app registration: every request needs an Entra ID
 // session or access token for that registration, issued in this tenant, or gets 401; then the
 // function key as before. Only members of consoleOperatorGroupIds or the principals of
 // consoleOperatorPrincipalIds pass (the built-in authorization policy, allowedPrincipals;
 // with both empty any principal holding a token passes); the registration's "assignment
-// required" with its Console.Operator app role narrows who gets a token at all (README). Browser sign-in uses the ID token flow, so no client secret is
-// stored anywhere.
+// required" with its Console.Operator app role narrows who gets a token at all (README).
+// Browser sign-in uses the ID token flow, so no client secret is stored anywhere.
 //
 // Excluded: /runtime/webhooks/durabletask, the Durable Functions HTTP API, which the host
 // protects with its durabletask_extension system key; the app's own durable client reaches
@@ -285,3 +281,7 @@ resource consoleAuth 'Microsoft.Web/sites/config@2024-04-01' = if (consoleAuthEn
     }
   }
 }
+
+output name string = site.name
+output consoleAuthEnabled bool = consoleAuthEnabled
+output defaultHostName string = site.properties.defaultHostName
