@@ -9,6 +9,8 @@
 // - Durable Functions on the Durable Task Scheduler (or, as an option, on Azure Storage).
 // - Log Analytics + Application Insights with Entra-only ingestion, the app's OpenTelemetry
 //   sent there by the worker's Azure Monitor distro, and operator alerts (alerts.bicep).
+// - App Service authentication with Entra ID in front of the operator console when
+//   consoleAuthClientId names its app registration (function.bicep).
 // - Optionally a virtual network with private endpoints (vnetEnabled).
 targetScope = 'subscription'
 
@@ -81,6 +83,19 @@ param oldestPendingAlertSeconds int = 900
 @description('Give the app Data Owner (Manage) on the queues its functions are triggered by, so that the scale controller reads queue lengths; false gives Data Receiver only (less accurate scaling).')
 param serviceBusScaleByQueueLength bool = true
 
+@description('Client id of the operator console\'s Entra app registration (README, "The operator console on Azure"). Set, the function app requires an Entra ID sign-in or access token for it before the function key; empty, the console relies on function keys alone.')
+param consoleAuthClientId string = ''
+
+@description('Object id of the Entra group whose members may use the operator console (with consoleAuthClientId).')
+param consoleOperatorsGroupId string = ''
+
+@description('Object ids of further users or service principals that may use the operator console, separated by commas (with consoleAuthClientId).')
+param consoleOperatorPrincipalIds string = ''
+
+@minValue(1)
+@description('Active messages on a queue the app consumes above which the consumer-lag alert fires.')
+param consumerLagAlertMessages int = 1000
+
 var abbrs = loadJsonContent('./abbreviations.json')
 var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
 var tags = {
@@ -100,6 +115,10 @@ var clientAppList = [
   }
 ]
 var replyQueueNames = [for app in clientAppList: app.replyQueue]
+var consoleOperatorGroupIds = empty(trim(consoleOperatorsGroupId)) ? [] : [trim(consoleOperatorsGroupId)]
+var consoleOperatorPrincipalIdList = [
+  for entry in filter(split(consoleOperatorPrincipalIds, ','), entry => !empty(trim(entry))): trim(entry)
+]
 
 resource rg 'Microsoft.Resources/resourceGroups@2024-03-01' = {
   name: '${abbrs.resourcesResourceGroups}${environmentName}'
@@ -216,6 +235,7 @@ module alerts 'app/alerts.bicep' = {
     appInsightsName: monitoring.outputs.appInsightsName
     alertEmail: alertEmail
     oldestPendingSeconds: oldestPendingAlertSeconds
+    consumerLagMessages: consumerLagAlertMessages
   }
 }
 
@@ -246,6 +266,9 @@ module functionApp 'app/function.bicep' = {
     maximumInstanceCount: maximumInstanceCount
     alwaysReadyInstances: alwaysReadyInstances
     subnetId: vnetEnabled ? network.outputs.appSubnetId : ''
+    consoleAuthClientId: consoleAuthClientId
+    consoleOperatorGroupIds: consoleOperatorGroupIds
+    consoleOperatorPrincipalIds: consoleOperatorPrincipalIdList
   }
 }
 
@@ -258,3 +281,6 @@ output SERVICEBUS_FULLY_QUALIFIED_NAMESPACE string = serviceBus.outputs.fullyQua
 output ORDERS_QUEUE string = serviceBus.outputs.ordersQueue
 output CLIENT_REPLY_QUEUES string = join(replyQueueNames, ',')
 output COSMOS_ENDPOINT string = cosmos.outputs.endpoint
+// The app's URL, as the console's CLI takes it (CONSOLE_URL); the page is <url>/api/console.
+output CONSOLE_URL string = 'https://${functionApp.outputs.defaultHostName}'
+output CONSOLE_AUTH_ENABLED bool = functionApp.outputs.consoleAuthEnabled

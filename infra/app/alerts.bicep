@@ -4,6 +4,9 @@
 // - Dead letters on the Service Bus namespace: the platform metric DeadletteredMessages of
 //   any queue (split by EntityName) above 0 - a submission that exhausted its deliveries, an
 //   invalid or conflicting order (S3), an agent request or response no one could handle.
+// - Consumer lag: the platform metric ActiveMessages of a queue the app consumes (split by
+//   EntityName) above consumerLagMessages on average over 15 minutes - the triggers do not
+//   keep up (scale cap, a slow downstream, an app that does not wake) (C5, C9).
 // - Orders that reached Error or CompensationFailed: the app's sas.orders.failed and
 //   sas.orders.compensation_failed counters (observability/metrics.py), which the Azure
 //   Monitor distro exports to Application Insights (customMetrics).
@@ -22,6 +25,20 @@ param alertEmail string = ''
 @minValue(60)
 @description('Age in seconds above which the oldest Pending order raises an alert.')
 param oldestPendingSeconds int = 900
+@minValue(1)
+@description('Active messages on a queue the app consumes above which the consumer-lag alert fires.')
+param consumerLagMessages int = 1000
+
+// The queues the app's triggers consume (Settings.consumed_queues), by their app settings.
+var settings = loadJsonContent('../app-settings.json')
+var consumedQueues = [
+  settings.ORDERS_QUEUE
+  settings.AGENT_REQUESTS_QUEUE
+  settings.AGENT_RESPONSES_QUEUE
+  settings.STOCK_REQUESTS_QUEUE
+  settings.PAYMENT_REQUESTS_QUEUE
+  settings.SHIPPING_REQUESTS_QUEUE
+]
 
 resource namespace 'Microsoft.ServiceBus/namespaces@2022-10-01-preview' existing = {
   name: serviceBusNamespaceName
@@ -99,6 +116,46 @@ resource deadLetters 'Microsoft.Insights/metricAlerts@2018-03-01' = {
   }
 }
 
+resource consumerLag 'Microsoft.Insights/metricAlerts@2018-03-01' = {
+  name: '${namePrefix}-consumer-lag'
+  location: 'global'
+  tags: tags
+  properties: {
+    description: 'A queue the app consumes has held more than ${consumerLagMessages} active messages for 15 minutes: its consumer does not keep up.'
+    severity: 2
+    enabled: true
+    scopes: [
+      namespace.id
+    ]
+    evaluationFrequency: 'PT5M'
+    windowSize: 'PT15M'
+    targetResourceType: 'Microsoft.ServiceBus/namespaces'
+    criteria: {
+      'odata.type': 'Microsoft.Azure.Monitor.SingleResourceMultipleMetricCriteria'
+      allOf: [
+        {
+          criterionType: 'StaticThresholdCriterion'
+          name: 'ActiveMessages'
+          metricNamespace: 'Microsoft.ServiceBus/namespaces'
+          metricName: 'ActiveMessages'
+          dimensions: [
+            {
+              name: 'EntityName'
+              operator: 'Include'
+              values: consumedQueues
+            }
+          ]
+          operator: 'GreaterThan'
+          threshold: consumerLagMessages
+          timeAggregation: 'Average'
+        }
+      ]
+    }
+    autoMitigate: true
+    actions: metricActions
+  }
+}
+
 // Each log alert: one query over the app's custom metrics, fired when its measure passes the
 // threshold in one evaluation.
 var appMetricAlerts = [
@@ -160,3 +217,4 @@ resource appAlerts 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = [
 ]
 
 output deadLetterAlertId string = deadLetters.id
+output consumerLagAlertId string = consumerLag.id

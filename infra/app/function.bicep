@@ -42,6 +42,12 @@ param instanceMemoryMB int = 2048
 param maximumInstanceCount int = 100
 param alwaysReadyInstances int = 0
 param subnetId string = ''
+@description('Client id of the console\'s Entra app registration; empty deploys without App Service authentication (function keys alone).')
+param consoleAuthClientId string = ''
+@description('Object ids of the Entra groups whose members may call the console.')
+param consoleOperatorGroupIds array = []
+@description('Object ids of the users or service principals that may call the console.')
+param consoleOperatorPrincipalIds array = []
 
 // The app's Service Bus-triggered functions, each its own scale group on Flex Consumption.
 var serviceBusFunctions = [
@@ -150,15 +156,15 @@ resource site 'Microsoft.Web/sites@2024-04-01' = {
       '${identityId}': {}
     }
   }
-  // checkov:skip=CKV_AZURE_222:the app serves no HTTP function; public access stays on for azd's deployment endpoint
+  // checkov:skip=CKV_AZURE_222:the operator console is reached from operators' machines, behind Entra ID (consoleAuth) and function keys; public access also serves azd's deployment endpoint
   properties: {
     serverFarmId: plan.id
-    // checkov:skip=CKV_AZURE_17:the app serves no HTTP function, so no client calls it with a certificate
+    // checkov:skip=CKV_AZURE_17:operators call the console with an Entra ID token and a function key, not a client certificate
     httpsOnly: true
     clientCertEnabled: false
     // checkov:skip=CKV_AZURE_212:Flex Consumption scales from zero; alwaysReadyInstances keeps warm instances when wanted
     virtualNetworkSubnetId: empty(subnetId) ? null : subnetId
-    // checkov:skip=CKV_AZURE_213:no HTTP function to probe; Flex Consumption replaces unhealthy instances itself
+    // checkov:skip=CKV_AZURE_213:the only HTTP functions are the operator console's, no health endpoint; Flex Consumption replaces unhealthy instances itself
     siteConfig: {
       minTlsVersion: '1.2'
       http20Enabled: true
@@ -193,8 +199,8 @@ resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
   // checkov:skip=CKV_AZURE_66:web server logging, not an app setting; the app logs to Application Insights
   // checkov:skip=CKV_AZURE_63:web server logging, not an app setting; the app logs to Application Insights
   parent: site
-  // checkov:skip=CKV_AZURE_65:web server error pages, not an app setting; the app serves no HTTP function
-  // checkov:skip=CKV_AZURE_13:App Service Authentication guards HTTP functions; the app has none
+  // checkov:skip=CKV_AZURE_65:web server error pages, not an app setting
+  // checkov:skip=CKV_AZURE_13:App Service authentication is the authsettingsV2 resource consoleAuth, not an app setting
   name: 'appsettings'
   // checkov:skip=CKV_AZURE_222:public access is a site property (see the site)
   // checkov:skip=CKV_AZURE_80:a .NET setting; the app is Python
@@ -202,5 +208,80 @@ resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
   // checkov:skip=CKV_AZURE_88:Flex Consumption deploys from a blob container, not an Azure Files share
 }
 
+// App Service authentication (Easy Auth, authsettingsV2) in front of the operator console (E8,
+// C2) when consoleAuthClientId names an app registration: every request needs an Entra ID
+// session or access token for that registration, issued in this tenant, or gets 401; then the
+// function key as before. Only members of consoleOperatorGroupIds or the principals of
+// consoleOperatorPrincipalIds pass (the built-in authorization policy, allowedPrincipals;
+// with both empty any principal holding a token passes); the registration's "assignment
+// required" with its Console.Operator app role narrows who gets a token at all (README).
+// Browser sign-in uses the ID token flow, so no client secret is stored anywhere.
+//
+// Excluded: /runtime/webhooks/durabletask, the Durable Functions HTTP API, which the host
+// protects with its durabletask_extension system key; the app's own durable client reaches
+// the extension on the host's local endpoint, not through the site. The host's admin APIs
+// (/admin) stay behind Easy Auth and the master key: deployment and trigger sync go through
+// the scm site and Azure Resource Manager, not /admin. Nothing else of the app is HTTP.
+var consoleAuthEnabled = !empty(consoleAuthClientId)
+var consoleAuthExcludedPaths = [
+  '/runtime/webhooks/durabletask'
+]
+
+// The checks skipped here read other kinds of site config (logging, error pages, .NET, Azure
+// Files, public access) or the V1 authsettings shape, and checkov's Bicep reader does not see
+// the properties of a conditional resource; tests/infra/test_console_auth.py checks these.
+resource consoleAuth 'Microsoft.Web/sites/config@2024-04-01' = if (consoleAuthEnabled) {
+  // checkov:skip=CKV_AZURE_13:reads V1 authsettings (properties.enabled); this is authsettingsV2 with platform.enabled true
+  // checkov:skip=CKV_AZURE_70:httpSettings.requireHttps is true; checkov does not see a conditional resource's properties
+  parent: site
+  // checkov:skip=CKV_AZURE_63:web server logging, not authentication; the app logs to Application Insights
+  // checkov:skip=CKV_AZURE_66:web server logging, not authentication; the app logs to Application Insights
+  name: 'authsettingsV2'
+  // checkov:skip=CKV_AZURE_65:web server error pages, not authentication
+  // checkov:skip=CKV_AZURE_80:a .NET setting; the app is Python
+  // checkov:skip=CKV_AZURE_88:Flex Consumption deploys from a blob container, not an Azure Files share
+  // checkov:skip=CKV_AZURE_222:public access is a site property (see the site)
+  properties: {
+    platform: {
+      enabled: true
+    }
+    globalValidation: {
+      requireAuthentication: true
+      unauthenticatedClientAction: 'Return401'
+      excludedPaths: consoleAuthExcludedPaths
+    }
+    httpSettings: {
+      requireHttps: true
+    }
+    identityProviders: {
+      azureActiveDirectory: {
+        enabled: true
+        registration: {
+          clientId: consoleAuthClientId
+          openIdIssuer: '${environment().authentication.loginEndpoint}${tenant().tenantId}/v2.0'
+        }
+        validation: {
+          allowedAudiences: [
+            'api://${consoleAuthClientId}'
+            consoleAuthClientId
+          ]
+          defaultAuthorizationPolicy: {
+            allowedPrincipals: {
+              groups: consoleOperatorGroupIds
+              identities: consoleOperatorPrincipalIds
+            }
+          }
+        }
+      }
+    }
+    login: {
+      tokenStore: {
+        enabled: false
+      }
+    }
+  }
+}
+
 output name string = site.name
+output consoleAuthEnabled bool = consoleAuthEnabled
 output defaultHostName string = site.properties.defaultHostName

@@ -7,14 +7,17 @@
 // the properties of the local reply queue (R1).
 //
 // Roles, each on one queue and none on the namespace (least privilege):
-// - the queues the app's functions are triggered by: Azure Service Bus Data Owner when
-//   scaleByQueueLength, else Data Receiver. The scale controller reads a queue's length
+// - the queues the app's functions are triggered by (the queues it consumes): Azure Service
+//   Bus Data Owner when scaleByQueueLength, else Data Receiver. A role on a queue covers its
+//   dead-letter sub-queue (<queue>/$DeadLetterQueue), which the dead-letter watcher peeks and
+//   the console's triage receives from. The scale controller reads a queue's length
 //   (its runtime properties) only with Manage rights; with Listen rights alone it cannot
 //   use the queue length and scales less accurately, and apps have been seen not to wake
 //   from zero (Functions docs: "Service Bus trigger" permissions; azure-functions-host#8261).
 //   Owner is scoped to those queues only, which the app owns anyway;
-// - the queues the app only sends to (operator alerts, the client apps' reply queues, and
-//   with Data Receiver the request/response queues too): Data Sender;
+// - the queues the app only sends to (operator alerts, the client apps' reply queues) and,
+//   with Data Receiver, every queue it consumes (the workflow sends requests and responses;
+//   the console resubmits a dead letter to its source queue): Data Sender;
 // - each client app's principal: Data Receiver on its own reply queue and Data Sender on the
 //   orders queue, nothing else (R1);
 // - the deployer (optional): Data Receiver on the namespace, to read operator alerts and
@@ -60,14 +63,12 @@ var triggeredQueues = [
   settings.SHIPPING_REQUESTS_QUEUE
   settings.AGENT_RESPONSES_QUEUE
 ]
-var appSentQueues = [
-  settings.AGENT_REQUESTS_QUEUE
-  settings.STOCK_REQUESTS_QUEUE
-  settings.PAYMENT_REQUESTS_QUEUE
-  settings.SHIPPING_REQUESTS_QUEUE
-  settings.AGENT_RESPONSES_QUEUE
+// The app sends to every queue it consumes: requests and responses in the workflow, and the
+// operator console's dead-letter triage resubmits a dead letter to its source queue, orders
+// included (Settings.consumed_queues); and to the operator alerts.
+var appSentQueues = concat(triggeredQueues, [
   settings.OPERATOR_ALERTS_QUEUE
-]
+])
 var sentQueues = concat(appSentQueues, replyQueueNames)
 var triggerRole = scaleByQueueLength ? serviceBusDataOwner : serviceBusDataReceiver
 // Data Owner already lets the app send to the queues it is triggered by.

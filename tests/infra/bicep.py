@@ -68,6 +68,16 @@ def resolve(doc: Json, value: Json) -> Json:
     return value
 
 
+def elements(doc: Json, value: Json) -> list[Json]:
+    """The items of an array expression: a literal array, or a `concat` of arrays, resolved."""
+    value = resolve(doc, value)
+    if isinstance(value, dict) and value.get("function", {}).get("type") == "concat":
+        parameters = value["function"]["parameters"]
+        return [item for key in sorted(parameters) for item in elements(doc, parameters[key])]
+    assert isinstance(value, list), f"expected an array, got {value!r}"
+    return value
+
+
 def alternatives(doc: Json, value: Json) -> list[Json]:
     """The values an expression may take: both branches of a condition, resolved."""
     value = resolve(doc, value)

@@ -1,10 +1,11 @@
 """Operator alerts and the app's telemetry on Azure (C9, E8, C2, C5, U5).
 
 infra/app/alerts.bicep raises an alert for each condition an operator must act on - dead
-letters on any queue, orders in Error or CompensationFailed, an old Pending order, supervisor
-give-ups - and e-mails the operators' address when the deployment names one. The rules over
-the app's own metrics query the instrument names observability/metrics.py declares, so a
-renamed instrument cannot silently disarm an alert. The function app exports its
+letters on any queue, consumer lag on a queue the app consumes, orders in Error or
+CompensationFailed, an old Pending order, supervisor give-ups - and e-mails the operators'
+address when the deployment names one. The rules over the app's own metrics query the
+instrument names observability/metrics.py declares, so a renamed instrument cannot silently
+disarm an alert. The function app exports its
 OpenTelemetry to Application Insights with the settings documented for Python on Flex
 Consumption, authenticated as its identity.
 """
@@ -14,13 +15,16 @@ from __future__ import annotations
 import json
 import re
 
+from config import Settings
 from observability import metrics
 from tests.infra.bicep import (
+    APP,
     INFRA,
     ROOT,
     accessor_path,
     body,
     condition,
+    load_json,
     module,
     resolve,
     resources_of_type,
@@ -29,6 +33,12 @@ from tests.infra.bicep import (
 
 def alerts_module() -> dict[str, object]:
     return dict(body(module("main")["modules"]["alerts"])["params"])
+
+
+def metric_alert(name: str) -> dict[str, object]:
+    """The properties of the metric alert `name` (its Bicep symbol) of alerts.bicep."""
+    rules = resources_of_type(module("alerts"), "Microsoft.Insights/metricAlerts")
+    return dict(body(rules[name])["properties"])
 
 
 def app_alerts() -> dict[str, dict[str, object]]:
@@ -62,17 +72,17 @@ def test_the_action_group_e_mails_the_operators_when_an_address_is_given() -> No
     assert receiver["emailAddress"] == "alertEmail"
     assert receiver["useCommonAlertSchema"] is True
     assert resolve(doc, "metricActions")["operator"]["type"] == "conditional"
-    (dead_letters,) = resources_of_type(doc, "Microsoft.Insights/metricAlerts").values()
-    assert body(dead_letters)["properties"]["actions"] == "metricActions"
+    rules = resources_of_type(doc, "Microsoft.Insights/metricAlerts")
+    assert set(rules) == {"deadLetters", "consumerLag"}
+    for rule in rules.values():
+        assert body(rule)["properties"]["actions"] == "metricActions"
     for rule in resources_of_type(doc, "Microsoft.Insights/scheduledQueryRules").values():
         assert body(rule)["properties"]["actions"] == "logActions"
     assert name == "operators"
 
 
 def test_any_dead_letter_on_any_queue_of_the_namespace_raises_an_alert() -> None:
-    doc = module("alerts")
-    (rule,) = resources_of_type(doc, "Microsoft.Insights/metricAlerts").values()
-    properties = body(rule)["properties"]
+    properties = metric_alert("deadLetters")
     assert [accessor_path(scope) for scope in properties["scopes"]] == [["namespace", "id"]]
     assert properties["targetResourceType"] == "Microsoft.ServiceBus/namespaces"
     (criterion,) = properties["criteria"]["allOf"]
@@ -83,6 +93,34 @@ def test_any_dead_letter_on_any_queue_of_the_namespace_raises_an_alert() -> None
         {"name": "EntityName", "operator": "Include", "values": ["*"]}
     ]
     assert properties["enabled"] is True
+
+
+def test_a_queue_the_app_consumes_with_more_active_messages_than_the_threshold_alerts() -> None:
+    """Consumer lag (C5, C9): ActiveMessages of each consumed queue, split by EntityName,
+    above the deployment's threshold; the queues are exactly Settings.consumed_queues."""
+    doc = module("alerts")
+    properties = metric_alert("consumerLag")
+    assert [accessor_path(scope) for scope in properties["scopes"]] == [["namespace", "id"]]
+    assert properties["targetResourceType"] == "Microsoft.ServiceBus/namespaces"
+    assert properties["enabled"] is True
+    (criterion,) = properties["criteria"]["allOf"]  # type: ignore[index]
+    assert criterion["metricNamespace"] == "Microsoft.ServiceBus/namespaces"
+    assert criterion["metricName"] == "ActiveMessages"
+    assert (criterion["operator"], criterion["threshold"]) == ("GreaterThan", "consumerLagMessages")
+    assert criterion["timeAggregation"] == "Average"
+    (dimension,) = criterion["dimensions"]
+    assert (dimension["name"], dimension["operator"]) == ("EntityName", "Include")
+    settings = load_json(APP / "alerts.bicep", resolve(doc, "settings"))
+    queues = {settings[accessor_path(each)[1]] for each in resolve(doc, dimension["values"])}
+    assert queues == set(Settings.from_environ(settings).consumed_queues)
+    assert doc["parameters"]["consumerLagMessages"]["default"] == 1000
+    params = alerts_module()
+    assert params["consumerLagMessages"] == "consumerLagAlertMessages"
+    assert module("main")["parameters"]["consumerLagAlertMessages"]["default"] == 1000
+    document = json.loads((INFRA / "main.parameters.json").read_text(encoding="utf-8"))
+    assert document["parameters"]["consumerLagAlertMessages"] == {
+        "value": "${CONSUMER_LAG_ALERT_MESSAGES=1000}"
+    }
 
 
 def test_the_app_metric_alerts_query_the_instruments_the_app_declares() -> None:

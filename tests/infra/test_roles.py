@@ -9,13 +9,17 @@ import json
 
 import pytest
 
+from config import Settings
 from tests.infra.bicep import (
+    APP,
     BICEP_FILES,
     accessor_path,
     alternatives,
     body,
     condition,
+    elements,
     function_call,
+    load_json,
     loop_array,
     module,
     resolve,
@@ -122,6 +126,49 @@ def test_service_bus_roles_are_per_queue_and_owner_only_when_scaling_by_length()
     for symbol, each in assignments("servicebus").items():
         if "deployer" not in symbol:
             assert scope_symbol(each) != "namespace", f"{symbol} is namespace-wide"
+
+
+def consumed_queues() -> set[str]:
+    """Settings.consumed_queues at the deployed settings (infra/app-settings.json)."""
+    doc = module("servicebus")
+    settings = load_json(APP / "servicebus.bicep", resolve(doc, "settings"))
+    return set(Settings.from_environ(settings).consumed_queues)
+
+
+def queue_names(doc: object, variable: str) -> set[str]:
+    """The queues an array of `settings.<NAME>_QUEUE` names, by the deployed settings."""
+    settings = load_json(APP / "servicebus.bicep", resolve(doc, "settings"))
+    return {settings[accessor_path(each)[1]] for each in elements(doc, variable)}
+
+
+@pytest.mark.parametrize("scale_by_queue_length", [True, False])
+def test_the_app_may_send_to_every_queue_it_consumes(scale_by_queue_length):
+    """The console's dead-letter triage resubmits a dead letter to its source queue, any queue
+    the app consumes (orders included): the app holds Data Sender on each, or Data Owner
+    (which sends too) where scaling by queue length gives it Owner on its trigger queues."""
+    doc = module("servicebus")
+    consumed = consumed_queues()
+    assert consumed == queue_names(doc, "triggeredQueues")
+    assert consumed <= queue_names(doc, "appSentQueues")
+    sent = function_call(resolve(doc, "sentQueues"), "concat")
+    assert sent["arg_1"] == "appSentQueues"
+    choice = resolve(doc, "sendOnlyQueues")["operator"]["operands"]
+    assert choice["condition"] == "scaleByQueueLength"
+    trigger_role = resolve(doc, "triggerRole")["operator"]["operands"]
+    if scale_by_queue_length:
+        assert resolve(doc, trigger_role["true_value"]) == OWNER
+        # Owner on every trigger queue; the others the app sends to get Sender.
+        kept_out = function_call(choice["true_value"], "filter")
+        assert kept_out["input_array"] == "sentQueues"
+        assert "triggeredQueues" in json.dumps(kept_out["expression"])
+        roles = {queue: OWNER for queue in queue_names(doc, "triggeredQueues")}
+    else:
+        assert resolve(doc, trigger_role["false_value"]) == RECEIVER
+        assert choice["false_value"] == "sentQueues"
+        roles = {queue: SENDER for queue in queue_names(doc, "appSentQueues")}
+    for queue in sorted(consumed):
+        assert roles.get(queue) in (OWNER, SENDER), f"the app cannot resubmit to {queue}"
+    assert roles_of("servicebus", assignments("servicebus")["appSends"]) == {SENDER}
 
 
 @pytest.mark.parametrize(("key", "expected"), sorted(CLIENT_ASSIGNMENTS.items()))
