@@ -1,7 +1,8 @@
 """The console's HTTP functions: one thin face over ``services.operator`` (E8, C2, C4).
 
-Routes (auth level FUNCTION: a function key in ``x-functions-key`` or ``code``; on Azure
-the app also sits behind App Service authentication with Entra ID):
+Routes (auth level FUNCTION: a function key in ``x-functions-key`` or ``code``; on Azure,
+when deployed with ``consoleAuthClientId``, also behind App Service authentication with
+Entra ID, infra/app/function.bicep):
 
 - ``GET  api/console``                                 the page (``console/page.html``)
 - ``GET  api/console/orders?state=Error&pageSize=50&continuation=...``   one page of a state
