@@ -29,6 +29,10 @@ Queries:
 - `query_expired` (U1-U3): the deadline index (`adapters.deadline_index`) - a few
   single-partition queries over the buckets of the window, then one point read per entry
   to re-check the state record, whose cost grows with the expired records, not the store.
+- `query_expired_until` (U2): deadlines older than every supervisor window, from the state
+  records themselves - one cross-partition query with a plain filter like
+  `query_claimable`, served by the composite index; it finds nothing in the usual case, and
+  then costs one page.
 Pages are filled up to `page_size` from as many SDK pages as that takes (bounded by
 `MAX_FETCHES_PER_PAGE`); our continuation token wraps the SDK's.
 
@@ -110,6 +114,15 @@ _VERSION_SEPARATOR = "#"
 _CLAIMABLE_QUERY = (
     "SELECT * FROM c WHERE c.ProcessState = @pending AND IS_NULL(c.LockedBy) "
     "AND (IS_NULL(c.CompleteBy) OR c.CompleteBy <= @now)"
+)
+
+# The supervisor's last resort for deadlines older than every window (U2): the state records
+# themselves, across partitions. A plain filter, so it pages with continuation tokens; the
+# composite index on ProcessState + CompleteBy serves it, so a query that finds nothing
+# costs about one index lookup per physical partition.
+_EXPIRED_UNTIL_QUERY = (
+    "SELECT * FROM c WHERE c.ProcessState IN (@processing, @compensating) "
+    "AND c.CompleteBy <= @until"
 )
 
 # An operator's list of one state (E8, C2): a plain filter, so it pages across partitions.
@@ -427,6 +440,27 @@ class CosmosStateStore(StateStore):
             ],
             query="claimable",
             doing="querying claimable state records",
+            page_size=page_size,
+            continuation=continuation,
+        )
+
+    def query_expired_until(
+        self, *, until: datetime, page_size: int, continuation: str | None = None
+    ) -> Page[StateRecord]:
+        """A cross-partition query of the state container, not of the deadline index (U2):
+        it finds a record even if no index entry leads to it. Without ORDER BY (which would
+        lose the gateway's continuation across partitions) the records come in the
+        server's order; the supervisor recovers each one it reads, so the next scan finds
+        the rest whatever the order."""
+        return self._filtered_page(
+            _EXPIRED_UNTIL_QUERY,
+            [
+                {"name": "@processing", "value": ProcessState.PROCESSING.value},
+                {"name": "@compensating", "value": ProcessState.COMPENSATING.value},
+                {"name": "@until", "value": format_utc(until)},
+            ],
+            query="expired-until",
+            doing="querying state records expired before the supervisor's windows",
             page_size=page_size,
             continuation=continuation,
         )

@@ -250,6 +250,21 @@ class SqliteStateStore(StateStore):
         )
         return self._page(rows, limit, "expired")
 
+    def query_expired_until(
+        self, *, until: datetime, page_size: int, continuation: str | None = None
+    ) -> Page[StateRecord]:
+        """Oldest deadline first, through the `state_by_deadline` index (U2)."""
+        limit = self.page_limit(page_size)
+        query = "expired-until"
+        after = ["", ""] if continuation is None else _decode_token(continuation, query, 2)
+        rows = self._db.execute(
+            "SELECT doc, etag, CompleteBy, id FROM state "
+            "WHERE ProcessState IN (?, ?) AND CompleteBy <= ? "
+            "AND (CompleteBy, id) > (?, ?) ORDER BY CompleteBy, id LIMIT ?",
+            (*_RUNNING_STATES, format_utc(until), *after, limit + 1),
+        )
+        return self._page(rows, limit, query)
+
     def query_by_state(
         self, *, state: ProcessState, page_size: int, continuation: str | None = None
     ) -> Page[StateRecord]:

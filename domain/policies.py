@@ -99,7 +99,8 @@ class SupervisorPolicy:
     failures on, a retry waits `long_retry_delay_seconds` instead of `retry_delay_seconds`.
     A sweep reads at most `scan`, and only deadlines of the last `window_seconds`; the
     catch-up reads at most `scan` too, over the deadlines older than that window and at
-    most `catch_up_window_seconds` old (U2). The catch-up window must be the wider one.
+    most `catch_up_window_seconds` old, then at most `scan` again over every deadline older
+    still (U2). The catch-up window must be the wider one.
     """
 
     max_failures: int
@@ -160,6 +161,13 @@ def catch_up_window(now: datetime, policy: SupervisorPolicy) -> tuple[datetime, 
     the sweep window, at most `catch_up_window_seconds` old (U2)."""
     start = now - timedelta(seconds=policy.catch_up_window_seconds)
     return start, sweep_window_start(now, policy) - CATCH_UP_GAP
+
+
+def beyond_catch_up_window_end(now: datetime, policy: SupervisorPolicy) -> datetime:
+    """The newest CompleteBy of the deadlines older than the catch-up window, which the
+    catch-up's last query looks at however old (U2): the moment before the window starts."""
+    start, _ = catch_up_window(now, policy)
+    return start - CATCH_UP_GAP
 
 
 def full_jitter_delay(

@@ -13,8 +13,9 @@ offers so that its adapter (`adapters.cosmos_store`) fits without changing any c
   returns None: an expired attempt never changes a newer attempt's record (D4, E5).
 - Queries for claimable and expired records return one `Page` per call, with an opaque
   continuation token and a size capped by the store; records carry their etag, so a claim
-  or recovery needs no extra read (D1, U1, U2). `query_by_state` pages through one state
-  for an operator (E8, C2).
+  or recovery needs no extra read (D1, U1, U2). `query_expired_until` finds running
+  records past a deadline older than every supervisor window, from the records themselves
+  (U2). `query_by_state` pages through one state for an operator (E8, C2).
 
 `StoreMetrics` counts calls, reads, writes, items read, refused fenced writes and request
 charge per operation kind: the demo's cost per order and the supervisor's own accounting.
@@ -207,6 +208,19 @@ class StateStore(ABC):
     ) -> Page[StateRecord]:
         """Processing or Compensating records with window_start <= CompleteBy <= now,
         oldest deadline first (U1, U2, C2)."""
+
+    @abstractmethod
+    def query_expired_until(
+        self, *, until: datetime, page_size: int, continuation: str | None = None
+    ) -> Page[StateRecord]:
+        """Processing or Compensating records with CompleteBy <= until, however old (U2).
+
+        The supervisor's last resort for a deadline older than every window it watches: a
+        query of the state records themselves, never of a recovery index (U3), so a record
+        is found even when no index entry leads to it. A store that can order serves the
+        oldest deadline first; one that cannot (a cross-partition query on Cosmos DB) serves
+        them in its own order, each exactly once across the pages of one scan.
+        """
 
     @abstractmethod
     def query_by_state(

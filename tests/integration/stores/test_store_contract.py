@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from adapters.sqlite_store import SqliteStateStore
 from domain import transitions
 from domain.contracts import Order, OrderItem
 from domain.dead_letters import WatchMark
@@ -399,6 +400,41 @@ def test_records_with_the_same_deadline_page_without_loss_u2(
         return [r.order_id for r in page.items], page.continuation
 
     assert sorted(flat(drain(fetch))) == [f"o-{index}" for index in range(7)]
+
+
+def test_the_query_beyond_every_window_finds_running_records_however_old_from_the_records_u2(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """`query_expired_until` reads the state records themselves: every Processing or
+    Compensating record whose CompleteBy is at most `until`, however old, paged with
+    continuation tokens, each exactly once; oldest first where the store orders (SQLite)."""
+    states, _ = stores
+    until = NOW - timedelta(days=30)
+    for order_id, deadline, state in [
+        ("a-year-ago", NOW - timedelta(days=365), ProcessState.PROCESSING),
+        ("at-the-edge", until, ProcessState.PROCESSING),
+        ("inside-the-window", until + timedelta(microseconds=1), ProcessState.PROCESSING),
+        ("stalled-compensation", NOW - timedelta(days=90), ProcessState.COMPENSATING),
+        ("finished-long-ago", NOW - timedelta(days=200), ProcessState.PROCESSED),
+        ("in-error-long-ago", NOW - timedelta(days=200), ProcessState.ERROR),
+    ]:
+        stored(states, processing(order_id, complete_by=deadline, process_state=state))
+    stored(states, pending("retry-waiting", complete_by=NOW - timedelta(days=60)))
+    stored(states, processing("ten-years-ago", complete_by=NOW - timedelta(days=3650)))
+
+    def fetch(token: str | None) -> tuple[list[str], str | None]:
+        page = states.query_expired_until(until=until, page_size=2, continuation=token)
+        return [r.order_id for r in page.items], page.continuation
+
+    pages = drain(fetch)
+    assert all(len(page) <= 2 for page in pages)
+    oldest_first = ["ten-years-ago", "a-year-ago", "stalled-compensation", "at-the-edge"]
+    assert sorted(flat(pages)) == sorted(oldest_first)
+    if isinstance(states, SqliteStateStore):
+        assert flat(pages) == oldest_first
+    assert states.query_expired_until(until=until - timedelta(days=3651), page_size=5).items == ()
+    with pytest.raises(InvalidContinuation):
+        states.query_expired_until(until=until, page_size=1, continuation="not-a-token")
 
 
 # --- running count (C5) ---------------------------------------------------------------------

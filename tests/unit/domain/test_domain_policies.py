@@ -18,6 +18,7 @@ from domain.policies import (
     ScanBounds,
     SupervisorPolicy,
     Timeouts,
+    beyond_catch_up_window_end,
     catch_up_window,
     claim_deadline,
     compensation_deadline,
@@ -227,6 +228,7 @@ def test_the_catch_up_looks_only_past_the_sweep_window_up_to_its_own_u2() -> Non
     start, end = catch_up_window(NOW, policy)
     assert start == NOW - timedelta(days=2)
     assert end == sweep_window_start(NOW, policy) - timedelta(microseconds=1)
+    assert beyond_catch_up_window_end(NOW, policy) == start - timedelta(microseconds=1)
     with pytest.raises(CatchUpWindowTooNarrow):
         supervisor_policy(
             max_failures=3,
