@@ -212,8 +212,9 @@ def dead_lettered(queue: str, reason: str) -> None:
 
 
 def supervisor_scanned(scan: str, *, items_read: int, request_charge: float) -> None:
-    """One supervisor sweep or catch-up (`scan`) read `items_read` items for
-    `request_charge` request units (U2; 0 where the store has no charge)."""
+    """One supervisor scan read `items_read` items for `request_charge` request units (U2;
+    0 where the store has no charge). `scan`: "sweep", "catch-up" (its window), or
+    "beyond-window" (the catch-up's scan of the deadlines older than its window)."""
     attributes = {"scan": scan}
     _add(SUPERVISOR_ITEMS_READ, items_read, attributes)
     _add(SUPERVISOR_REQUEST_CHARGE, request_charge, attributes)

@@ -25,8 +25,23 @@ is both recovered and alerted:
   requested, because a deadline that escaped the window means the supervisor fell behind
   (an outage, or a backlog beyond its caps): the order is late already, and the operator
   must hear of it, and of the cause, even when the retry then succeeds.
-A record older than the catch-up window is beyond both; the window bounds what the
-catch-up may cost, and the deployment chooses it longer than any outage it expects.
+The catch-up window keeps the catch-up's index reads bounded (on Cosmos DB one bucket of
+the deadline index per hour of it), so a deadline older still - an outage longer than the
+window, or a record no index entry leads to - needs a last resort: after its window, each
+catch-up runs one more bounded scan, `query_expired_until`, over the running records whose
+CompleteBy is older than the catch-up window, however old. It queries the state records
+themselves, not a recovery index (U3), so it finds a record whatever happened to its
+index entry; on Cosmos DB that is a cross-partition query (the fan-out of U2) with a plain
+filter served by the ProcessState + CompleteBy composite index, under the same item cap,
+page cap and continuation paging. In the usual case nothing is that old and the scan reads
+one page that holds nothing. What it finds is recovered and alerted exactly like the
+catch-up's own finds, its alert naming the catch-up window it escaped. So no expired record
+is silently stuck whatever its age: each catch-up recovers the oldest it can read (SQLite
+serves them oldest first; Cosmos DB in its own order), recovered records leave the query,
+and the next catch-up continues with the rest. One catch-up reads at most twice the scan
+caps: once in its window, once beyond it. The beyond-window scan's items and request
+charge are its own `SweepReport` (`SweepReport.beyond_window`) and its own metrics
+(`scan="beyond-window"`), so its cost is watched apart from the rest.
 
 Each sweep also has the store remove finished records past their retention, bounded by the
 same item cap (C3; Cosmos DB's TTL does this itself). A crashed sweep or catch-up needs no
@@ -36,6 +51,7 @@ hand-over: recovered records leave the query, so the next tick continues with wh
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
@@ -46,17 +62,26 @@ from domain.policies import (
     GiveUp,
     SupervisorPolicy,
     Timeouts,
+    beyond_catch_up_window_end,
     catch_up_window,
     compensation_deadline,
     supervisor_decision,
     sweep_window_start,
 )
-from domain.ports import PreconditionFailed, StateStore
+from domain.ports import Page, PreconditionFailed, StateStore
 from domain.records import InstanceId, ProcessState, StateRecord, format_utc
 from observability import metrics
 from services.paging import BoundedScan, StopReason
 from services.status import alert_for, left_to_undo, status_for
 from services.steps import count_if_finished
+
+
+class Scan(StrEnum):
+    """Which of the supervisor's scans read a record: its `scan` metric attribute (C9)."""
+
+    SWEEP = "sweep"
+    CATCH_UP = "catch-up"
+    BEYOND_WINDOW = "beyond-window"
 
 
 class RecoveryKind(StrEnum):
@@ -83,7 +108,7 @@ class Recovery:
     undo: tuple[transitions.Undo, ...] = ()
     """For a compensation instance: what it undoes, in order (C1)."""
     overdue_alert: OperatorAlert | None = None
-    """Set when the catch-up found the record past the sweep window (U2)."""
+    """Set when the catch-up found the record past the sweep window, or past its own (U2)."""
 
     @property
     def alerts(self) -> tuple[OperatorAlert, ...]:
@@ -94,9 +119,12 @@ class Recovery:
 @dataclass(frozen=True)
 class SweepReport:
     """What one sweep (or catch-up) did and cost (U2): the CompleteBy range it looked at,
-    `window_start` to `window_end`, both included."""
+    `window_start` to `window_end`, both included (no `window_start`: however old).
 
-    window_start: datetime
+    A catch-up's report is that of its window; what its last scan, beyond the window, did
+    and cost is `beyond_window`. `all_recoveries` are both together."""
+
+    window_start: datetime | None
     window_end: datetime
     now: datetime
     pages: int
@@ -108,9 +136,17 @@ class SweepReport:
     recoveries: tuple[Recovery, ...]
     finished_removed: int = 0
     """Finished records past their retention that this sweep had the store remove (C3)."""
+    beyond_window: SweepReport | None = None
+    """The catch-up's scan of the deadlines older than its window (U2); None for a sweep."""
+
+    @property
+    def all_recoveries(self) -> tuple[Recovery, ...]:
+        """The recoveries of this scan, then those of `beyond_window`: everything to send."""
+        beyond = () if self.beyond_window is None else self.beyond_window.all_recoveries
+        return self.recoveries + beyond
 
     def count(self, kind: RecoveryKind) -> int:
-        return sum(1 for recovery in self.recoveries if recovery.kind is kind)
+        return sum(1 for recovery in self.all_recoveries if recovery.kind is kind)
 
 
 def sweep(
@@ -126,15 +162,19 @@ def sweep(
     A give-up that starts compensation gets the compensation deadline of `timeouts`; status
     messages go only to reply queues on the allow-list `reply_queues` (R1).
     """
+    window_start = sweep_window_start(now, policy)
     report = _recover_expired(
+        lambda size, token: states.query_expired(
+            window_start=window_start, now=now, page_size=size, continuation=token
+        ),
+        Scan.SWEEP,
         states,
         now,
-        sweep_window_start(now, policy),
+        window_start,
         now,
         policy=policy,
         timeouts=timeouts,
         reply_queues=reply_queues,
-        overdue=False,
     )
     finished_removed = states.expire_finished(now=now, limit=policy.scan.max_items)
     return replace(report, finished_removed=finished_removed)
@@ -148,11 +188,17 @@ def catch_up(
     timeouts: Timeouts,
     reply_queues: frozenset[str],
 ) -> SweepReport:
-    """Run one bounded catch-up at `now` over the deadlines older than the sweep window
-    (U2): each record found is recovered as `sweep` would (U4, U5, U6, C2) and carries an
-    `order-overdue` alert (`Recovery.overdue_alert`)."""
+    """Run one bounded catch-up at `now` over the deadlines older than the sweep window,
+    then one bounded scan of the state records over every deadline older than the catch-up
+    window (U2): each record found is recovered as `sweep` would (U4, U5, U6, C2) and
+    carries an `order-overdue` alert (`Recovery.overdue_alert`). The beyond-window scan's
+    part is the report's `beyond_window`."""
     window_start, window_end = catch_up_window(now, policy)
-    return _recover_expired(
+    report = _recover_expired(
+        lambda size, token: states.query_expired(
+            window_start=window_start, now=window_end, page_size=size, continuation=token
+        ),
+        Scan.CATCH_UP,
         states,
         now,
         window_start,
@@ -160,27 +206,41 @@ def catch_up(
         policy=policy,
         timeouts=timeouts,
         reply_queues=reply_queues,
-        overdue=True,
     )
+    until = beyond_catch_up_window_end(now, policy)
+    beyond = _recover_expired(
+        lambda size, token: states.query_expired_until(
+            until=until, page_size=size, continuation=token
+        ),
+        Scan.BEYOND_WINDOW,
+        states,
+        now,
+        None,
+        until,
+        policy=policy,
+        timeouts=timeouts,
+        reply_queues=reply_queues,
+    )
+    return replace(report, beyond_window=beyond)
 
 
 def _recover_expired(
+    fetch: Callable[[int, str | None], Page[StateRecord]],
+    kind_of_scan: Scan,
     states: StateStore,
     now: datetime,
-    window_start: datetime,
+    window_start: datetime | None,
     window_end: datetime,
     *,
     policy: SupervisorPolicy,
     timeouts: Timeouts,
     reply_queues: frozenset[str],
-    overdue: bool,
 ) -> SweepReport:
-    """One bounded scan of the records expired with a CompleteBy in [window_start,
-    window_end], each recovered with a conditional replace (U2, U4, U6)."""
+    """One bounded scan of `fetch`, the records expired with a CompleteBy in [window_start,
+    window_end], each recovered with a conditional replace (U2, U4, U6); the catch-up's
+    finds get an `order-overdue` alert."""
     scan: BoundedScan[StateRecord] = BoundedScan(
-        fetch=lambda size, token: states.query_expired(
-            window_start=window_start, now=window_end, page_size=size, continuation=token
-        ),
+        fetch=fetch,
         page_size=policy.scan.page_size,
         max_items=policy.scan.max_items,
         max_pages=policy.scan.max_pages,
@@ -199,11 +259,12 @@ def _recover_expired(
             continue
         _count(kind, expired, stored)
         recovery = _recovery(kind, expired, stored, reply_queues, now)
-        if overdue:
-            recovery = replace(recovery, overdue_alert=_overdue_alert(expired, kind, policy, now))
+        if kind_of_scan is not Scan.SWEEP:
+            alert = _overdue_alert(expired, kind, kind_of_scan, policy, now)
+            recovery = replace(recovery, overdue_alert=alert)
         recoveries.append(recovery)
     metrics.supervisor_scanned(
-        "catch-up" if overdue else "sweep",
+        kind_of_scan.value,
         items_read=scan.items_read,
         request_charge=scan.request_charge,
     )
@@ -234,16 +295,32 @@ def _count(kind: RecoveryKind, expired: StateRecord, stored: StateRecord) -> Non
 
 
 def _overdue_alert(
-    expired: StateRecord, kind: RecoveryKind, policy: SupervisorPolicy, now: datetime
+    expired: StateRecord,
+    kind: RecoveryKind,
+    scan: Scan,
+    policy: SupervisorPolicy,
+    now: datetime,
 ) -> OperatorAlert:
     """The alert of a record the catch-up found (U2): the order, its deadline, how late,
-    and the recovery requested. Its message id names the expired attempt."""
+    which window it escaped, and the recovery requested. Its message id names the expired
+    attempt."""
     deadline = expired.complete_by
     late = "" if deadline is None else f" {format_utc(deadline)}, {now - deadline} ago"
+    if scan is Scan.BEYOND_WINDOW:
+        escaped = (
+            f"beyond the supervisor's window of {policy.window_seconds:g} s "
+            f"(SUPERVISOR_WINDOW_SECONDS) and the catch-up's of "
+            f"{policy.catch_up_window_seconds:g} s (SUPERVISOR_CATCHUP_WINDOW_SECONDS): found "
+            "by the catch-up's query of the state records beyond its window"
+        )
+    else:
+        escaped = (
+            f"beyond the supervisor's window of {policy.window_seconds:g} s "
+            "(SUPERVISOR_WINDOW_SECONDS): found by the catch-up"
+        )
     reason = (
-        f"{expired.process_state.value} past its CompleteBy{late}, beyond the supervisor's "
-        f"window of {policy.window_seconds:g} s (SUPERVISOR_WINDOW_SECONDS): found by the "
-        f"catch-up, which requested {kind.value}"
+        f"{expired.process_state.value} past its CompleteBy{late}, {escaped}, which "
+        f"requested {kind.value}"
     )
     return alert_for(expired, AlertKind.ORDER_OVERDUE, reason=reason, now=now)
 

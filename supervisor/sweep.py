@@ -8,9 +8,11 @@ that undoes them (C1); a stalled compensation is resumed where it stopped, and p
 threshold reported (C2). The cadence is SUPERVISOR_SCHEDULE (U7).
 
 Each tick of `catch_up_orders` runs one bounded catch-up over the deadlines older than the
-sweep window (U2, `services.supervisor.catch_up`): what it finds is recovered the same way
-and reported with an `order-overdue` operator alert naming the order, so a record that
-escaped the window is never silently stuck. Its cadence is SUPERVISOR_CATCHUP_SCHEDULE (U7).
+sweep window, then one bounded scan of the state records over the deadlines older than the
+catch-up window, however old (U2, `services.supervisor.catch_up`): what they find is
+recovered the same way and reported with an `order-overdue` operator alert naming the
+order, so a record that escaped the windows is never silently stuck. Its cadence is
+SUPERVISOR_CATCHUP_SCHEDULE (U7).
 
 Each recovery is a span of its order's trace (the record's ``TraceParent``, C9): what it
 sends and the compensation it starts follow from there.
@@ -62,7 +64,7 @@ async def supervise_orders(timer: func.TimerRequest, client: df.DurableOrchestra
 @bp.durable_client_input(client_name="client")
 async def catch_up_orders(timer: func.TimerRequest, client: df.DurableOrchestrationClient) -> None:
     report = await _scan_and_recover(catch_up, client)
-    for recovery in report.recoveries:
+    for recovery in report.all_recoveries:
         log.warning(
             "catch-up found an overdue order",
             instance_id=recovery.expired_instance or None,
@@ -81,6 +83,19 @@ async def catch_up_orders(timer: func.TimerRequest, client: df.DurableOrchestrat
         stopped=report.stopped,
         overdue=len(report.recoveries),
     )
+    beyond = report.beyond_window
+    if beyond is not None:
+        log.info(
+            "catch-up beyond its window",
+            window_end=beyond.window_end,
+            pages=beyond.pages,
+            items_read=beyond.items_read,
+            writes=beyond.writes,
+            lost_races=beyond.lost_races,
+            request_charge=round(beyond.request_charge, 2),
+            stopped=beyond.stopped,
+            overdue=len(beyond.recoveries),
+        )
 
 
 async def _scan_and_recover(
@@ -106,7 +121,7 @@ async def _request_recoveries(report: SweepReport, client: df.DurableOrchestrati
     compensations they requested (U4, C1, C2)."""
     settings = bootstrap.services().settings
     publisher = bootstrap.publisher()
-    for recovery in report.recoveries:
+    for recovery in report.all_recoveries:
         record = recovery.record
         with order_span(
             "supervisor.recover",

@@ -33,7 +33,7 @@ from devhost import cosmos_server as cosmos_server_module
 from domain import transitions
 from domain.ports import OperationKind, PreconditionFailed, StoreMetrics, StoreUnavailable
 from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord
-from services.supervisor import catch_up, sweep
+from services.supervisor import RecoveryKind, SweepReport, catch_up, sweep
 from tests.integration.stores.store_backends import cosmos_environ
 from tests.support.cosmos_server import CosmosServer, CosmosServerMissing
 
@@ -291,7 +291,8 @@ def test_the_catch_up_reads_only_the_index_buckets_of_its_window_u2_u3(
 ) -> None:
     """The catch-up reads the deadline index bucket by bucket, each bucket of its window
     once - single-partition queries, none of the sweep window's, none older - and finds
-    the record that expired days ago through its entry alone."""
+    the record that expired days ago through its entry alone. The record older than its
+    window is its last scan's find, from the state records, not from the index."""
     settings = replace(
         cosmos.settings,
         supervisor_window_seconds=86400,
@@ -325,20 +326,67 @@ def test_the_catch_up_reads_only_the_index_buckets_of_its_window_u2_u3(
     )
 
     assert [r.record.order_id for r in report.recoveries] == ["overdue"]
-    assert queried == deadline_index.buckets_between(NOW - timedelta(days=7), report.window_end)
+    assert report.beyond_window is not None
+    assert [r.record.order_id for r in report.beyond_window.recoveries] == ["ancient"]
+    assert report.window_start is not None
+    assert queried == deadline_index.buckets_between(report.window_start, report.window_end)
     assert len(queried) == 6 * 24
     assert deadline_index.bucket_of(NOW - timedelta(days=1)) not in queried
     assert report.items_read == 1
     assert report.pages <= settings.supervisor_max_pages
     assert report.request_charge > 0
     query = cosmos.metrics.snapshot()[OperationKind.QUERY]
-    assert query.items_read - (0 if before is None else before.items_read) == 1
-    for order_id in ("live", "recent", "ancient"):
+    assert query.items_read - (0 if before is None else before.items_read) == 2
+    for order_id in ("live", "recent"):
         assert cosmos.states.get(order_id) is not None
         assert cosmos.state_document(order_id)["ProcessState"] == ProcessState.PROCESSING.value
 
 
 # --- request charge (U2, C9) ---------------------------------------------------------------
+
+
+def test_the_catch_up_finds_a_record_older_than_its_window_without_an_index_entry_u2(
+    cosmos: Cosmos,
+) -> None:
+    """Beyond its window the catch-up queries the state records across partitions, not
+    the index: a record a year overdue whose index entry is gone is still found, recovered
+    and alerted, and what that query cost is in the beyond-window report. With nothing that
+    old, the query reads one page that holds nothing, at a charge."""
+    for index in range(5):
+        create(cosmos.states, running(f"live-{index}", NOW + timedelta(minutes=index + 1)))
+        create(cosmos.states, transitions.new_record(f"pending-{index}", None, NOW))
+    hidden = create(cosmos.states, running("unindexed", NOW - timedelta(days=365)))
+    assert hidden.etag is not None
+    entry = deadline_index.EntryRef.parse(hidden.etag.partition("#")[2])
+    cosmos.container(DEADLINE_INDEX_CONTAINER).delete_item(
+        entry.entry_id, partition_key=entry.bucket, timeout=SDK_TIMEOUT
+    )
+
+    def catch_up_now() -> SweepReport:
+        return catch_up(
+            cosmos.states,
+            NOW,
+            policy=cosmos.settings.supervisor_policy,
+            timeouts=cosmos.settings.timeouts,
+            reply_queues=cosmos.settings.reply_queues,
+        )
+
+    report = catch_up_now()
+
+    assert report.recoveries == ()
+    beyond = report.beyond_window
+    assert beyond is not None
+    [found] = beyond.recoveries
+    assert (found.record.order_id, found.kind) == ("unindexed", RecoveryKind.RETRY)
+    assert [alert.body["kind"] for alert in found.alerts] == ["order-overdue"]
+    assert (beyond.pages, beyond.items_read, beyond.writes) == (1, 1, 1)
+    assert beyond.request_charge > 0
+    assert cosmos.state_document("unindexed")["ProcessState"] == ProcessState.PENDING.value
+
+    quiet = catch_up_now().beyond_window
+    assert quiet is not None
+    assert (quiet.pages, quiet.items_read, quiet.recoveries) == (1, 0, ())
+    assert quiet.request_charge > 0
 
 
 def test_request_charge_is_recorded_per_operation_kind(cosmos: Cosmos) -> None:

@@ -5,7 +5,8 @@ Paths: an accepted order through three steps to Processed (S2, D1, D4, E5) with 
 that retries once (E7); a refused submission at the backlog bound (C5); a first step that
 fails for good (E8, Error) and a later one that is undone (C1, Compensated) or whose undo
 fails (C2, CompensationFailed); expired attempts the supervisor retries and then gives up
-(U1, U5). An activity that runs twice (C8) counts its order once.
+(U1, U5), and one older than the catch-up window (U2). An activity that runs twice (C8)
+counts its order once.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from services.admission import BacklogGate
 from services.starter import claim_pending
 from services.step_writes import Done as StepDone
 from services.submission import Accepted, Rejected, submit_order
-from services.supervisor import RecoveryKind, sweep
+from services.supervisor import RecoveryKind, catch_up, sweep
 from tests.support.metric_points import gauge, histogram, points, total
 
 T0 = datetime(2026, 9, 1, 10, 0, tzinfo=UTC)
@@ -317,6 +318,34 @@ def test_the_supervisor_counts_what_it_read_its_charge_and_its_give_ups_u2_u5(
     assert expired == 2
     # The second claim found the order Pending again since the retry made it so.
     assert gauge(found, metrics.BACKLOG_OLDEST_PENDING_AGE) == 0.0
+
+
+def test_the_catch_up_counts_its_scan_beyond_its_window_apart_u2(
+    reader: InMemoryMetricReader, stores: tuple[StateStore, OrderStore]
+) -> None:
+    """What the catch-up read and paid beyond its window is recorded under its own `scan`
+    attribute, `beyond-window`, next to the catch-up window's own."""
+    states, _ = stores
+    submit(stores, "o-ancient")
+    claim(states, T0)
+    now = T0 + timedelta(seconds=2 * SETTINGS.supervisor_catchup_window_seconds)
+    report = catch_up(
+        states,
+        now,
+        policy=SETTINGS.supervisor_policy,
+        timeouts=SETTINGS.timeouts,
+        reply_queues=SETTINGS.reply_queues,
+    )
+    beyond = report.beyond_window
+    assert beyond is not None
+    assert [recovery.record.order_id for recovery in beyond.recoveries] == ["o-ancient"]
+
+    found = points(reader)
+    assert total(found, metrics.SUPERVISOR_ITEMS_READ, scan="beyond-window") == 1
+    assert total(found, metrics.SUPERVISOR_ITEMS_READ, scan="catch-up") == 0
+    charge = total(found, metrics.SUPERVISOR_REQUEST_CHARGE, scan="beyond-window")
+    assert charge == pytest.approx(beyond.request_charge)
+    assert (charge > 0) is isinstance(states, CosmosStateStore)
 
 
 def test_consumer_lag_reports_what_its_source_reports_per_queue(

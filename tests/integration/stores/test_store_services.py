@@ -800,6 +800,106 @@ def test_the_catch_up_is_bounded_and_the_next_one_continues_u2(
     )
 
 
+def test_a_record_expired_twice_the_catch_up_window_ago_is_recovered_and_alerted_u2(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """Claims whose deadline passed two catch-up windows before `now` are beyond the sweep
+    and beyond the catch-up's window; the catch-up's last scan, over the state records
+    themselves, finds them, recovers each by the sweep's rules (a retry, and a give-up at
+    the last failure) and names each in an `order-overdue` alert naming the window it
+    escaped. A record inside the catch-up window stays the window's find. The next catch-up
+    finds nothing and its beyond-window scan reads one page that holds nothing."""
+    states, _ = stores
+    catch_up_window = timedelta(seconds=SETTINGS.supervisor_catchup_window_seconds)
+    now = T0 + 2 * catch_up_window
+    for order_id in ("o-ancient", "o-ancient-last-try"):
+        accepted(stores, order_id)
+    assert len(claims_at(states, T0).claims) == 2
+    last_try = state_of(states, "o-ancient-last-try")
+    states.replace(replace(last_try, failure_count=SETTINGS.max_failures - 1))
+    overdue_since = now - timedelta(days=2)
+    assert isinstance(submit(stores, "o-overdue", now=overdue_since), Accepted)
+    assert len(claims_at(states, overdue_since).claims) == 1
+
+    report = catch_up_at(states, now)
+
+    assert [r.record.order_id for r in report.recoveries] == ["o-overdue"]
+    beyond = report.beyond_window
+    assert beyond is not None
+    assert beyond.window_start is None
+    assert beyond.window_end < report.window_start == now - catch_up_window
+    by_order = {r.record.order_id: r for r in beyond.recoveries}
+    assert sorted(by_order) == ["o-ancient", "o-ancient-last-try"]
+    assert len(report.all_recoveries) == 3
+    assert beyond.items_read == beyond.writes == 2
+    retried, gave_up = by_order["o-ancient"], by_order["o-ancient-last-try"]
+    assert retried.kind is RecoveryKind.RETRY
+    ancient = state_of(states, "o-ancient")
+    assert (ancient.process_state, ancient.failure_count, ancient.locked_by) == (
+        ProcessState.PENDING,
+        1,
+        None,
+    )
+    [overdue] = retried.alerts
+    assert overdue.body["kind"] == AlertKind.ORDER_OVERDUE.value
+    assert (overdue.body["orderId"], overdue.body["attempt"]) == ("o-ancient", 1)
+    assert overdue.message_id == "order-overdue:o-ancient:1"
+    deadline = T0 + timedelta(seconds=SETTINGS.claim_timeout_seconds)
+    assert format_utc(deadline) in overdue.body["reason"]
+    assert "SUPERVISOR_CATCHUP_WINDOW_SECONDS" in overdue.body["reason"]
+    assert "requested retry" in overdue.body["reason"]
+    assert gave_up.kind is RecoveryKind.GAVE_UP
+    assert [alert.body["kind"] for alert in gave_up.alerts] == ["order-error", "order-overdue"]
+    assert state_of(states, "o-ancient-last-try").process_state is ProcessState.ERROR
+    assert sorted(r.record.order_id for r in claims_at(states, now).claims) == [
+        "o-ancient",
+        "o-overdue",
+    ]
+
+    quiet = catch_up_at(states, now)
+    assert quiet.all_recoveries == ()
+    assert quiet.beyond_window is not None
+    assert (quiet.beyond_window.pages, quiet.beyond_window.items_read) == (1, 0)
+    assert quiet.beyond_window.stopped is StopReason.EXHAUSTED
+
+
+def test_the_scan_beyond_the_catch_up_window_is_bounded_and_the_next_one_continues_u2(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """The beyond-window scan reads under the same item and page caps as every scan; what
+    one catch-up leaves, the next finds, until every record is recovered."""
+    states, _ = stores
+    expired_orders(stores, 12)
+    settings = replace(
+        SETTINGS,
+        store_page_size=2,
+        supervisor_max_items=5,
+        supervisor_window_seconds=86400,
+        supervisor_catchup_window_seconds=3 * 86400,
+    )
+    now = T0 + timedelta(days=7)
+    paged = catch_up_at(states, now, replace(settings, supervisor_max_pages=2)).beyond_window
+    assert paged is not None
+    assert (paged.items_read, paged.pages, paged.stopped) == (4, 2, StopReason.PAGE_CAP)
+    runs = [len(paged.recoveries)]
+    for _ in range(5):
+        report = catch_up_at(states, now, settings)
+        assert report.recoveries == ()
+        beyond = report.beyond_window
+        assert beyond is not None
+        assert beyond.items_read <= 5
+        assert beyond.pages <= settings.supervisor_max_pages
+        runs.append(len(beyond.recoveries))
+        if beyond.stopped is StopReason.EXHAUSTED:
+            break
+    assert runs == [4, 5, 3]
+    assert all(len(r.alerts) == 1 for r in beyond.recoveries)
+    assert all(
+        state_of(states, f"o-{index:03}").process_state is ProcessState.PENDING
+        for index in range(12)
+    )
+
+
 def test_below_the_threshold_an_order_is_retried_and_at_it_given_up_with_an_alert_u4(
     stores: tuple[StateStore, OrderStore],
 ) -> None:
