@@ -404,7 +404,7 @@ class Settings:
         30 * 86400,
         _whole_above_zero,
         "how far back the catch-up looks for deadlines older than SUPERVISOR_WINDOW_SECONDS; "
-        "must be longer than it (U2)",
+        "must be longer than it; older ones are found by one query of the state records (U2)",
     )
     supervisor_max_items: int = _setting(
         "SUPERVISOR_MAX_ITEMS", 500, _positive_int, "records one sweep may read (U2)"

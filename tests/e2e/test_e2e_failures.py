@@ -281,13 +281,23 @@ def _stale_success(instance_id: str, step: str, reference: str) -> str:
     ).to_json()
 
 
+@pytest.mark.parametrize(
+    ("catch_up_window_seconds", "escaped"),
+    [
+        (None, "SUPERVISOR_WINDOW_SECONDS"),
+        (2, "SUPERVISOR_CATCHUP_WINDOW_SECONDS"),
+    ],
+    ids=["past-the-sweep-window", "past-the-catch-up-window"],
+)
 async def test_u2_an_order_stuck_past_the_sweep_window_is_recovered_and_alerted_by_the_catch_up(
-    tmp_path: Path,
+    tmp_path: Path, catch_up_window_seconds: int | None, escaped: str
 ) -> None:
     """U2: the first attempt hangs at the stock service and its deadline passes while the
-    supervisor is down, until it is older than the sweep window (1 s here). A sweep no
-    longer sees it; the catch-up does: it retries the order by the sweep's rule (U4) and
-    names it in an `order-overdue` alert; attempt 2 completes and the app hears so."""
+    supervisor is down, until it is older than the sweep window (1 s here) - or older than
+    the catch-up window too (2 s). A sweep no longer sees it; the catch-up does, in its
+    window or by its scan of the state records beyond it: it retries the order by the
+    sweep's rule (U4) and names it in an `order-overdue` alert naming the window it
+    escaped; attempt 2 completes and the app hears so."""
     stock = faults_for(FaultRule(FaultKind.HANG, order_id="o-late", operation="reserve", attempt=1))
     settings = {
         **QUICK_RECOVERY,
@@ -295,12 +305,14 @@ async def test_u2_an_order_stuck_past_the_sweep_window_is_recovered_and_alerted_
         "SUPERVISOR_CATCHUP_SCHEDULE": "0 0 0 1 1 *",
         "SUPERVISOR_WINDOW_SECONDS": "1",
     }
+    if catch_up_window_seconds is not None:
+        settings["SUPERVISOR_CATCHUP_WINDOW_SECONDS"] = str(catch_up_window_seconds)
     async with running_step_pipeline(
         tmp_path, service_faults={"stock": stock}, settings=settings
     ) as e2e:
         host = e2e.pipeline.host
         await e2e.submit(order_body("o-late"), message_id="o-late")
-        window = timedelta(seconds=1)
+        window = timedelta(seconds=catch_up_window_seconds or 1)
 
         stuck = await e2e.wait_for_record(
             "o-late",
@@ -309,7 +321,7 @@ async def test_u2_an_order_stuck_past_the_sweep_window_is_recovered_and_alerted_
                 and r.complete_by is not None
                 and r.complete_by < bootstrap.now() - window
             ),
-            "attempt 1 expired longer ago than the sweep window",
+            f"attempt 1 expired longer ago than the window of {escaped}",
         )
         await host.invoke("supervise_orders", TimerRequest(past_due=False))
         assert await e2e.record("o-late") == stuck, "the sweep does not see it"
@@ -325,6 +337,9 @@ async def test_u2_an_order_stuck_past_the_sweep_window_is_recovered_and_alerted_
         )
         assert stuck.complete_by is not None
         assert format_utc(stuck.complete_by) in alert.body["reason"]
+        assert escaped in alert.body["reason"]
+        beyond = "SUPERVISOR_CATCHUP_WINDOW_SECONDS" in alert.body["reason"]
+        assert beyond is (catch_up_window_seconds is not None)
         assert "requested retry" in alert.body["reason"]
         replies = await e2e.statuses("o-late", "completed")
         assert replies[-1].body["attempt"] == 2
