@@ -32,7 +32,7 @@ Queries:
 - `query_expired_until` (U2): deadlines older than every supervisor window, from the state
   records themselves - one cross-partition query with a plain filter like
   `query_claimable`, served by the composite index; it finds nothing in the usual case, and
-  then costs one page.
+  then costs one page (one request per physical partition, up to `MAX_FETCHES_PER_PAGE`).
 Pages are filled up to `page_size` from as many SDK pages as that takes (bounded by
 `MAX_FETCHES_PER_PAGE`); our continuation token wraps the SDK's.
 

@@ -41,7 +41,9 @@ serves them oldest first; Cosmos DB in its own order), recovered records leave t
 and the next catch-up continues with the rest. One catch-up reads at most twice the scan
 caps: once in its window, once beyond it. The beyond-window scan's items and request
 charge are its own `SweepReport` (`SweepReport.beyond_window`) and its own metrics
-(`scan="beyond-window"`), so its cost is watched apart from the rest.
+(`scan="beyond-window"`), so its cost is watched apart from the rest. Only running records
+(Processing, Compensating) can be stuck this way: a Pending record waits for the starter,
+whose claim query has no time window (D1), and the other states are final.
 
 Each sweep also has the store remove finished records past their retention, bounded by the
 same item cap (C3; Cosmos DB's TTL does this itself). A crashed sweep or catch-up needs no
