@@ -15,6 +15,14 @@ each status follows one transition it shows:
   or, for `failed` and `compensation-failed`, by the supervisor's sweep when it gave up on an
   expired attempt (U4) or found a compensation stalling once too often (C2).
 
+An operator's resubmit (from Error) or compensation retry (from CompensationFailed) moves the
+record on under a new attempt, and it no longer shows the final state an earlier attempt
+reached. That attempt's history does: its output says it ended `failed` or
+`compensation-failed`, so its ``fail_step`` (``fail_order_step``) or ``undo_failed`` sent that
+status under its attempt; the time it follows is when that activity completed. A final state
+an earlier attempt reached through the supervisor leaves no trace in any history: the note
+says how often the order was resubmitted.
+
 Each message is built by `services.status.status_for`, the function its senders use, so its
 id is the one sent: `"{orderId}:{status}:{attempt}"`, or `"{orderId}:in-progress:{step}"`.
 
@@ -32,12 +40,20 @@ its `in-progress`, in the order of the log; an attempt whose output says it was 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from domain.contracts import OrderStatus, StatusMessage
-from domain.records import WORKFLOW_STEPS, InstanceId, ProcessState, StateRecord, format_utc
+from domain.records import (
+    WORKFLOW_STEPS,
+    InstanceId,
+    ProcessState,
+    RecordFormatError,
+    StateRecord,
+    format_utc,
+    parse_utc,
+)
 from services.status import reply_queue_allowed, status_for
 
 SENT = "sent"
@@ -110,6 +126,14 @@ class OwedStatuses:
     note: str
 
 
+EARLIER_FINALS: Mapping[str, tuple[OrderStatus, tuple[str, ...]]] = {
+    "failed": (OrderStatus.FAILED, ("fail_step", "fail_order_step")),
+    "compensation-failed": (OrderStatus.COMPENSATION_FAILED, ("undo_failed",)),
+}
+"""An earlier attempt's orchestration output `outcome`, the final status it sent, and the
+activities that send it (an operator moved the record on since, E8, C2)."""
+
+
 @dataclass(frozen=True)
 class _Run:
     """What one attempt's orchestration history shows."""
@@ -118,6 +142,10 @@ class _Run:
     """The activities the history shows completed, in order, less a last write the
     attempt's output says did not apply."""
     finished: bool
+    outcome: str | None = None
+    """The `outcome` of the attempt's orchestration output, once it ended."""
+    completed_at: Mapping[str, datetime] = field(default_factory=dict)
+    """When each activity last completed, as the history says."""
 
     @property
     def progress_sent(self) -> int:
@@ -152,10 +180,51 @@ def owed_statuses(
     messages = [_received(record, reply_queues)]
     if record.workflow_version == WORKFLOW_STEPS:
         messages += _progress(record, attempts, runs, reply_queues)
+    messages += _earlier_finals(record, runs, reply_queues)
     final = _final(record, runs.get(record.attempt), reply_queues)
     if final is not None:
         messages.append(final)
-    return OwedStatuses(record.reply_to, tuple(messages), _note(record))
+    return OwedStatuses(
+        record.reply_to,
+        tuple(sorted(messages, key=lambda m: _order(m, record.attempt))),
+        _note(record),
+    )
+
+
+def _order(message: OwedStatus, newest: int) -> tuple[int, int]:
+    """`received` first, then attempt by attempt - an owed `in-progress`, whose attempt no
+    history shows, with the newest - each attempt's final status after its progress."""
+    if message.message.subject == OrderStatus.RECEIVED.value:
+        return (0, 0)
+    attempt = newest if message.attempt is None else message.attempt
+    return (attempt, 0 if message.step is not None else 1)
+
+
+def _earlier_finals(
+    record: StateRecord, runs: Mapping[int, _Run | None], reply_queues: frozenset[str]
+) -> list[OwedStatus]:
+    """The final statuses earlier attempts sent before an operator moved the record on."""
+    finals = []
+    for attempt, run in sorted(runs.items()):
+        earlier = None if run is None else EARLIER_FINALS.get(run.outcome or "")
+        if attempt >= record.attempt or run is None or earlier is None:
+            continue
+        status, senders = earlier
+        sender = next((name for name in senders if name in run.completed_at), None)
+        if sender is None:
+            continue
+        at = run.completed_at[sender]
+        finals.append(
+            OwedStatus(
+                _built(replace(record, attempt=attempt), status, at, reply_queues),
+                step=None,
+                attempt=attempt,
+                follows=at,
+                delivery=SENT,
+                sent_by=sender,
+            )
+        )
+    return finals
 
 
 def _received(record: StateRecord, reply_queues: frozenset[str]) -> OwedStatus:
@@ -256,9 +325,9 @@ def _note(record: StateRecord) -> str:
     )
     if record.resubmits:
         note += (
-            f"; the order was resubmitted {record.resubmits} time(s) from Error, and each "
-            f"Error before sent a 'failed' status under the attempt that failed, which the "
-            f"record no longer names"
+            f"; the order was resubmitted {record.resubmits} time(s) from Error: each Error "
+            f"before sent a 'failed' status under the attempt that failed, listed when that "
+            f"attempt's history shows it (not when the supervisor gave up)"
         )
     return note
 
@@ -272,23 +341,37 @@ def _run(view: Mapping[str, Any] | None) -> _Run | None:
         for event in history
         if _event_type(event) == "taskscheduled"
     }
-    completed = [
-        str(name)
-        for event in history
-        if _event_type(event) == "taskcompleted"
-        and (
-            name := event.get("FunctionName")
+    completed: list[str] = []
+    completed_at: dict[str, datetime] = {}
+    for event in history:
+        if _event_type(event) != "taskcompleted":
+            continue
+        name = (
+            event.get("FunctionName")
             or event.get("Name")
             or scheduled.get(event.get("TaskScheduledId"))
         )
-    ]
+        if not name:
+            continue
+        completed.append(str(name))
+        at = _timestamp(event.get("Timestamp"))
+        if at is not None:
+            completed_at[str(name)] = at
     output = view.get("output")
-    if isinstance(output, Mapping) and output.get("outcome") == "superseded":
+    outcome = output.get("outcome") if isinstance(output, Mapping) else None
+    if outcome == "superseded":
         writes = [i for i, name in enumerate(completed) if name in WRITE_ACTIVITIES]
         if writes:
             del completed[writes[-1]]
     finished = str(view.get("runtimeStatus")) in TERMINAL_RUNTIME_STATUSES
-    return _Run(tuple(completed), finished)
+    return _Run(tuple(completed), finished, None if outcome is None else str(outcome), completed_at)
+
+
+def _timestamp(text: object) -> datetime | None:
+    try:
+        return None if not isinstance(text, str) else parse_utc(text)
+    except RecordFormatError:
+        return None
 
 
 def _event_type(event: Any) -> str:

@@ -148,18 +148,21 @@ async def test_e8_the_console_lists_shows_and_resubmits_and_a_second_operator_ge
         later = await e2e.statuses(order, "completed")
         status, timeline = await console(e2e, "GET", f"/orders/{order}")
         assert status == 200
-        # The timeline owes what the record says (C10): received, then this attempt's.
-        assert message_ids(timeline) == [
-            f"{order}:received:-",
-            *(str(m.message_id) for m in later),
-        ]
-        assert message_ids(timeline)[1:] == [
-            f"{order}:in-progress:reserve-stock",
-            f"{order}:in-progress:charge-payment",
-            f"{order}:in-progress:ship-order",
-            f"{order}:completed:2",
-        ]
-        assert deliveries(timeline)[1:] == ["sent"] * 4
+        # Everything the reply queue got: the record's (C10), and the `failed` of the attempt
+        # the operator resubmitted, which its history shows.
+        assert (
+            message_ids(timeline)
+            == [str(m.message_id) for m in replies + later]
+            == [
+                f"{order}:received:-",
+                f"{order}:failed:1",
+                f"{order}:in-progress:reserve-stock",
+                f"{order}:in-progress:charge-payment",
+                f"{order}:in-progress:ship-order",
+                f"{order}:completed:2",
+            ]
+        )
+        assert deliveries(timeline)[1:] == ["sent"] * 5
         assert "resubmitted 1 time(s)" in timeline["statusMessages"]["note"]
 
 
@@ -219,6 +222,19 @@ async def test_c2_an_operator_retries_a_failed_compensation_until_it_compensates
         )
         again = await console(e2e, "POST", f"/orders/{order}/retry-compensation")
         assert again[0] == 409
+        await e2e.finished_instance(f"{order}:2")
+        replies = await e2e.statuses(order, "compensated")
+        status, timeline = await console(e2e, "GET", f"/orders/{order}")
+        # The record is written before the status is sent, so the retry's `compensated` may
+        # reach the queue before the `compensation-failed` that preceded it.
+        assert message_ids(timeline) == [
+            f"{order}:received:-",
+            f"{order}:in-progress:reserve-stock",
+            f"{order}:compensation-failed:1",
+            f"{order}:compensated:2",
+        ]
+        assert sorted(message_ids(timeline)) == sorted(str(m.message_id) for m in replies)
+        assert deliveries(timeline)[1:] == ["sent"] * 3
 
 
 async def run_cli(*args: str) -> tuple[int, str, str]:

@@ -19,10 +19,10 @@ from config import Settings
 from domain import transitions
 from domain.contracts import StatusMessage
 from domain.ports import OrderStore, StateStore
-from domain.records import InstanceId, ProcessState
+from domain.records import InstanceId, ProcessState, format_utc
 from services import step_writes
 from services.admission import BacklogGate
-from services.operator import order_timeline, timeline_view
+from services.operator import order_timeline, resubmit_order, timeline_view
 from services.owed_statuses import OWED, SENT, SENT_BY_SUPERVISOR, SENT_WITH_RECORD
 from services.step_writes import Done, StepWriteOutcome
 from services.submission import Accepted, submit_order
@@ -33,20 +33,40 @@ STEPS = ("reserve-stock", "charge-payment", "ship-order")
 
 
 @dataclass
+class Attempt:
+    """The durable client's view of one attempt's instance."""
+
+    history: list[dict[str, Any]] = field(default_factory=list)
+    runtime_status: str = "Running"
+    output: dict[str, str] | None = None
+
+    def view(self, instance: InstanceId) -> dict[str, Any]:
+        return {
+            "instanceId": str(instance),
+            "runtimeStatus": self.runtime_status,
+            "output": self.output,
+            "history": self.history,
+        }
+
+
+@dataclass
 class Order:
-    """One order driven through the app's services: what they sent, and the history of its
-    first attempt."""
+    """One order driven through the app's services: what they sent, and each attempt's
+    history."""
 
     states: StateStore
     order_id: str
     sent: list[StatusMessage] = field(default_factory=list)
-    history: list[dict[str, Any]] = field(default_factory=list)
-    runtime_status: str = "Running"
+    attempts: dict[int, Attempt] = field(default_factory=lambda: {1: Attempt()})
     minute: int = 0
 
     @property
     def instance(self) -> InstanceId:
-        return InstanceId(self.order_id, 1)
+        return InstanceId(self.order_id, max(self.attempts))
+
+    @property
+    def current(self) -> Attempt:
+        return self.attempts[max(self.attempts)]
 
     def now(self) -> datetime:
         self.minute += 1
@@ -57,23 +77,29 @@ class Order:
         if outcome is not None:
             assert outcome.applied
             self.sent += outcome.statuses
-        event_id = len(self.history)
-        self.history += [
+        history = self.current.history
+        event_id = len(history)
+        history += [
             {"EventType": "TASK_SCHEDULED", "EventId": event_id, "Name": activity},
-            {"EventType": "TASK_COMPLETED", "EventId": -1, "TaskScheduledId": event_id},
+            {
+                "EventType": "TASK_COMPLETED",
+                "EventId": -1,
+                "TaskScheduledId": event_id,
+                "Timestamp": format_utc(T0 + timedelta(minutes=self.minute, seconds=1)),
+            },
         ]
 
+    def ended(self, outcome: str) -> None:
+        self.current.runtime_status = "Completed"
+        self.current.output = {"outcome": outcome}
+
     def timeline(self) -> dict[str, Any]:
-        view = {
-            "instanceId": str(self.instance),
-            "runtimeStatus": self.runtime_status,
-            "output": None,
-            "history": self.history,
+        views = {
+            str(InstanceId(self.order_id, n)): attempt.view(InstanceId(self.order_id, n))
+            for n, attempt in self.attempts.items()
         }
         return timeline_view(
-            order_timeline(self.states, self.order_id),
-            {str(self.instance): view},
-            reply_queues=SETTINGS.reply_queues,
+            order_timeline(self.states, self.order_id), views, reply_queues=SETTINGS.reply_queues
         )
 
 
@@ -152,7 +178,7 @@ def test_a_processed_order_owes_received_each_step_and_completed_all_sent_r2(
         reply_queues=SETTINGS.reply_queues,
     )
     order.completed("finish_steps", finished)
-    order.runtime_status = "Completed"
+    order.ended("completed")
 
     timeline = order.timeline()
 
@@ -214,7 +240,7 @@ def test_an_order_in_error_owes_received_and_failed_under_its_attempt_e8(
         reply_queues=SETTINGS.reply_queues,
     )
     order.completed("fail_step", failed)
-    order.runtime_status = "Completed"
+    order.ended("failed")
 
     timeline = order.timeline()
 
@@ -236,7 +262,7 @@ def test_an_order_the_supervisor_gave_up_on_was_told_by_the_supervisor_u4(
     Error and sent `failed` with it, outside any history."""
     order = submitted(stores, "o-gave-up")
     begin(order, 0, None)
-    order.runtime_status = "Completed"
+    order.ended("timed-out")
     record = order.states.get("o-gave-up")
     assert record is not None
     late = T0 + timedelta(hours=1)
@@ -287,7 +313,7 @@ def test_a_compensated_order_owes_each_completed_step_and_compensated_c1_r2(
         reply_queues=SETTINGS.reply_queues,
     )
     order.completed("finish_undo", finished)
-    order.runtime_status = "Completed"
+    order.ended("compensated")
 
     timeline = order.timeline()
 
@@ -317,3 +343,55 @@ def test_an_order_without_a_reply_queue_is_owed_no_status_messages_r2(
     assert timeline["statusMessages"]["replyTo"] is None
     assert timeline["statusMessages"]["messages"] == []
     assert "no reply queue (ReplyTo null)" in timeline["statusMessages"]["note"]
+
+
+def test_a_resubmitted_order_lists_the_failed_of_the_attempt_it_left_e8_c4(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """The record moved on from Error; the first attempt's history still shows the `failed`
+    it sent, under its attempt."""
+    order = submitted(stores, "o-again")
+    begin(order, 0, None)
+    failed = step_writes.fail_step(
+        order.states,
+        order.instance,
+        index=0,
+        name=STEPS[0],
+        reason="out of stock for now",
+        now=order.now(),
+        timeouts=SETTINGS.timeouts,
+        reply_queues=SETTINGS.reply_queues,
+    )
+    order.completed("fail_step", failed)
+    order.ended("failed")
+    pending = resubmit_order(order.states, "o-again", order.now(), max_resubmits=3)
+    order.states.replace(
+        transitions.claim(pending, now=order.now(), claim_deadline=T0 + timedelta(1))
+    )
+    order.attempts[2] = Attempt()
+    last = two_steps_done(order)
+    finished = step_writes.finish_steps(
+        order.states, order.instance, done=last, now=order.now(), reply_queues=SETTINGS.reply_queues
+    )
+    order.completed("finish_steps", finished)
+    order.ended("completed")
+
+    timeline = order.timeline()
+
+    assert (
+        message_ids(timeline)
+        == [s.message_id for s in order.sent]
+        == [
+            "o-again:received:-",
+            "o-again:failed:1",
+            "o-again:in-progress:reserve-stock",
+            "o-again:in-progress:charge-payment",
+            "o-again:in-progress:ship-order",
+            "o-again:completed:2",
+        ]
+    )
+    assert [m["attempt"] for m in timeline["statusMessages"]["messages"]] == [None, 1, 2, 2, 2, 2]
+    assert {m["delivery"] for m in timeline["statusMessages"]["messages"][1:]} == {SENT}
+    assert "resubmitted 1 time(s)" in timeline["statusMessages"]["note"]
+    assert "history" not in timeline["attempts"][0]["orchestration"]
+    assert timeline["attempts"][1]["orchestration"]["history"]
