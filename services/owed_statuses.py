@@ -29,10 +29,10 @@ id is the one sent: `"{orderId}:{status}:{attempt}"`, or `"{orderId}:in-progress
 Whether it went out is read from the orchestration history of the attempt that sends it: an
 activity sends before it returns, so a completed sending activity means `sent`. One that the
 history does not show (yet) completed means `owed`: the activity, retried by the durable
-runtime, sends it, or the supervisor recovers the attempt (U4). The history carries neither
-inputs nor results (C3), so the `in-progress` of each step is matched by position: every
-``begin_step`` of an attempt but its first, and its ``finish_steps``, logged one step and sent
-its `in-progress`, in the order of the log; an attempt whose output says it was superseded
+runtime, sends it, or the supervisor recovers the attempt (U4). The console keeps no inputs
+or results of a history (C3), so the `in-progress` of each step is matched by position:
+every ``begin_step`` of an attempt but its first, and its ``finish_steps``, logged one step
+and sent its `in-progress`, in the order of the log; an attempt whose output says it was superseded
 (D4) did not apply its last write, which sent nothing. Without the history of an attempt
 (purged, or older than the timeline lists) its messages are `unknown`.
 """
