@@ -7,7 +7,9 @@ Entra ID, infra/app/function.bicep):
 - ``GET  api/console``                                 the page (``console/page.html``)
 - ``GET  api/console/orders?state=Error&pageSize=50&continuation=...``   one page of a state
 - ``GET  api/console/orders/{order_id}``               the order's timeline, with each
-  attempt's orchestration status (the newest with its history) from the durable client
+  attempt's orchestration status (the newest with its history) from the durable client,
+  and the status messages owed to the order's reply queue, sent or owed as every attempt's
+  history shows (``services.owed_statuses``, R2)
 - ``POST api/console/orders/{order_id}/resubmit``       body ``{"etag"?}``  (E8, C4)
 - ``POST api/console/orders/{order_id}/retry-compensation``  body ``{"etag"?}``  (C2)
 - ``POST api/console/orders/{order_id}/cancel``         body ``{"reason", "etag"?}``  (C1)
@@ -172,18 +174,18 @@ async def console_show_order(
         timeline = await asyncio.to_thread(
             operator.order_timeline, bootstrap.services().states, order_id
         )
-        newest = str(timeline.attempts[-1]) if timeline.attempts else None
         orchestrations = {
-            str(instance): await _orchestration(client, str(instance), str(instance) == newest)
+            str(instance): await _orchestration(client, str(instance), with_history=True)
             for instance in timeline.attempts
         }
-        return _json(operator.timeline_view(timeline, orchestrations))
+        reply_queues = bootstrap.services().settings.reply_queues
+        return _json(operator.timeline_view(timeline, orchestrations, reply_queues=reply_queues))
 
     return await _answer(act)
 
 
 async def _orchestration(
-    client: df.DurableOrchestrationClient, instance_id: str, with_history: bool
+    client: df.DurableOrchestrationClient, instance_id: str, *, with_history: bool
 ) -> dict[str, Any] | None:
     """What the durable client says of one instance; None when it has no such instance.
     Inputs and activity outputs stay out: they may carry the order's data (C3)."""

@@ -9,7 +9,9 @@ that calls them, the page they serve) share:
   person).
 - `order_timeline`: one order's state record, steps, compensation log, what is left to undo
   and the instance id of every attempt; the face adds each attempt's orchestration status
-  and history through the durable client.
+  and history through the durable client, and `timeline_view` the status messages the
+  record says the app owes the order's reply queue, each sent or owed as the histories show
+  (`services.owed_statuses`, R2, C10).
 - Actions, each ONE conditional replace on the etag the record was read with, so of two
   operators (or an operator and the supervisor or starter) only one wins; the loser gets
   `PreconditionFailed`, or `IllegalTransition` once the record moved on (U4, U6):
@@ -39,15 +41,10 @@ from domain.contracts import Order
 from domain.policies import Timeouts, compensation_deadline
 from domain.ports import OrderStore, Page, PreconditionFailed, RecordNotFound, StateStore
 from domain.records import WORKFLOW_STEPS, InstanceId, ProcessState, StateRecord
+from services.owed_statuses import owed_statuses, owed_statuses_view
 
 MAX_LISTED_ATTEMPTS = 20
 """A timeline names at most this many attempts, the newest."""
-
-STATUS_MESSAGES_NOTE = (
-    "status messages are not recorded by the app: they go to the order's reply queue "
-    "(ReplyTo) and leave no copy; the orchestration history shows the activities that sent "
-    "them (complete_order, fail_order, finish_steps, fail_step, finish_undo, undo_failed)"
-)
 
 
 def load_order(orders: OrderStore, instance: InstanceId) -> Order:
@@ -198,10 +195,19 @@ def list_view(page: Page[StateRecord], state: ProcessState) -> dict[str, Any]:
 
 
 def timeline_view(
-    timeline: OrderTimeline, orchestrations: Mapping[str, Mapping[str, Any] | None]
+    timeline: OrderTimeline,
+    orchestrations: Mapping[str, Mapping[str, Any] | None],
+    *,
+    reply_queues: frozenset[str],
 ) -> dict[str, Any]:
     """The timeline, with what the durable client said of each attempt's instance (None:
-    no such instance, e.g. a claim whose start never happened, or a purged one)."""
+    no such instance, e.g. a claim whose start never happened, or a purged one) and the
+    status messages owed to the order's reply queue (R2). Every attempt's history is read
+    for those; the view shows the newest attempt's."""
+    owed = owed_statuses(
+        timeline.record, timeline.attempts, orchestrations, reply_queues=reply_queues
+    )
+    newest = str(timeline.attempts[-1]) if timeline.attempts else None
     return {
         "record": record_view(timeline.record),
         "steps": [step.to_document() for step in timeline.record.steps],
@@ -211,11 +217,20 @@ def timeline_view(
             for u in timeline.left_to_undo
         ],
         "attempts": [
-            {"instanceId": str(instance), "orchestration": orchestrations.get(str(instance))}
+            {
+                "instanceId": str(instance),
+                "orchestration": _shown(orchestrations.get(str(instance)), str(instance) == newest),
+            }
             for instance in timeline.attempts
         ],
-        "statusMessages": {"recorded": False, "note": STATUS_MESSAGES_NOTE},
+        "statusMessages": owed_statuses_view(owed),
     }
+
+
+def _shown(view: Mapping[str, Any] | None, newest: bool) -> Mapping[str, Any] | None:
+    if view is None or newest:
+        return view
+    return {name: value for name, value in view.items() if name != "history"}
 
 
 def compensation_view(request: CompensationRequest) -> dict[str, Any]:

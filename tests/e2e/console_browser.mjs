@@ -41,6 +41,8 @@ try {
   const before = await page.textContent("#timeline-state");
   const attempts = await page.locator("#attempts tbody tr").allTextContents();
   const history = await page.textContent("#history");
+  const statusMessages = await page.locator("#status-messages tbody tr").evaluateAll(
+    (rows) => rows.map((row) => [...row.cells].map((c) => c.textContent)));
   await page.click("#resubmit");
   await page.waitForFunction(() => document.getElementById("message").textContent.includes("done"));
   const message = await page.textContent("#message");
@@ -58,7 +60,7 @@ try {
   const dlqMessage = await page.textContent("#dlq-message");
   const deadLettersLeft = await page.locator("#letters tbody tr", { hasText: deadMessageId }).count();
   console.log(JSON.stringify({
-    listed, before, attempts, history, message, after, stillListed,
+    listed, before, attempts, history, statusMessages, message, after, stillListed,
     deadLetter, dlqMessage, deadLettersLeft, external,
   }));
 } finally {

@@ -74,6 +74,15 @@ async def console(
         return response.status, json.loads(text) if text else None
 
 
+def message_ids(timeline: dict[str, Any]) -> list[str]:
+    """The ids of the status messages a timeline says the app owes the reply queue (R2)."""
+    return [m["messageId"] for m in timeline["statusMessages"]["messages"]]
+
+
+def deliveries(timeline: dict[str, Any]) -> list[str]:
+    return [m["delivery"] for m in timeline["statusMessages"]["messages"]]
+
+
 async def in_error(e2e: E2E, order_id: str) -> None:
     await e2e.submit(order_body(order_id), message_id=order_id)
     await e2e.wait_for_record(order_id, lambda r: r.process_state is ProcessState.ERROR, "in Error")
@@ -110,7 +119,16 @@ async def test_e8_the_console_lists_shows_and_resubmits_and_a_second_operator_ge
         assert attempt["instanceId"] == f"{order}:1"
         assert attempt["orchestration"]["runtimeStatus"] == "Completed"
         assert attempt["orchestration"]["history"]
-        assert timeline["statusMessages"]["recorded"] is False
+        replies = await e2e.statuses(order, "failed")
+        assert (
+            message_ids(timeline)
+            == [str(m.message_id) for m in replies]
+            == [
+                f"{order}:received:-",
+                f"{order}:failed:1",
+            ]
+        )
+        assert deliveries(timeline) == ["sent with the record's creation (S2)", "sent"]
         assert (await console(e2e, "POST", f"/orders/{order}/cancel", {}))[0] == 400
 
         etag = timeline["record"]["etag"]
@@ -126,6 +144,26 @@ async def test_e8_the_console_lists_shows_and_resubmits_and_a_second_operator_ge
             order, lambda r: r.process_state is ProcessState.PROCESSED, "Processed"
         )
         assert (record.attempt, record.resubmits) == (2, 1)
+        await e2e.finished_instance(f"{order}:2")
+        later = await e2e.statuses(order, "completed")
+        status, timeline = await console(e2e, "GET", f"/orders/{order}")
+        assert status == 200
+        # Everything the reply queue got: the record's (C10), and the `failed` of the attempt
+        # the operator resubmitted, which its history shows.
+        assert (
+            message_ids(timeline)
+            == [str(m.message_id) for m in replies + later]
+            == [
+                f"{order}:received:-",
+                f"{order}:failed:1",
+                f"{order}:in-progress:reserve-stock",
+                f"{order}:in-progress:charge-payment",
+                f"{order}:in-progress:ship-order",
+                f"{order}:completed:2",
+            ]
+        )
+        assert deliveries(timeline)[1:] == ["sent"] * 5
+        assert "resubmitted 1 time(s)" in timeline["statusMessages"]["note"]
 
 
 async def test_c1_an_operator_cancels_a_running_order_and_it_compensates(tmp_path: Path) -> None:
@@ -184,6 +222,19 @@ async def test_c2_an_operator_retries_a_failed_compensation_until_it_compensates
         )
         again = await console(e2e, "POST", f"/orders/{order}/retry-compensation")
         assert again[0] == 409
+        await e2e.finished_instance(f"{order}:2")
+        replies = await e2e.statuses(order, "compensated")
+        status, timeline = await console(e2e, "GET", f"/orders/{order}")
+        # The record is written before the status is sent, so the retry's `compensated` may
+        # reach the queue before the `compensation-failed` that preceded it.
+        assert message_ids(timeline) == [
+            f"{order}:received:-",
+            f"{order}:in-progress:reserve-stock",
+            f"{order}:compensation-failed:1",
+            f"{order}:compensated:2",
+        ]
+        assert sorted(message_ids(timeline)) == sorted(str(m.message_id) for m in replies)
+        assert deliveries(timeline)[1:] == ["sent"] * 3
 
 
 async def run_cli(*args: str) -> tuple[int, str, str]:
@@ -221,7 +272,9 @@ async def test_e8_the_cli_lists_shows_and_resubmits_with_the_devhost_keys_file(
         assert [r["OrderID"] for r in json.loads(out)["orders"]] == [order]
         code, out, _ = await run_cli(*common, "show", order)
         assert code == 0
-        assert json.loads(out)["attempts"][0]["instanceId"] == f"{order}:1"
+        shown = json.loads(out)
+        assert shown["attempts"][0]["instanceId"] == f"{order}:1"
+        assert message_ids(shown) == [f"{order}:received:-", f"{order}:failed:1"]
         code, _, err = await run_cli("--url", base_url(e2e), "--keys-file", "none", "list")
         assert code == 1
         assert "unauthorized" in err

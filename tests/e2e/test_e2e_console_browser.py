@@ -111,6 +111,13 @@ async def test_e8_an_operator_resubmits_an_order_from_the_page_and_sees_it_chang
         assert len(attempts) == 1
         assert str(attempts[0]).startswith(f"{order}:1Completed")
         assert "order_workflow" in str(seen["history"])
+        # Status, step, attempt, message id, follows, delivery, sent by (R2).
+        shown = seen["statusMessages"]
+        assert isinstance(shown, list)
+        assert [row[:4] + row[5:6] for row in shown] == [
+            ["received", "", "", f"{order}:received:-", "sent with the record's creation (S2)"],
+            ["failed", "", "1", f"{order}:failed:1", "sent"],
+        ]
         assert seen["message"] == f"resubmit of {order} done: now Pending"
         assert seen["after"] in {"Pending", "Processing", "Processed"}
         assert seen["stillListed"] == 0

@@ -1,0 +1,99 @@
+"""How the timeline reads the durable client's histories for status messages (R1, R2, D4).
+
+The Functions host reports a completed activity as one `TaskCompleted` event naming its
+`FunctionName` (the devhost as a `TASK_SCHEDULED`/`TASK_COMPLETED` pair, which the store
+tests use); an attempt whose output says it was superseded did not apply its last write,
+which sent nothing; a reply queue off the allow-list gets nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from domain import transitions
+from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord, StepState
+from services.owed_statuses import OWED, SENT, UNKNOWN, owed_statuses
+
+T0 = datetime(2026, 9, 1, 10, 0, tzinfo=UTC)
+STEPS = ("reserve-stock", "charge-payment", "ship-order")
+REPLY_QUEUES = frozenset({"replies-a"})
+FIRST = InstanceId("o-1", 1)
+
+
+def two_steps_logged(reply_to: str | None = "replies-a") -> StateRecord:
+    """Processing under attempt 1, with two steps completed and logged (C1)."""
+    record = transitions.claim(
+        transitions.new_record("o-1", reply_to, T0, STEPS), now=T0, claim_deadline=T0
+    )
+    log = tuple(
+        CompletedStep(name, f"ref-{n}", T0 + timedelta(minutes=n))
+        for n, name in enumerate(STEPS[:2])
+    )
+    steps = tuple(
+        replace(step, state=StepState.COMPLETED) if n < 2 else step
+        for n, step in enumerate(record.steps)
+    )
+    return replace(record, compensation_log=log, steps=steps)
+
+
+def host_view(*activities: str, output: Any = None, status: str = "Running") -> dict[str, Any]:
+    """The durable client's view of an instance as the Functions host reports its history."""
+    return {
+        "runtimeStatus": status,
+        "output": output,
+        "history": [
+            {"EventType": "ExecutionStarted", "FunctionName": "order_workflow"},
+            *(
+                {
+                    "EventType": "TaskCompleted",
+                    "FunctionName": name,
+                    "Timestamp": "2026-09-01T10:05:00Z",
+                }
+                for name in activities
+            ),
+        ],
+    }
+
+
+def deliveries(record: StateRecord, views: dict[str, Any]) -> list[tuple[str, str]]:
+    owed = owed_statuses(record, (FIRST,), views, reply_queues=REPLY_QUEUES)
+    return [(m.message.message_id, m.delivery) for m in owed.messages[1:]]
+
+
+def test_the_hosts_history_shape_shows_which_steps_were_reported_r2() -> None:
+    record = two_steps_logged()
+    views = {str(FIRST): host_view("begin_step", "begin_step")}
+
+    assert deliveries(record, views) == [
+        ("o-1:in-progress:reserve-stock", SENT),
+        ("o-1:in-progress:charge-payment", OWED),
+    ]
+
+
+def test_the_last_write_of_a_superseded_attempt_sent_nothing_d4() -> None:
+    record = two_steps_logged()
+    views = {
+        str(FIRST): host_view(
+            "begin_step", "begin_step", output={"outcome": "superseded"}, status="Completed"
+        )
+    }
+
+    assert deliveries(record, views) == [
+        ("o-1:in-progress:reserve-stock", OWED),
+        ("o-1:in-progress:charge-payment", OWED),
+    ]
+
+
+def test_without_the_attempts_history_delivery_is_unknown() -> None:
+    record = replace(two_steps_logged(), process_state=ProcessState.PROCESSED)
+
+    assert {delivery for _, delivery in deliveries(record, {str(FIRST): None})} == {UNKNOWN}
+
+
+def test_a_reply_queue_off_the_allow_list_is_owed_nothing_r1() -> None:
+    owed = owed_statuses(two_steps_logged("replies-gone"), (FIRST,), {}, reply_queues=REPLY_QUEUES)
+
+    assert (owed.reply_to, owed.messages) == ("replies-gone", ())
+    assert "not on REPLY_QUEUES" in owed.note
