@@ -319,10 +319,14 @@ def test_the_supervisor_counts_what_it_read_its_charge_and_its_give_ups_u2_u5(
     assert gauge(found, metrics.BACKLOG_OLDEST_PENDING_AGE) == 0.0
 
 
-def test_consumer_lag_reports_what_its_source_reports_per_queue(
+def test_durations_fall_in_second_buckets_fine_enough_for_a_local_step(
     reader: InMemoryMetricReader,
 ) -> None:
-    assert metrics.CONSUMER_LAG not in points(reader)  # no source registered: no point
-    metrics.observe_consumer_lag(lambda: {"orders": 7, "agent-responses": 0})
-    lag = {point.attributes["queue"]: point.value for point in points(reader)[metrics.CONSUMER_LAG]}
-    assert lag == {"orders": 7, "agent-responses": 0}
+    # A 30 ms answer lands in the (0.025, 0.05] bucket, not in the SDK's default (0, 5].
+    metrics.step_answered(STEPS[0], "completed", 0.03)
+    [point] = points(reader)[metrics.STEP_DURATION]
+    assert tuple(point.explicit_bounds) == metrics.DURATION_BUCKETS_SECONDS
+    upper = point.explicit_bounds[list(point.bucket_counts).index(1)]
+    assert upper == 0.05
+    # Consumer lag is read from the broker, not declared by the app (see the README).
+    assert "sas.consumer.lag" not in points(reader)
