@@ -1,7 +1,8 @@
 """The devhost command line: a small dispatcher over subcommands.
 
 ``servicebus`` runs the embedded Service Bus broker, ``start`` runs a Functions app (its
-triggers, orchestrations and activities) and ``demo`` the order pipeline end to end. Each
+triggers, orchestrations and activities), ``demo`` the order pipeline end to end and
+``demo-console`` the operator console over a finished demo's data. Each
 subcommand registers a parser builder in ``_SUBCOMMANDS`` whose parser sets ``run``.
 """
 
@@ -18,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from demo.command import add_demo
+from demo.console_command import add_demo_console
 from devhost.servicebus.process import ACTIVE_COUNTS_REQUEST
 from devhost.start_command import add_start
 
@@ -98,6 +100,7 @@ _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]
     _add_servicebus,
     add_start,
     add_demo,
+    add_demo_console,
 ]
 
 
