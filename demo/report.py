@@ -270,10 +270,9 @@ def _metrics_lines(section: Mapping[str, Any]) -> list[str]:
             or "none"
         ),
         f"  supervisor: {_pairs(supervisor)}",
-        f"  backlog: unfinished max {backlog['pending']['max']}, final "
-        f"{backlog['pending']['final']}; oldest Pending age max "
-        f"{backlog['oldest_pending_age_s']['max']} s, final "
-        f"{backlog['oldest_pending_age_s']['final']} s",
+        f"  backlog (gauges, max/last): unfinished orders as admission control counted them "
+        f"{backlog['pending']['max']}/{backlog['pending']['final']}, oldest Pending age "
+        f"{backlog['oldest_pending_age_s']['max']}/{backlog['oldest_pending_age_s']['final']} s",
     ]
     return lines
 
