@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 IAC_VENV := .venv-iac
 CHECKOV := checkov==3.3.30
 
-.PHONY: chromium setup test lint typecheck pytest bench bench-servicebus bench-pipeline demo servicebus clean
+.PHONY: chromium setup test lint typecheck pytest bench bench-servicebus bench-pipeline demo console servicebus clean
 
 setup: $(VENV)/.installed node_modules/.installed $(IAC_VENV)/.installed chromium
 
@@ -54,9 +54,19 @@ pytest: setup
 # The order pipeline end to end on the embedded default: 200 orders, default fault mix.
 # BACKEND=cosmos runs it on the Cosmos adapter against a local Cosmos DB API server it starts;
 # without BACKEND, STATE_STORE and CosmosConnection from the environment decide (default sqlite).
+# The run's stores, histories and broker journal stay in DEMO_DIR (started afresh each time)
+# for `make console`; its traces and metrics in telemetry.jsonl, its report in report.json.
+DEMO_DIR := .devhost/demo
 demo: setup
+	rm -rf $(DEMO_DIR)
 	$(BIN)/python -m devhost demo $(if $(BACKEND),--backend $(BACKEND)) \
-		--orders 200 --faults default --report report.json --telemetry-export telemetry.jsonl
+		--orders 200 --faults default --report report.json --telemetry-export telemetry.jsonl \
+		--work-dir $(DEMO_DIR)
+
+# The operator console over the last `make demo`'s orders and dead letters (SQLite store):
+# prints its URL with the function key (http://127.0.0.1:7071/api/console?code=...); Ctrl-C stops.
+console: setup
+	$(BIN)/python -m devhost demo-console --work-dir $(DEMO_DIR)
 
 # Throughput benchmarks (not tests; they print medians and a summary table): the broker's
 # send + receive + complete rate (goal 2,000 msgs/s) and the fault-free pipeline, one-step

@@ -47,7 +47,8 @@ def add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--work-dir",
         type=Path,
         default=None,
-        help="keep the run's stores and histories here (default: a temp dir)",
+        help="keep the run's stores, histories, broker journal and settings here, for "
+        "`python -m devhost demo-console` (default: a temp dir, removed at the end)",
     )
     parser.add_argument(
         "--settle-seconds",
@@ -123,6 +124,7 @@ def _quiet_cosmos_sdk() -> None:
 
 def _run(args: argparse.Namespace, settings: Mapping[str, str]) -> int:
     from config import SettingsError
+    from demo.console_command import where_to_open
     from demo.run import DemoOptions, run_demo, write_report
 
     options = DemoOptions(
@@ -144,5 +146,10 @@ def _run(args: argparse.Namespace, settings: Mapping[str, str]) -> int:
         return 2
     write_report(report, args.report)
     if args.telemetry_export not in (None, "console"):
-        print(f"Traces and metrics (OTLP JSON lines) written to {args.telemetry_export}")
+        print(
+            f"Traces and metrics (OTLP JSON lines) written to {args.telemetry_export} "
+            "(one ExportTraceServiceRequest or ExportMetricsServiceRequest per line)"
+        )
+    for line in where_to_open(args.work_dir):
+        print(line)
     return 1 if report.failed else 0

@@ -48,6 +48,9 @@ BROKER_CONFIG = REPOSITORY / "servicebus.config.json"
 SAMPLE_SETTINGS = REPOSITORY / "local.settings.sample.json"
 DEMO_REPLY_QUEUE = "demo-replies"
 DROP_DATABASE_TIMEOUT_SECONDS = 30
+# A run's work directory: the SQLite stores, the devhost's data (histories, function keys).
+STORES_DIR = "stores"
+HOST_DATA_DIR = "devhost"
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +129,10 @@ class Pipeline:
         """Every simulated remote service: fulfilment at the root, stock, payment, shipping."""
         return self.fulfilment.services
 
+    async def active_counts(self) -> dict[str, int]:
+        """Messages available to receive now in each of the broker's queues (consumer lag)."""
+        return await asyncio.to_thread(self.broker.active_counts)
+
     async def app_usage(self) -> bootstrap.Usage:
         """The app's counters in this process plus those of every language worker process."""
         total = bootstrap.usage()
@@ -147,6 +154,7 @@ async def local_pipeline(
     clock: Clock | None = None,
     worker_processes: int = 0,
     broker_process: bool = False,
+    broker_data: Path | None = None,
 ) -> AsyncIterator[Pipeline]:
     """Start broker, the simulated remote services and devhost; stop them all on exit.
 
@@ -157,14 +165,16 @@ async def local_pipeline(
     Azure where Python workers run the code and the host keeps triggers and histories (the
     app's counters are then in the workers: ``app_usage``). ``broker_process``
     runs the broker as a child process (Service Bus is a service apart) instead of a thread.
+    ``broker_data`` is the broker's SQLite journal: its messages (dead letters among them)
+    outlive the run there; without it they live in memory.
     """
     await asyncio.to_thread(work_dir.mkdir, parents=True, exist_ok=True)
     chosen = {**pipeline_settings_from(os.environ), **(settings or {})}
     scratch_database = None if "COSMOS_DATABASE" in chosen else _scratch_database(chosen)
     broker: ServiceBusBroker | BrokerProcess = (
-        BrokerProcess(BROKER_CONFIG)
+        BrokerProcess(BROKER_CONFIG, data=broker_data)
         if broker_process
-        else ServiceBusBroker(load_config(BROKER_CONFIG))
+        else ServiceBusBroker(load_config(BROKER_CONFIG), data_path=broker_data)
     )
     await asyncio.to_thread(broker.start)
     fulfilment = FulfilmentService(
@@ -181,7 +191,7 @@ async def local_pipeline(
             "STOCK_SERVICE_URL": fulfilment.services.url("stock"),
             "PAYMENT_SERVICE_URL": fulfilment.services.url("payment"),
             "SHIPPING_SERVICE_URL": fulfilment.services.url("shipping"),
-            "SQLITE_DIRECTORY": str(work_dir / "stores"),
+            "SQLITE_DIRECTORY": str(work_dir / STORES_DIR),
             **chosen,
         }
         if scratch_database is not None:
@@ -189,7 +199,7 @@ async def local_pipeline(
         options = HostOptions(
             app="function_app:app",
             app_root=REPOSITORY,
-            data_dir=work_dir / "devhost",
+            data_dir=work_dir / HOST_DATA_DIR,
             http_port=0,
             clock=clock or RealClock(),
             worker_processes=worker_processes,

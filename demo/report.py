@@ -69,6 +69,11 @@ class DemoReport:
     """Orders answered `rejected` (C5): refused at the backlog bound, stored nowhere."""
     scripted_paths: list[dict[str, Any]] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
+    consumer_lag: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Per queue: the most and the last active messages the broker counted during the run."""
+    metrics: dict[str, Any] = field(default_factory=dict)
+    """The app's metrics merged from the run's telemetry file (`demo.metrics.section`);
+    empty without one. Counters only: never evidence for an invariant."""
 
     @property
     def supervisor_retries(self) -> int:
@@ -147,6 +152,8 @@ class DemoReport:
             if self.duration_seconds
             else None,
             "settings": self.settings,
+            "consumer_lag": self.consumer_lag,
+            "metrics": self.metrics,
             "broken_invariants": self.broken_invariants,
             "result": "failed" if self.failed else "passed",
         }
@@ -186,6 +193,8 @@ class DemoReport:
             f"{self.per_order['messages']} Service Bus messages" + _request_units(self.per_order),
             f"Duration: {self.duration_seconds:.1f} s",
         ]
+        lines += _lag_lines(self.consumer_lag)
+        lines += _metrics_lines(self.metrics)
         if self.scripted_paths:
             lines.append("Scripted paths:")
             for path in self.scripted_paths:
@@ -211,11 +220,68 @@ class DemoReport:
         return "\n".join(lines)
 
 
+def _lag_lines(lag: Mapping[str, Mapping[str, int]]) -> list[str]:
+    busy = {queue: counts for queue, counts in lag.items() if counts["max"]}
+    if not lag:
+        return []
+    return [
+        "Consumer lag (active messages, max/final): "
+        + (", ".join(f"{queue} {c['max']}/{c['final']}" for queue, c in busy.items()) or "none")
+    ]
+
+
+def _metrics_lines(section: Mapping[str, Any]) -> list[str]:
+    """The metrics section in a few lines (report.json holds all of it)."""
+    if not section:
+        return []
+    orders = section["orders"]
+    supervisor = section["supervisor"]
+    backlog = section["backlog"]
+    lines = [
+        f"Metrics (merged from the telemetry file of {section['processes']} app process(es)):",
+        f"  orders: {_pairs(orders)}",
+        f"  order latency, {section['latency_note']}:",
+    ]
+    for name, latency in section["order_latency"].items():
+        lines.append(
+            f"    {name}: {latency['count']} orders, p50 {latency['p50_ms']} ms, "
+            f"p95 {latency['p95_ms']} ms"
+        )
+    lines.append("  step latency (bucket-estimated):")
+    for step, latency in section["step_latency"].items():
+        lines.append(
+            f"    {step}: {latency['count']} answers, p50 {latency['p50_ms']} ms, "
+            f"p95 {latency['p95_ms']} ms"
+        )
+    lines += [
+        f"  step retries: {_pairs(section['step_retries'])}",
+        "  step failures: "
+        + (
+            "; ".join(
+                f"{step} {_pairs(reasons)}" for step, reasons in section["step_failures"].items()
+            )
+            or "none"
+        ),
+        "  dead letters: "
+        + (
+            "; ".join(
+                f"{queue} {_pairs(reasons)}" for queue, reasons in section["dead_letters"].items()
+            )
+            or "none"
+        ),
+        f"  supervisor: {_pairs(supervisor)}",
+        f"  backlog (gauges, max/last): unfinished orders as admission control counted them "
+        f"{backlog['pending']['max']}/{backlog['pending']['final']}, oldest Pending age "
+        f"{backlog['oldest_pending_age_s']['max']}/{backlog['oldest_pending_age_s']['final']} s",
+    ]
+    return lines
+
+
 def _request_units(per_order: Mapping[str, float]) -> str:
     """Cosmos DB request units per order; SQLite has none to report."""
     charge = per_order.get("request_charge", 0.0)
     return f", {charge} request units" if charge else ""
 
 
-def _pairs(counts: Mapping[str, int]) -> str:
+def _pairs(counts: Mapping[str, Any]) -> str:
     return ", ".join(f"{name} {count}" for name, count in sorted(counts.items())) or "none"

@@ -8,7 +8,14 @@ app; the demo client, a process of its own as a client app would be
 progress bar shows how many have finished. When every order has reached a final status, or
 the settle time has passed, the report is built from the stores, the dead-letter and alert
 queues, the services' ledgers and what the client received (``demo.evidence``,
-``demo.report``).
+``demo.report``). While it runs, the broker's active message counts are sampled every
+``LAG_SAMPLE_SECONDS``: the report's consumer lag per queue (largest and final). With a
+telemetry file, the report's ``metrics`` section is read from it once every process has
+flushed its metrics at shutdown (``demo.metrics``).
+
+With ``work_dir`` the run's data outlives it there: the SQLite stores, the devhost's data, the
+broker's journal and the settings the run used (``demo.console_command`` serves the operator
+console over them).
 """
 
 from __future__ import annotations
@@ -27,8 +34,10 @@ from azure.servicebus import ServiceBusReceivedMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
 
 import bootstrap
+from demo import metrics
 from demo.client import Workload
 from demo.client_process import ClientOutcome, ClientProcess, ClientSpec
+from demo.console_command import BROKER_JOURNAL, keep_settings
 from demo.evidence import ServiceLedger, gather
 from demo.pipeline import DEMO_REPLY_QUEUE, Pipeline, local_pipeline
 from demo.report import FINAL_STATES, DemoReport, lost_orders, percentile
@@ -40,9 +49,15 @@ from simulators.services import FaultKind
 
 PEEK_TIMEOUT_SECONDS = 30.0
 POLL_SECONDS = 0.2
+LAG_SAMPLE_SECONDS = 1.0
 # Every compensation step gets this deadline (C2): short, like STEP_TIMEOUT_SECONDS of the
 # local settings, so a stalled compensation is resumed within the run's settle time.
-DEMO_SETTINGS: dict[str, str] = {"COMPENSATION_TIMEOUT_SECONDS": "10"}
+# The dead-letter watcher runs every two seconds, so the dead letters of a short run are
+# alerted and counted (sas.deadletters) before it ends.
+DEMO_SETTINGS: dict[str, str] = {
+    "COMPENSATION_TIMEOUT_SECONDS": "10",
+    "DEADLETTER_WATCH_SCHEDULE": "*/2 * * * * *",
+}
 # Answers after which the agent tries again, while its deadline allows (E9).
 RETRIED_FAULTS = (FaultKind.TRANSIENT.value, FaultKind.LOST_RESPONSE.value)
 SERVICES = ("fulfilment", *STEP_SERVICES)
@@ -86,8 +101,16 @@ async def run_demo(options: DemoOptions) -> DemoReport:
             settings={**DEMO_SETTINGS, **options.settings, **telemetry_settings},
             worker_processes=options.worker_processes,
             broker_process=options.broker_process,
+            broker_data=None if options.work_dir is None else work_dir / BROKER_JOURNAL,
         ) as pipeline:
-            return await _run(pipeline, workload, mix, options)
+            if options.work_dir is not None:
+                await asyncio.to_thread(keep_settings, work_dir, pipeline.host.settings.values)
+            report = await _run(pipeline, workload, mix, options)
+    # Every process flushed its last metrics when the pipeline stopped.
+    if options.telemetry_export not in (None, CONSOLE):
+        run_metrics = await asyncio.to_thread(metrics.read, Path(options.telemetry_export))
+        report.metrics = metrics.section(run_metrics)
+    return report
 
 
 async def _run(
@@ -101,8 +124,43 @@ async def _run(
             file=sys.stderr,
             flush=True,
         )
-    outcome, duration = await _submit_and_settle(pipeline, workload, options)
-    return await _report(pipeline, workload, outcome, duration, mix, options)
+    lag = ConsumerLag()
+    sampler = asyncio.create_task(lag.sample_every(pipeline, LAG_SAMPLE_SECONDS))
+    try:
+        outcome, duration = await _submit_and_settle(pipeline, workload, options)
+    finally:
+        sampler.cancel()
+        await asyncio.gather(sampler, return_exceptions=True)
+    await lag.sample(pipeline)
+    report = await _report(pipeline, workload, outcome, duration, mix, options)
+    report.consumer_lag = lag.summary()
+    return report
+
+
+class ConsumerLag:
+    """The broker's active message counts per queue over the run: the largest and the last
+    (the embedded broker's stand-in for Service Bus's ActiveMessages metric)."""
+
+    def __init__(self) -> None:
+        self.largest: Counter[str] = Counter()
+        self.last: dict[str, int] = {}
+
+    async def sample(self, pipeline: Pipeline) -> None:
+        counts = await pipeline.active_counts()
+        for queue, count in counts.items():
+            self.largest[queue] = max(self.largest[queue], count)
+        self.last = counts
+
+    async def sample_every(self, pipeline: Pipeline, seconds: float) -> None:
+        while True:
+            await self.sample(pipeline)
+            await asyncio.sleep(seconds)
+
+    def summary(self) -> dict[str, dict[str, int]]:
+        return {
+            queue: {"max": self.largest[queue], "final": self.last.get(queue, 0)}
+            for queue in sorted(self.largest)
+        }
 
 
 async def _submit_and_settle(

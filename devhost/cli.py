@@ -1,22 +1,30 @@
 """The devhost command line: a small dispatcher over subcommands.
 
 ``servicebus`` runs the embedded Service Bus broker, ``start`` runs a Functions app (its
-triggers, orchestrations and activities) and ``demo`` the order pipeline end to end. Each
+triggers, orchestrations and activities), ``demo`` the order pipeline end to end and
+``demo-console`` the operator console over a finished demo's data. Each
 subcommand registers a parser builder in ``_SUBCOMMANDS`` whose parser sets ``run``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from demo.command import add_demo
+from demo.console_command import add_demo_console
+from devhost.servicebus.process import ACTIVE_COUNTS_REQUEST
 from devhost.start_command import add_start
+
+if TYPE_CHECKING:
+    from devhost.servicebus.server import ServiceBusBroker
 
 Runner = Callable[[argparse.Namespace], int]
 
@@ -42,7 +50,8 @@ def _add_servicebus(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     parser.add_argument(
         "--stop-with-stdin",
         action="store_true",
-        help="stop when standard input closes (a parent process that dies closes it)",
+        help="stop when standard input closes (a parent process that dies closes it); a line "
+        f"'{ACTIVE_COUNTS_REQUEST}' on it prints the active messages per queue as one JSON line",
     )
     parser.set_defaults(run=_run_servicebus)
 
@@ -61,16 +70,28 @@ def _run_servicebus(args: argparse.Namespace) -> int:
     print(f"listening on {broker.host}:{broker.port}", flush=True)
     print(broker.connection_string, flush=True)
     if args.stop_with_stdin:
-        threading.Thread(target=_stop_at_end_of_stdin, daemon=True).start()
+        threading.Thread(target=_serve_stdin, args=(broker,), daemon=True).start()
     broker.serve_forever()
     return 0
 
 
-def _stop_at_end_of_stdin() -> None:
+def _serve_stdin(broker: ServiceBusBroker) -> None:
+    """Answer each ``active-counts`` line on stdin; stop the broker when stdin ends."""
+    from devhost.servicebus.server import BrokerError
+
+    pending = b""
     # The raw descriptor, not sys.stdin: a daemon thread blocked in a buffered read holds
     # the buffer's lock, which aborts the interpreter's shutdown.
-    while os.read(sys.stdin.fileno(), 4096):
-        pass
+    while chunk := os.read(sys.stdin.fileno(), 4096):
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            if line.strip().decode(errors="replace") != ACTIVE_COUNTS_REQUEST:
+                continue
+            try:
+                answer: object = broker.active_counts()
+            except BrokerError as error:
+                answer = {"error": str(error)}
+            print(json.dumps(answer), flush=True)
     # serve_forever stops cleanly on SIGTERM, whoever sends it.
     os.kill(os.getpid(), signal.SIGTERM)
 
@@ -79,6 +100,7 @@ _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]
     _add_servicebus,
     add_start,
     add_demo,
+    add_demo_console,
 ]
 
 

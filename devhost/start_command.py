@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from devhost import event_loop
@@ -116,21 +117,32 @@ async def _serve(args: argparse.Namespace) -> int:
         worker_processes=args.worker_processes,
     )
     host = DevHost(options, AppSettings(values))
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    try:
-        await host.start()
+
+    def ready(host: DevHost) -> None:
         assert host.http is not None
         print(
             f"devhost ready: {len(host.functions)} functions, http port {host.http.port}, "
             f"function keys in {options.data_dir / KEYS_FILE}",
             flush=True,
         )
+
+    try:
+        return await serve_until_stopped(host, ready)
+    finally:
+        if broker is not None:
+            broker.stop()
+
+
+async def serve_until_stopped(host: DevHost, ready: Callable[[DevHost], None]) -> int:
+    """Start ``host``, call ``ready`` with it, and serve until SIGINT or SIGTERM; then stop."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await host.start()
+        ready(host)
         await stop.wait()
     finally:
         await host.stop()
-        if broker is not None:
-            broker.stop()
     return 0

@@ -22,13 +22,22 @@ What records what:
 - the observable gauges read the last value the app saw, never a store from the exporter's
   thread: the backlog of unfinished orders as the admission gate counted it (C5,
   `services.admission`), the age of the oldest Pending order the starter's claim scan read
-  (`services.starter`), and consumer lag from whatever `observe_consumer_lag` registered.
+  (`services.starter`).
+
+Consumer lag is not an app metric: counting a queue's active messages takes the namespace's
+Manage right on Azure (the app's identity has Listen and Send only) and the embedded broker has
+no management API. On Azure it is the Service Bus platform metric ActiveMessages split by
+EntityName; the demo reports it from the embedded broker's own counts (`demo.report`).
+
+The duration histograms advise bucket boundaries in seconds (`DURATION_BUCKETS_SECONDS`): the
+SDK's default boundaries (0, 5, 10, 25, ... 10000) suit milliseconds and would put every step
+of a local run in one bucket.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -53,7 +62,6 @@ SUPERVISOR_REQUEST_CHARGE = "sas.supervisor.request_charge"
 SUPERVISOR_GIVEUPS = "sas.supervisor.giveups"
 BACKLOG_PENDING = "sas.backlog.pending"
 BACKLOG_OLDEST_PENDING_AGE = "sas.backlog.oldest_pending_age"
-CONSUMER_LAG = "sas.consumer.lag"
 
 REJECTED_BACKLOG_FULL = "backlog-full"
 """`reason` of a submission refused because the backlog is at MAX_BACKLOG_ORDERS (C5)."""
@@ -66,8 +74,12 @@ FINAL_STATE_COUNTERS = {
 }
 """The counter of each final ProcessState (contracts.md)."""
 
-ConsumerLag = Callable[[], Mapping[str, int]]
-"""Active messages per consumed queue, by queue name."""
+DURATION_BUCKETS_SECONDS = (
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    15.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+)  # fmt: skip
+"""Boundaries the duration histograms advise (OpenTelemetry's HTTP duration buckets, then
+minutes for orders that wait on retries and the supervisor)."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +97,6 @@ class _Gauges:
         self.backlog: int | None = None
         self.oldest_pending_since: datetime | None = None
         self.oldest_pending_age: float | None = None
-        self.consumer_lag: ConsumerLag | None = None
 
 
 _COUNTERS = (
@@ -126,23 +137,19 @@ def _declare(meter: Meter) -> _Instruments:
         unit="s",
         description="How long the oldest claimable Pending order the starter read has waited",
     )
-    meter.create_observable_gauge(
-        CONSUMER_LAG,
-        callbacks=[_observe_consumer_lag],
-        unit="{message}",
-        description="Active messages in a queue the app consumes, by queue",
-    )
     return _Instruments(
         counters=counters,
         order_duration=meter.create_histogram(
             ORDER_DURATION,
             unit="s",
             description="From an order's submission to its final state, by order.state",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS_SECONDS,
         ),
         step_duration=meter.create_histogram(
             STEP_DURATION,
             unit="s",
             description="From an agent's request to its answer, by step and outcome",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS_SECONDS,
         ),
     )
 
@@ -249,12 +256,6 @@ def pending_observed(oldest_since: datetime | None, *, now: datetime, read: bool
         )
 
 
-def observe_consumer_lag(source: ConsumerLag | None) -> None:
-    """Register what reports the active messages of each consumed queue (None: nothing)."""
-    with _gauges.lock:
-        _gauges.consumer_lag = source
-
-
 def _observe_backlog(options: CallbackOptions) -> Iterable[Observation]:
     with _gauges.lock:
         backlog = _gauges.backlog
@@ -265,14 +266,6 @@ def _observe_oldest_pending(options: CallbackOptions) -> Iterable[Observation]:
     with _gauges.lock:
         age = _gauges.oldest_pending_age
     return [] if age is None else [Observation(age)]
-
-
-def _observe_consumer_lag(options: CallbackOptions) -> Iterable[Observation]:
-    with _gauges.lock:
-        source = _gauges.consumer_lag
-    if source is None:
-        return []
-    return [Observation(count, {"queue": queue}) for queue, count in source().items()]
 
 
 def reset_gauges() -> None:

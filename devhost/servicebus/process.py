@@ -7,10 +7,12 @@ interpreter lock. Tests keep the in-process ``ServiceBusBroker`` (it starts in m
 With a ``data`` journal the child keeps accepted messages across a crash: ``kill`` ends it
 with SIGKILL, as an outage would, and ``start`` again brings it back on the same port with
 the same journal, so clients reconnect to the address they know and find the messages kept.
+``active_counts`` asks the child for its queues' active message counts over the same stdin.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -19,6 +21,9 @@ from pathlib import Path
 from devhost import child_process
 
 READY_BOUND_SECONDS = 30.0
+COUNTS_BOUND_SECONDS = 10.0
+ACTIVE_COUNTS_REQUEST = "active-counts"
+"""The line a parent writes to a ``servicebus --stop-with-stdin`` child for its queue counts."""
 
 
 class BrokerProcess:
@@ -81,6 +86,20 @@ class BrokerProcess:
             )
         self._port = int(lines[0].rsplit(":", 1)[1])
         self._connection_string = lines[1]
+
+    def active_counts(self) -> dict[str, int]:
+        """Messages available to receive now in each queue, as the child counts them
+        (``ServiceBusBroker.active_counts``); raises RuntimeError when it does not answer."""
+        process = self._process
+        if process is None or process.stdin is None:
+            raise RuntimeError("the broker process is not running: call start() first")
+        process.stdin.write(ACTIVE_COUNTS_REQUEST + "\n")
+        process.stdin.flush()
+        lines = child_process.first_lines(process, 1, COUNTS_BOUND_SECONDS)
+        answer = json.loads(lines[0]) if lines else None
+        if not isinstance(answer, dict) or "error" in answer:
+            raise RuntimeError(f"the broker process did not count its queues: {answer!r}")
+        return {str(queue): int(count) for queue, count in answer.items()}
 
     def kill(self) -> None:
         """End the child with SIGKILL, as a crash would: no link or connection is closed, and

@@ -1,7 +1,8 @@
 """The embedded Service Bus broker as a component: start, stop, serve in the foreground.
 
 One background thread runs the IO loop and owns the queue model and every proton object. Other
-threads reach it only through IoLoop.call_threadsafe (stop), never by touching proton objects.
+threads reach it only through IoLoop.call_threadsafe (stop, active_counts), never by touching
+proton objects or queues.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from devhost.servicebus.journal import SqliteJournal
 logger = logging.getLogger(__name__)
 
 STOP_TIMEOUT_SECONDS = 10.0
+COUNTS_TIMEOUT_SECONDS = 10.0
 LISTEN_BACKLOG = 128
 
 
@@ -50,6 +52,7 @@ class ServiceBusBroker:
         self._port: int | None = None
         self._handler: BrokerHandler | None = None
         self._loop: IoLoop | None = None
+        self._namespace: Namespace | None = None
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
         self._lock = threading.Lock()
@@ -94,6 +97,7 @@ class ServiceBusBroker:
             self._port = loop.port
             self._handler = handler
             self._loop = loop
+            self._namespace = namespace
             self._thread = threading.Thread(
                 target=self._run,
                 args=(loop, handler, namespace),
@@ -126,6 +130,27 @@ class ServiceBusBroker:
                     f"the broker did not stop within {STOP_TIMEOUT_SECONDS:.0f} s; "
                     "its IO loop thread is still running"
                 )
+
+    def active_counts(self, timeout: float = COUNTS_TIMEOUT_SECONDS) -> dict[str, int]:
+        """Messages available to receive now in each queue (not locked, scheduled, deferred
+        or dead-lettered), read on the IO loop's thread: what a management client reads as
+        a queue's active message count."""
+        loop, namespace = self._loop, self._namespace
+        if loop is None or namespace is None or not self.running:
+            raise BrokerError("the broker is not running")
+        counts: dict[str, int] = {}
+        done = threading.Event()
+
+        def count() -> None:
+            try:
+                counts.update({queue.name: queue.active_count() for queue in namespace.queues()})
+            finally:
+                done.set()
+
+        loop.call_threadsafe(count)
+        if not done.wait(timeout):
+            raise BrokerError(f"the broker did not count its queues within {timeout:.0f} s")
+        return counts
 
     def serve_forever(self) -> None:
         """Run until SIGINT or SIGTERM, then stop cleanly (call from the main thread)."""

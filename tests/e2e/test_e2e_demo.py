@@ -1,14 +1,22 @@
 """`make demo` at a smaller size: every path of the pattern, and a report that proves the
-invariants on the services' ledgers and the state store (S3, E8, E9, U4, C1, C2, R2)."""
+invariants on the services' ledgers and the state store (S3, E8, E9, U4, C1, C2, R2); the
+report's metrics, merged from the run's telemetry file, agree with that evidence (C9); and
+`make console` serves the operator console over the demo's orders (E8)."""
 
 import json
 import subprocess
 import sys
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from demo.client import Workload
 from demo.run import DemoOptions, run_demo
 from demo.showcase import SCRIPTED_PATHS
+from devhost import child_process
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 STEPS = ("reserve-stock", "charge-payment", "ship-order")
@@ -31,6 +39,7 @@ REQUIRED_KEYS = {
     "supervisor",
     "broken_invariants",
 }
+CONSOLE_READY_SECONDS = 60.0
 TERMINAL = {
     "completed": "Processed",
     "failed": "Error",
@@ -41,7 +50,14 @@ TERMINAL = {
 
 async def test_the_default_mix_shows_every_path_and_keeps_every_invariant(tmp_path: Path) -> None:
     # Seed 99: eight orders (six on scripted paths), one resend, one conflict, one malformed.
-    options = DemoOptions(orders=8, faults="default", seed=99, work_dir=tmp_path, progress=False)
+    options = DemoOptions(
+        orders=8,
+        faults="default",
+        seed=99,
+        work_dir=tmp_path / "run",
+        progress=False,
+        telemetry_export=str(tmp_path / "telemetry.jsonl"),
+    )
     workload = Workload.generate(options.orders, options.seed)
     report = await run_demo(options)
 
@@ -89,10 +105,51 @@ async def test_the_default_mix_shows_every_path_and_keeps_every_invariant(tmp_pa
     assert set(report.step_latency_ms) == set(STEPS)
     assert all(latency["p50"] is not None for latency in report.step_latency_ms.values())
     assert report.latency_ms["p50"] is not None
+    # Consumer lag, sampled from the broker: nobody consumes the alerts, so they stay there.
+    assert report.consumer_lag["operator-alerts"]["final"] == sum(report.operator_alerts.values())
+    assert report.consumer_lag["orders"]["final"] == 0
+
+    # The app's own metrics, merged over every worker process and export, tell the same story
+    # as the state store, the client and the dead-letter queues (C9).
+    counted = report.metrics["orders"]
+    assert counted == {
+        "received": 8,
+        "completed": states["Processed"],
+        "failed": states["Error"],
+        "compensated": states["Compensated"],
+        "compensation_failed": states["CompensationFailed"],
+        "rejected": 0,
+    }
+    latency = report.metrics["order_latency"]
+    assert latency["all"]["count"] == 8
+    assert {state: latency[state]["count"] for state in states} == states
+    assert latency["all"]["p50_ms"] <= latency["all"]["p95_ms"]
+    assert set(report.metrics["step_latency"]) == set(STEPS)
+    assert sum(report.metrics["step_retries"].values()) >= 1
+    assert report.metrics["dead_letters"] == report.dead_letter_reasons
+    assert report.metrics["supervisor"]["giveups"] == report.supervisor["gave_up"]
+    assert report.metrics["supervisor"]["items_read"] >= 1
+    assert report.metrics["backlog"]["pending"]["max"] >= 1
 
 
-def test_the_command_without_faults_processes_every_order_and_exits_zero(tmp_path: Path) -> None:
-    report_path = tmp_path / "report.json"
+@dataclass(frozen=True)
+class CommandRun:
+    completed: subprocess.CompletedProcess[str]
+    work_dir: Path
+    report: Path
+    telemetry: Path
+
+
+@pytest.fixture(scope="module")
+def command_run(tmp_path_factory: pytest.TempPathFactory) -> CommandRun:
+    """`python -m devhost demo` as `make demo` runs it, at ten orders without faults."""
+    root = tmp_path_factory.mktemp("demo-command")
+    run = CommandRun(
+        subprocess.CompletedProcess([], 0),
+        root / "run",
+        root / "report.json",
+        root / "telemetry.jsonl",
+    )
     completed = subprocess.run(
         [
             sys.executable,
@@ -106,10 +163,12 @@ def test_the_command_without_faults_processes_every_order_and_exits_zero(tmp_pat
             "--seed",
             "2",
             "--report",
-            str(report_path),
+            str(run.report),
             "--no-progress",
             "--work-dir",
-            str(tmp_path / "run"),
+            str(run.work_dir),
+            "--telemetry-export",
+            str(run.telemetry),
         ],
         cwd=REPOSITORY,
         capture_output=True,
@@ -117,8 +176,15 @@ def test_the_command_without_faults_processes_every_order_and_exits_zero(tmp_pat
         timeout=180,
         check=False,
     )
+    return CommandRun(completed, run.work_dir, run.report, run.telemetry)
+
+
+def test_the_command_without_faults_processes_every_order_and_exits_zero(
+    command_run: CommandRun,
+) -> None:
+    completed = command_run.completed
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    report = json.loads(report_path.read_text(encoding="utf-8"))
+    report = json.loads(command_run.report.read_text(encoding="utf-8"))
     assert set(report) >= REQUIRED_KEYS
     assert (report["orders"], report["lost"], report["stuck"]) == (10, 0, 0)
     assert report["final_states"] == {"Processed": 10}
@@ -131,6 +197,71 @@ def test_the_command_without_faults_processes_every_order_and_exits_zero(tmp_pat
     assert set(report["latency_ms"]) == {"p50", "p95"}
     assert set(report["step_latency_ms"]) == set(STEPS)
     assert set(report["per_order"]) >= {"store_reads", "store_writes", "messages"}
+    assert report["metrics"]["orders"]["completed"] == 10
+    assert report["consumer_lag"]["orders"]["final"] == 0
     assert "Result: passed" in completed.stdout
     assert "operator console, while the demo runs: http://127.0.0.1:" in completed.stderr
     assert "/api/console?code=" in completed.stderr
+    # What the run ends with: the metrics, the trace file and where to open the console.
+    assert "Metrics (merged from the telemetry file of 1 app process(es)):" in completed.stdout
+    assert "  orders: compensated 0, compensation_failed 0, completed 10" in completed.stdout
+    assert "bucket-estimated" in completed.stdout
+    assert "Consumer lag (active messages, max/final):" in completed.stdout
+    last = completed.stdout.splitlines()[-2:]
+    assert last[0].startswith(
+        f"Traces and metrics (OTLP JSON lines) written to {command_run.telemetry}"
+    )
+    key = json.loads((command_run.work_dir / "devhost" / "keys.json").read_text())["function"]
+    makefile = (REPOSITORY / "Makefile").read_text(encoding="utf-8")
+    assert "--work-dir $(DEMO_DIR)" in makefile
+    assert "\t$(BIN)/python -m devhost demo-console --work-dir $(DEMO_DIR)\n" in makefile
+    assert last[1] == (
+        "Operator console over this run's orders: `make console` (or python -m devhost "
+        f"demo-console --work-dir {command_run.work_dir}), then open "
+        f"http://127.0.0.1:7071/api/console?code={key}"
+    )
+
+
+@pytest.fixture
+def console(command_run: CommandRun) -> Iterator[str]:
+    """`make console`'s command over the demo's data, on a free port: its console URL."""
+    assert command_run.completed.returncode == 0, command_run.completed.stderr
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "devhost",
+            "--log-level",
+            "WARNING",
+            "demo-console",
+            "--work-dir",
+            str(command_run.work_dir),
+            "--http-port",
+            "0",
+        ],
+        cwd=REPOSITORY,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        lines = child_process.first_lines(process, 1, CONSOLE_READY_SECONDS)
+        assert lines, f"demo-console did not say where the console is (exit {process.poll()})"
+        yield lines[0].rsplit(" ", 1)[1]
+    finally:
+        child_process.stop(process)
+
+
+def test_make_console_serves_the_console_over_the_demos_orders(
+    console: str, command_run: CommandRun
+) -> None:
+    base, key = console.split("?code=")
+    assert base.endswith("/api/console")
+    with urllib.request.urlopen(
+        f"{base}/orders?state=Processed&pageSize=50&code={key}", timeout=30
+    ) as answer:
+        listed = json.loads(answer.read())
+    report = json.loads(command_run.report.read_text(encoding="utf-8"))
+    assert len(listed["orders"]) == report["final_states"]["Processed"] == 10
+    assert {order["ProcessState"] for order in listed["orders"]} == {"Processed"}

@@ -47,6 +47,30 @@ def test_messages_flow_through_the_broker_process_and_stop_ends_it() -> None:
     assert not _alive(pid)
 
 
+def test_the_broker_process_counts_the_active_messages_of_each_queue() -> None:
+    # What the demo samples as consumer lag: sent and not yet received; a locked message is
+    # not active, a completed one is gone.
+    broker = BrokerProcess(CONFIG)
+    broker.start()
+    try:
+        assert broker.active_counts()["orders"] == 0
+        with ServiceBusClient.from_connection_string(broker.connection_string) as client:
+            with client.get_queue_sender("orders") as sender:
+                sender.send_messages(
+                    [ServiceBusMessage(b"one"), ServiceBusMessage(b"two")], timeout=TIMEOUT_SECONDS
+                )
+            counts = broker.active_counts()
+            assert counts["orders"] == 2
+            assert counts["agent-responses"] == 0
+            with client.get_queue_receiver("orders", max_wait_time=TIMEOUT_SECONDS) as receiver:
+                [message] = receiver.receive_messages(max_message_count=1)
+                assert broker.active_counts()["orders"] == 1
+                receiver.complete_message(message)
+        assert broker.active_counts()["orders"] == 1
+    finally:
+        broker.stop()
+
+
 def test_the_broker_process_stops_when_its_parent_dies() -> None:
     parent = subprocess.run(
         [

@@ -348,10 +348,14 @@ def test_the_catch_up_counts_its_scan_beyond_its_window_apart_u2(
     assert (charge > 0) is isinstance(states, CosmosStateStore)
 
 
-def test_consumer_lag_reports_what_its_source_reports_per_queue(
+def test_durations_fall_in_second_buckets_fine_enough_for_a_local_step(
     reader: InMemoryMetricReader,
 ) -> None:
-    assert metrics.CONSUMER_LAG not in points(reader)  # no source registered: no point
-    metrics.observe_consumer_lag(lambda: {"orders": 7, "agent-responses": 0})
-    lag = {point.attributes["queue"]: point.value for point in points(reader)[metrics.CONSUMER_LAG]}
-    assert lag == {"orders": 7, "agent-responses": 0}
+    # A 30 ms answer lands in the (0.025, 0.05] bucket, not in the SDK's default (0, 5].
+    metrics.step_answered(STEPS[0], "completed", 0.03)
+    [point] = points(reader)[metrics.STEP_DURATION]
+    assert tuple(point.explicit_bounds) == metrics.DURATION_BUCKETS_SECONDS
+    upper = point.explicit_bounds[list(point.bucket_counts).index(1)]
+    assert upper == 0.05
+    # Consumer lag is read from the broker, not declared by the app (see the README).
+    assert "sas.consumer.lag" not in points(reader)
