@@ -3,7 +3,9 @@
 Profiles: `dev` (the default) runs 50 examples per property with no per-example deadline
 (a Cosmos call on a loaded 2-core machine is slow, not wrong) and keeps failing examples
 in `.hypothesis/` to replay them first; `ci` (selected by HYPOTHESIS_PROFILE=ci, or when
-the CI variable is set) is derandomized, so a CI run is reproducible, and keeps no database.
+the CI variable is set) is derandomized, so a CI run is reproducible, and keeps no database;
+`thorough` (HYPOTHESIS_PROFILE=thorough) runs 1000 examples per property, for a bug hunt.
+The state machine's example counts are its own (`test_state_machine.EXAMPLES`).
 
 `backend` gives each test module one store backend at a time, SQLite or the Cosmos server
 (`tests.integration.stores`: the same server launcher and store openers as the store
@@ -45,6 +47,9 @@ settings.register_profile(
     derandomize=True,
     database=None,
     print_blob=True,
+)
+settings.register_profile(
+    "thorough", max_examples=1000, deadline=None, suppress_health_check=_SLOW_IS_FINE
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 

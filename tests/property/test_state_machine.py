@@ -96,6 +96,11 @@ ALLOWED = {
 }
 """The ProcessState flow of `domain.transitions` (its module docstring): the edges a record
 may take in one write, besides staying in its state."""
+FITTING = {
+    ProcessState.ERROR: "resubmit",
+    ProcessState.COMPENSATION_FAILED: "retry-compensation",
+}
+"""The operator action a state asks for (E8, C2); any other state: cancel."""
 LOGGED_STEP_STATES = frozenset(
     {
         StepState.COMPLETED,
@@ -274,16 +279,20 @@ class StateRecordModel(RuleBasedStateMachine):
     @precondition(lambda self: self.submitted)
     @rule(
         data=st.data(),
-        action=st.sampled_from(["resubmit", "retry-compensation", "cancel"]),
+        action=st.sampled_from(["fitting", "fitting", "resubmit", "retry-compensation", "cancel"]),
         on_view=st.booleans(),
     )
     def operator_acts(self, data: st.DataObject, action: str, on_view: bool) -> None:
         """The action on the version the operator looked at (`on_view`) or on the latest;
-        refused when the order moved on (U4, U6) or is in a state the action does not take."""
+        refused when the order moved on (U4, U6) or is in a state the action does not take.
+        A `fitting` action is the one the state the operator last saw asks for."""
         order_id = data.draw(st.sampled_from(self.submitted))
         view = self.operator_views.get(order_id) if on_view else None
         etag = None if view is None else view.etag
         states = self.operator_states
+        if action == "fitting":
+            seen = view or self.seen.get(order_id)
+            action = FITTING.get(seen.process_state, "cancel") if seen else "cancel"
         try:
             if action == "resubmit":
                 operator.resubmit_order(
