@@ -545,10 +545,10 @@ def check_transition(before: StateRecord, after: StateRecord) -> None:
         assert not started, f"step {started} started after compensation began (C1)"
 
 
-EXAMPLES = {"sqlite": 200, "cosmos": 50}
+EXAMPLES = {"sqlite": 200, "cosmos": 40}
 """Runs per backend: each is one fresh backend and up to 50 actions; with hypothesis's
-swarm of enabled rules, SQLite affords many (about 5 s), the Cosmos server fewer (about
-35 s on two loaded cores)."""
+swarm of enabled rules, SQLite affords many (about 6 s), the Cosmos server fewer (about
+30-40 s on two loaded cores)."""
 
 
 def _model_settings(examples: int) -> settings:
