@@ -119,6 +119,7 @@ def test_a_response_past_a_bound_is_refused_naming_the_bound(
 
 
 def test_an_agent_clips_its_detail_to_the_bound() -> None:
+    """E8: an agent's own failure detail always fits the bound its response is held to."""
     assert clip_detail(None) is None
     assert clip_detail("short") == "short"
     clipped = clip_detail("x" * 5_000)
@@ -128,6 +129,7 @@ def test_an_agent_clips_its_detail_to_the_bound() -> None:
 
 
 def test_json_the_parser_cannot_take_is_an_agent_message_error() -> None:
+    """S3: nesting too deep or an integer past the digit limit is refused, never raised."""
     for text in ("[" * 50_000, '{"schemaVersion": ' + "9" * 5_000 + "}"):
         with pytest.raises(AgentMessageError, match="not JSON"):
             AgentResponse.from_json(text)
