@@ -88,4 +88,4 @@ servicebus: setup
 	$(BIN)/python -m devhost servicebus --port 5672 --config servicebus.config.json --data .devhost/servicebus.sqlite
 
 clean:
-	rm -rf $(VENV) $(IAC_VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(IAC_VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -190,8 +190,13 @@ def _patch_path(path: DocumentPath) -> str:
 
 def _fence_predicate(change: FencedChange) -> str:
     states = ", ".join(_literal(state.value) for state in sorted(change.allowed_states))
+    step_guard = ""
+    if change.step_guard is not None:
+        index, step_state = change.step_guard
+        step_guard = f" AND c.Steps[{int(index)}].State = {_literal(step_state.value)}"
     return (
         f"FROM c WHERE c.LockedBy = {_literal(change.locked_by)} AND c.ProcessState IN ({states})"
+        f"{step_guard}"
     )
 
 

@@ -201,11 +201,17 @@ class SqliteStateStore(StateStore):
             patched = f"json_insert({patched}, ?, json(?))"
             patch_args += [f"{_json_path(path)}[#]", json.dumps(value)]
         states = sorted(state.value for state in change.allowed_states)
+        step_guard = ""
+        guard_args: list[object] = []
+        if change.step_guard is not None:
+            index, step_state = change.step_guard
+            step_guard = " AND json_extract(doc, ?) = ?"
+            guard_args = [f"$.Steps[{index}].State", step_state.value]
         _, rows = self._db.write(
             f"UPDATE state SET doc = {patched}, etag = ? "
-            f"WHERE id = ? AND LockedBy = ? AND ProcessState IN ({', '.join('?' * len(states))}) "
-            "RETURNING doc, etag",
-            (*patch_args, _new_etag(), change.order_id, change.locked_by, *states),
+            f"WHERE id = ? AND LockedBy = ? AND ProcessState IN ({', '.join('?' * len(states))})"
+            f"{step_guard} RETURNING doc, etag",
+            (*patch_args, _new_etag(), change.order_id, change.locked_by, *states, *guard_args),
         )
         if not rows:
             self.metrics.record(OperationKind.FENCED_UPDATE, writes=1, refused=1)

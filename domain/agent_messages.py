@@ -10,6 +10,13 @@ key of the action it undoes.
 
 Message ids are stable, derived from the request id, so a resend is removed by Service Bus
 duplicate detection on both queues (E4). Both shapes carry a schema version (C7).
+
+A response's fields are bounded (contracts.md, "Bounds"): its ids, its `detail` (which
+becomes an order's LastError, a status reason and an alert) and its `reference` (kept in the
+record's Steps and CompensationLog, C1), so that no response can make a record the stores
+refuse or cannot read back; a response past a bound is an `AgentMessageError` whose message
+names the bound, and the bridge dead-letters it with that reason (S3). Our agents clip the
+detail they send (`clip_detail`).
 """
 
 from __future__ import annotations
@@ -19,10 +26,16 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from domain.contracts import Order, decode_json, encode_json
-from domain.records import InstanceId, format_utc, parse_utc
+from domain.contracts import Order, decode_json, encode_json, text_problem
+from domain.records import InstanceId, RecordFormatError, format_utc, parse_utc
 
 AGENT_SCHEMA_VERSION = 1
+MAX_AGENT_ID_LENGTH = 256
+"""`requestId` and `instanceId` ({OrderID}:{attempt}[:{step}[:undo]]) are at most this long."""
+MAX_DETAIL_LENGTH = 2_000
+MAX_REFERENCE_LENGTH = 256
+MAX_ATTEMPT = 2**53 - 1
+"""The attempt of an instance id stays an integer every JSON store keeps exact."""
 AGENT_RESPONSE_EVENT = "AgentResponse"
 """The one event name of the first workflow version's single wait; its instances still in
 flight after an upgrade may hold a response raised under it (C7)."""
@@ -160,15 +173,26 @@ class AgentResponse:
             outcome = AgentOutcome(fields["outcome"])
         except ValueError as error:
             raise AgentMessageError(f"agent response has unknown outcome: {error}") from error
-        detail = document.get("detail")
+        request_id = _text(fields, "requestId", MAX_AGENT_ID_LENGTH)
+        instance_id = _text(fields, "instanceId", MAX_AGENT_ID_LENGTH)
+        try:
+            attempt = InstanceId.parse(instance_id).attempt
+        except RecordFormatError as error:
+            raise AgentMessageError(f"agent response instanceId: {error}") from error
+        if attempt > MAX_ATTEMPT:
+            raise AgentMessageError(
+                f"agent response instanceId attempt must be at most {MAX_ATTEMPT}"
+            )
         # fulfilmentId: the name the one-step workflow's responses gave the reference (C7).
         reference = document.get("reference", document.get("fulfilmentId"))
         return cls(
-            request_id=str(fields["requestId"]),
-            instance_id=str(fields["instanceId"]),
+            request_id=request_id,
+            instance_id=instance_id,
             outcome=outcome,
-            detail=None if detail is None else str(detail),
-            reference=None if reference is None else str(reference),
+            detail=_optional_text(
+                document.get("detail"), "detail", MAX_DETAIL_LENGTH, allow_controls=True
+            ),
+            reference=_optional_text(reference, "reference", MAX_REFERENCE_LENGTH),
         )
 
     @classmethod
@@ -186,11 +210,49 @@ class AgentResponse:
         return response
 
 
+def clip_detail(detail: str | None) -> str | None:
+    """`detail` as an agent may send it: cut to MAX_DETAIL_LENGTH characters, a lone
+    surrogate (from a decoded error text) replaced."""
+    if detail is None:
+        return None
+    detail = detail.encode("utf-8", "replace").decode("utf-8")
+    if len(detail) <= MAX_DETAIL_LENGTH:
+        return detail
+    marker = "..."
+    return detail[: MAX_DETAIL_LENGTH - len(marker)] + marker
+
+
+def _text(fields: dict[str, Any], name: str, max_length: int) -> str:
+    value = fields[name]
+    problem = text_problem(f"agent response {name}", value, max_length=max_length)
+    if problem is not None:
+        raise AgentMessageError(problem)
+    return str(value)
+
+
+def _optional_text(
+    value: Any, name: str, max_length: int, *, allow_controls: bool = False
+) -> str | None:
+    if value is None:
+        return None
+    problem = text_problem(
+        f"agent response {name}",
+        value,
+        max_length=max_length,
+        allow_empty=True,
+        allow_controls=allow_controls,
+    )
+    if problem is not None:
+        raise AgentMessageError(problem)
+    return str(value)
+
+
 def _decode(text: str | bytes) -> Any:
     try:
         return decode_json(text)
-    except ValueError as error:
-        raise AgentMessageError(f"agent message is not JSON: {error}") from error
+    except (ValueError, RecursionError) as error:
+        # also an integer literal past Python's digit limit, or nesting too deep
+        raise AgentMessageError(f"agent message is not JSON: {str(error)[:200]}") from error
 
 
 def _fields(document: Any, *names: str) -> dict[str, Any]:

@@ -4,6 +4,11 @@
 either a `Submission` (the typed `Order` plus its allow-listed reply queue) or an
 `InvalidSubmission` whose reason says what is wrong, ready for the dead-letter queue.
 `Order.immutable_data` is the data compared in S2 (the whole body minus `schemaVersion`).
+
+Every field is bounded (contracts.md, "Bounds"): the body's size, string lengths, the item
+count and each quantity, so that whatever is accepted is stored and read back unchanged by
+every store (JSON numbers beyond 2**53 become doubles in Cosmos DB; S2, S4, C6). A body that
+breaks a bound is invalid like any other schema break and its reason names the bound (S3).
 Status messages and operator alerts are built here with their stable message ids, so
 resends de-duplicate (R2, E4).
 """
@@ -12,11 +17,12 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
 from domain.records import ORDER_ID_PATTERN, format_utc
 
@@ -24,7 +30,13 @@ SUBMISSION_SCHEMA_VERSION = 1
 STATUS_SCHEMA_VERSION = 1
 ALERT_SCHEMA_VERSION = 1
 
+MAX_BODY_BYTES = 65_536
+"""The most UTF-8 bytes a submission body may have (the largest valid order is ~30 KB)."""
 MAX_ITEMS = 100
+MAX_QUANTITY = 1_000_000
+"""Well inside the integers JSON stores exactly everywhere (|n| <= 2**53 - 1)."""
+MAX_CUSTOMER_ID_LENGTH = 128
+MAX_SKU_LENGTH = 64
 _CURRENCY_PATTERN = re.compile(r"[A-Z]{3}")
 _SUBMISSION_FIELDS = frozenset({"schemaVersion", "orderId", "customerId", "items", "currency"})
 _ITEM_FIELDS = frozenset({"sku", "quantity"})
@@ -100,12 +112,18 @@ def parse_submission(
     body: str | bytes, reply_to: str | None, reply_queues: frozenset[str]
 ) -> Submission | InvalidSubmission:
     """Validate a submission message (contracts.md) and the reply queue it names (R1)."""
+    size = len(body) if isinstance(body, bytes) else len(body.encode("utf-8", "surrogatepass"))
+    if size > MAX_BODY_BYTES:
+        return InvalidSubmission(
+            f"body is {size} bytes, more than the {MAX_BODY_BYTES} a submission may have", None
+        )
     try:
         document = decode_json(body.decode("utf-8") if isinstance(body, bytes) else body)
     except UnicodeDecodeError as error:
         return InvalidSubmission(f"body is not UTF-8: {error}", None)
-    except json.JSONDecodeError as error:
-        return InvalidSubmission(f"body is not valid JSON: {error}", None)
+    except (ValueError, RecursionError) as error:
+        # JSONDecodeError, an integer literal past Python's digit limit, or nesting too deep
+        return InvalidSubmission(f"body is not valid JSON: {_short(str(error))}", None)
     if not isinstance(document, dict):
         return InvalidSubmission(f"body must be a JSON object, got {type(document).__name__}", None)
     raw_order_id = document.get("orderId")
@@ -123,7 +141,7 @@ def parse_submission(
     unknown = sorted(set(document) - _SUBMISSION_FIELDS)
     if unknown:
         return InvalidSubmission(f"unknown fields {unknown} in schemaVersion 1", order_id)
-    parsed = _parse_order_fields(document)
+    parsed = _parse_order_fields(document, bounded=True)
     if isinstance(parsed, str):
         return InvalidSubmission(parsed, order_id)
     if reply_to is not None and reply_to not in reply_queues:
@@ -133,36 +151,88 @@ def parse_submission(
     return Submission(parsed, reply_to)
 
 
-def _parse_order_fields(document: Mapping[str, Any]) -> Order | str:
-    """The typed order, or a reason naming the first field that breaks the schema."""
+def _parse_order_fields(document: Mapping[str, Any], *, bounded: bool = False) -> Order | str:
+    """The typed order, or a reason naming the first field that breaks the schema.
+
+    `bounded` applies the bounds of contracts.md to a submission; a stored order (accepted
+    before a bound existed, C7) is read with its types checked only.
+    """
     order_id = document.get("orderId")
     if not isinstance(order_id, str) or not ORDER_ID_PATTERN.fullmatch(order_id):
-        return f"orderId must be 1-64 characters of [A-Za-z0-9._-], got {order_id!r}"
+        return f"orderId must be 1-64 characters of [A-Za-z0-9._-], got {_short(repr(order_id))}"
     customer_id = document.get("customerId")
-    if not isinstance(customer_id, str) or not customer_id:
-        return f"customerId must be a non-empty string, got {customer_id!r}"
+    problem = _text_field_problem("customerId", customer_id, MAX_CUSTOMER_ID_LENGTH, bounded)
+    if problem is not None:
+        return problem
     currency = document.get("currency")
     if not isinstance(currency, str) or not _CURRENCY_PATTERN.fullmatch(currency):
-        return f"currency must be three upper-case letters, got {currency!r}"
+        return f"currency must be three upper-case letters, got {_short(repr(currency))}"
     items = document.get("items")
     if not isinstance(items, list) or not 1 <= len(items) <= MAX_ITEMS:
         count = len(items) if isinstance(items, list) else type(items).__name__
         return f"items must be a list of 1-{MAX_ITEMS} entries, got {count}"
     parsed_items: list[OrderItem] = []
+    max_quantity = MAX_QUANTITY if bounded else None
     for index, item in enumerate(items):
         if not isinstance(item, dict):
             return f"items[{index}] must be an object"
         unknown = sorted(set(item) - _ITEM_FIELDS)
         if unknown:
-            return f"items[{index}] has unknown fields {unknown}"
+            return f"items[{index}] has unknown fields {_short(repr(unknown))}"
         sku = item.get("sku")
-        if not isinstance(sku, str) or not sku:
-            return f"items[{index}].sku must be a non-empty string, got {sku!r}"
+        problem = _text_field_problem(f"items[{index}].sku", sku, MAX_SKU_LENGTH, bounded)
+        if problem is not None:
+            return problem
         quantity = item.get("quantity")
         if type(quantity) is not int or quantity < 1:
-            return f"items[{index}].quantity must be an integer >= 1, got {quantity!r}"
-        parsed_items.append(OrderItem(sku, quantity))
-    return Order(order_id, customer_id, tuple(parsed_items), currency)
+            return f"items[{index}].quantity must be an integer >= 1, got {_short(repr(quantity))}"
+        if max_quantity is not None and quantity > max_quantity:
+            return (
+                f"items[{index}].quantity must be at most {max_quantity}, "
+                f"got {_short(repr(quantity))}"
+            )
+        parsed_items.append(OrderItem(cast(str, sku), quantity))
+    return Order(order_id, cast(str, customer_id), tuple(parsed_items), currency)
+
+
+def _text_field_problem(name: str, value: object, max_length: int, bounded: bool) -> str | None:
+    if bounded:
+        return text_problem(name, value, max_length=max_length)
+    if not isinstance(value, str) or not value:
+        return f"{name} must be a non-empty string, got {_short(repr(value))}"
+    return None
+
+
+def text_problem(
+    name: str,
+    value: object,
+    *,
+    max_length: int,
+    allow_empty: bool = False,
+    allow_controls: bool = False,
+) -> str | None:
+    """Why `value` is not a string a store keeps as it is: not a string, empty (unless
+    `allow_empty`), longer than `max_length` characters, or holding a lone surrogate (which
+    no UTF-8 store can hold) or a control character (unless `allow_controls`: free text such
+    as an error's detail); None when it is one."""
+    if not isinstance(value, str):
+        return f"{name} must be a string, got {_short(repr(value))}"
+    shortest = 0 if allow_empty else 1
+    if not shortest <= len(value) <= max_length:
+        return f"{name} must be {shortest}-{max_length} characters, got {len(value)}"
+    refused = ("Cs",) if allow_controls else ("Cc", "Cs")
+    for character in value:
+        if unicodedata.category(character) in refused:
+            return (
+                f"{name} must hold no control characters or lone surrogates, "
+                f"got U+{ord(character):04X}"
+            )
+    return None
+
+
+def _short(text: str, limit: int = 80) -> str:
+    """`text`, cut to `limit` characters: a reason quotes what it refused, never all of it."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 class OrderStatus(StrEnum):

@@ -365,9 +365,12 @@ class FencedChange:
     It names record fields, typed; a field left at `KEEP` is not written. `steps` replaces
     whole entries of `Steps` by index; `logged` appends one entry to the compensation log
     (C1) in the same write, so the log can never miss a completed step or hold one that did
-    not complete. A store applies the change only when `LockedBy == locked_by` and
-    `ProcessState` is in `allowed_states`; `apply` is the same semantics in plain Python,
-    which the unit tests and the store contract suite compare against.
+    not complete. A store applies the change only when `LockedBy == locked_by`,
+    `ProcessState` is in `allowed_states` and each `Steps` entry `step_guard` names is in
+    the `StepState` it names; `apply` is the same semantics in plain Python, which the unit
+    tests and the store contract suite compare against. The step guard is what makes a
+    logging write idempotent: run twice (C8), its second run finds the step it logs no
+    longer Running and changes nothing, so the log holds each completed step once.
     """
 
     action: str
@@ -382,8 +385,13 @@ class FencedChange:
     compensation_started_at: datetime | Keep | None = KEEP
     steps: tuple[tuple[int, StepStatus], ...] = ()
     logged: CompletedStep | None = None
+    step_guard: tuple[int, StepState] | None = None
 
     def holds_for(self, record: StateRecord) -> bool:
+        if self.step_guard is not None:
+            index, state = self.step_guard
+            if index >= len(record.steps) or record.steps[index].state is not state:
+                return False
         return (
             record.order_id == self.order_id
             and record.locked_by == self.locked_by
@@ -565,18 +573,23 @@ def begin_step(
     completed: tuple[int, CompletedStep] | None = None,
 ) -> FencedChange:
     """Start step `index` with its CompleteBy (D6, E2); `completed` marks the step before it
-    Completed with its reference and logs it for compensation in the same write (C1)."""
+    Completed with its reference and logs it for compensation in the same write (C1), only
+    while that step is still Running: the same write again (C8) is refused, never a second
+    log entry."""
     steps = [(index, StepStatus(name, StepState.RUNNING, complete_by))]
     logged = None
+    guard = None
     if completed is not None:
         done_index, logged = completed
         steps.insert(0, (done_index, _completed(logged)))
+        guard = (done_index, StepState.RUNNING)
     return replace(
         _fenced("begin step", instance, [ProcessState.PROCESSING], now),
         complete_by=complete_by,
         current_step=name,
         steps=tuple(steps),
         logged=logged,
+        step_guard=guard,
     )
 
 

@@ -18,7 +18,13 @@ import datetime as dt
 import random
 from collections.abc import Awaitable, Callable
 
-from domain.agent_messages import AgentOperation, AgentOutcome, AgentRequest, AgentResponse
+from domain.agent_messages import (
+    AgentOperation,
+    AgentOutcome,
+    AgentRequest,
+    AgentResponse,
+    clip_detail,
+)
 from domain.policies import AgentPolicy, CircuitBreaker, next_retry_delay
 from observability import logs, metrics
 from order_agents.service_client import (
@@ -125,7 +131,7 @@ def respond(
         request_id=request.request_id,
         instance_id=request.instance_id,
         outcome=outcome,
-        detail=detail,
+        detail=clip_detail(detail),
         reference=reference,
     )
 

@@ -22,7 +22,7 @@ from domain import transitions
 from domain.contracts import AlertKind, OperatorAlert, OrderStatus, StatusMessage
 from domain.policies import Timeouts, compensation_deadline, step_deadline
 from domain.ports import StateStore
-from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord
+from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord, StepState
 from domain.transitions import FencedChange, Undo
 from services.status import alert_for, left_to_undo, status_for
 from services.steps import already_reached, count_if_finished
@@ -74,7 +74,7 @@ def begin_step(
         now=now,
         completed=completed,
     )
-    record = states.fenced_update(change)
+    record = states.fenced_update(change) or _begun_already(states, instance, index, done)
     if record is None:
         return REFUSED
     progress = () if done is None else _progress(record, done, now, reply_queues)
@@ -221,6 +221,27 @@ def _written_or_reached(
         count_if_finished(written)
         return written
     return already_reached(states, instance, state)
+
+
+def _begun_already(
+    states: StateStore, instance: InstanceId, index: int, done: Done | None
+) -> StateRecord | None:
+    """After a refused `begin_step`: the record, when THIS attempt already made that write
+    (the activity ran twice, C8): step `index` running, `done` completed and logged once.
+    Its progress status is sent again under its stable id (R2); a stale attempt gets None."""
+    if done is None:
+        return None
+    record = states.get(instance.order_id)
+    if (
+        record is None
+        or record.locked_by != str(instance)
+        or record.process_state is not ProcessState.PROCESSING
+        or index >= len(record.steps)
+        or record.steps[index].state is not StepState.RUNNING
+        or record.steps[done.index].state is not StepState.COMPLETED
+    ):
+        return None
+    return record
 
 
 def _logged(done: Done, now: datetime) -> CompletedStep:

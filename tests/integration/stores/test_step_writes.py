@@ -87,6 +87,29 @@ def test_a_repeated_final_write_sends_the_same_messages_again_c8(
     assert [s.message_id for s in again.statuses] == [s.message_id for s in first.statuses]
 
 
+def test_a_repeated_step_write_logs_the_completed_step_once_c1_c8(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """The activity that completes a step and starts the next may run twice (C8): the repeat
+    is recognised as this attempt's own write, says the same, and the compensation log still
+    holds the completed step once (C1)."""
+    states, _ = stores
+    claimed(states)
+    begin(states, 0, None)
+    first = begin(states, 1, Done(0, STEPS[0], "res-1"))
+    again = begin(states, 1, Done(0, STEPS[0], "res-1"))
+    assert again.applied
+    assert statuses(again) == statuses(first) == [("in-progress", STEPS[0])]
+    record = states.get("o-1")
+    assert record is not None
+    assert [(e.step, e.reference) for e in record.compensation_log] == [(STEPS[0], "res-1")]
+    assert [step.state for step in record.steps] == [
+        StepState.COMPLETED,
+        StepState.RUNNING,
+        StepState.NOT_STARTED,
+    ]
+
+
 def test_a_stale_attempt_writes_nothing_and_says_nothing_d4(
     stores: tuple[StateStore, OrderStore],
 ) -> None:

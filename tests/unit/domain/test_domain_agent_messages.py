@@ -1,17 +1,21 @@
-"""Scheduler <-> agent messages: stable ids, idempotency keys, undo requests (E4, E7, C1, C7)."""
+"""Scheduler <-> agent messages: stable ids, idempotency keys, undo requests, the bounds of a
+response (E3, E4, E7, C1, C7, S3)."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 import pytest
 
 from domain.agent_messages import (
+    MAX_DETAIL_LENGTH,
     AgentMessageError,
     AgentOperation,
     AgentOutcome,
     AgentRequest,
     AgentResponse,
+    clip_detail,
 )
 from domain.contracts import Order, OrderItem
 
@@ -85,3 +89,47 @@ def test_an_answer_is_taken_only_for_the_request_it_answers_e3() -> None:
     assert AgentResponse.answering("o-1:1:charge-payment", answer.to_document()) == answer
     with pytest.raises(AgentMessageError, match="came for request o-1:1:ship-order"):
         AgentResponse.answering("o-1:1:ship-order", answer.to_document())
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"reference": "r" * 257}, "reference must be 0-256 characters, got 257"),
+        ({"reference": "r\x00"}, "reference must hold no control characters"),
+        ({"detail": "d" * 2_001}, "detail must be 0-2000 characters, got 2001"),
+        ({"detail": "lone \ud800"}, "detail must hold no control characters or lone"),
+        ({"detail": 7}, "detail must be a string"),
+        ({"requestId": 7}, "requestId must be a string"),
+        ({"instanceId": "o-1"}, "instanceId: instance id 'o-1' is not of the form"),
+        ({"instanceId": "o-1:" + "9" * 17}, "attempt must be at most 9007199254740991"),
+        ({"requestId": "r" * 257}, "requestId must be 1-256 characters"),
+    ],
+)
+def test_a_response_past_a_bound_is_refused_naming_the_bound(
+    changes: dict[str, object], reason: str
+) -> None:
+    """contracts.md bounds of agent responses: a field that would reach the record (C1) or an
+    alert is bounded, and the refusal says which bound (S3)."""
+    document = {
+        **AgentResponse("o-1:1:charge-payment", "o-1:1", AgentOutcome.FAILED).to_document(),
+        **changes,
+    }
+    with pytest.raises(AgentMessageError, match=re.escape(reason)):
+        AgentResponse.from_document(document)
+
+
+def test_an_agent_clips_its_detail_to_the_bound() -> None:
+    """E8: an agent's own failure detail always fits the bound its response is held to."""
+    assert clip_detail(None) is None
+    assert clip_detail("short") == "short"
+    clipped = clip_detail("x" * 5_000)
+    assert clipped is not None
+    assert len(clipped) == MAX_DETAIL_LENGTH
+    assert clip_detail("a\ud800b") == "a?b"
+
+
+def test_json_the_parser_cannot_take_is_an_agent_message_error() -> None:
+    """S3: nesting too deep or an integer past the digit limit is refused, never raised."""
+    for text in ("[" * 50_000, '{"schemaVersion": ' + "9" * 5_000 + "}"):
+        with pytest.raises(AgentMessageError, match="not JSON"):
+            AgentResponse.from_json(text)

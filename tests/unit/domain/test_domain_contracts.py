@@ -92,6 +92,12 @@ INVALID: list[tuple[Any, str]] = [
     (body(items=[{"sku": "s", "quantity": 1}, {"quantity": 1}]), "items[1].sku"),
     (body(items=[{"sku": "", "quantity": 1}]), "items[0].sku"),
     (body(items=[{"sku": "s", "quantity": 1, "price": 3}]), "items[0] has unknown fields"),
+    (body(items=[{"sku": "s", "quantity": 10**30}]), "items[0].quantity must be at most 1000000"),
+    (body(items=[{"sku": "s", "quantity": 2**53 + 1}]), "items[0].quantity must be at most"),
+    (body(items=[{"sku": "s" * 65, "quantity": 1}]), "items[0].sku must be 1-64 characters"),
+    (body(items=[{"sku": "s\n1", "quantity": 1}]), "items[0].sku must hold no control"),
+    (body(customerId="c" * 129), "customerId must be 1-128 characters, got 129"),
+    (body(customerId="c\ud800"), "customerId must hold no control characters or lone"),
     ([1, 2], "body must be a JSON object, got list"),
     ("order", "body must be a JSON object, got str"),
 ]
@@ -113,6 +119,18 @@ def test_invalid_json_and_invalid_utf8_are_refused() -> None:
     not_utf8 = parse_submission(b"\xff\xfe{}", None, REPLY_QUEUES)
     assert isinstance(not_utf8, InvalidSubmission)
     assert "UTF-8" in not_utf8.reason
+
+
+def test_bodies_past_the_size_bound_or_beyond_the_json_parser_are_refused_s3() -> None:
+    """Bounds of contracts.md: nothing escapes parse_submission as an exception (S3)."""
+    huge = json.dumps(body(customerId="c" * 70_000))
+    too_big = parse_submission(huge, None, REPLY_QUEUES)
+    assert isinstance(too_big, InvalidSubmission)
+    assert "more than the 65536 a submission may have" in too_big.reason
+    for text in ("[" * 50_000, '{"schemaVersion": ' + "9" * 5_000 + "}"):
+        refused = parse_submission(text, None, REPLY_QUEUES)
+        assert isinstance(refused, InvalidSubmission)
+        assert "not valid JSON" in refused.reason
 
 
 def test_a_reply_queue_outside_the_allow_list_is_refused_r1() -> None:
