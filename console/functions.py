@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -45,11 +44,12 @@ from domain.dead_letters import DeadLetter
 from domain.ports import InvalidContinuation, PreconditionFailed, RecordNotFound, StoreUnavailable
 from domain.records import ProcessState
 from domain.transitions import IllegalTransition
+from observability import logs
 from orchestrators.order_workflow import ORCHESTRATOR, compensation_input, orchestration_version
 from services import dead_letters, operator
 
 bp = df.Blueprint()
-log = logging.getLogger("app.console")
+log = logs.get_logger("app.console")
 
 AUTH = func.AuthLevel.FUNCTION
 PAGE = Path(__file__).with_name("page.html")
@@ -221,7 +221,7 @@ async def console_resubmit(req: func.HttpRequest) -> func.HttpResponse:
             max_resubmits=app.settings.max_failures,
             expected_etag=_etag(_body(req)),
         )
-        log.info("operator resubmitted order=%s resubmits=%d", order_id, record.resubmits)
+        log.info("operator resubmitted", order_id=order_id, resubmits=record.resubmits)
         return _json({"record": operator.record_view(record)})
 
     return await _answer(act)
@@ -243,7 +243,7 @@ async def console_retry_compensation(
             timeouts=app.settings.timeouts,
             expected_etag=_etag(_body(req)),
         )
-        log.info("operator retried compensation order=%s instance=%s", order_id, request.instance)
+        log.info("operator retried compensation", instance_id=request.instance)
         return await _start_compensation(client, request, terminate_superseded=False)
 
     return await _answer(act)
@@ -272,12 +272,7 @@ async def console_cancel(
             reason=reason.strip(),
             expected_etag=_etag(body),
         )
-        log.info(
-            "operator cancelled order=%s superseded=%s instance=%s",
-            order_id,
-            request.superseded,
-            request.instance,
-        )
+        log.info("operator cancelled", instance_id=request.instance, superseded=request.superseded)
         return await _start_compensation(client, request, terminate_superseded=True)
 
     return await _answer(act)
@@ -304,12 +299,12 @@ async def _start_compensation(
         )
     except Exception:
         started = False
-        log.exception("could not start compensation instance=%s", request.instance)
+        log.exception("could not start compensation", instance_id=request.instance)
     if terminate_superseded and request.superseded is not None:
         try:
             await client.terminate(request.superseded, "cancelled by an operator")
         except Exception:
-            log.warning("could not terminate superseded instance=%s", request.superseded)
+            log.warning("could not terminate superseded instance", superseded=request.superseded)
     view = operator.compensation_view(request)
     view["compensationStarted"] = started
     if not started:
@@ -397,7 +392,7 @@ async def console_act_on_dead_letter(req: func.HttpRequest) -> func.HttpResponse
                 f"dead letter {sequence} of {queue!r} is gone: another operator resubmitted "
                 f"or discarded it",
             )
-        log.info("operator %s dead letter queue=%s sequence=%d", action, queue, sequence)
+        log.info("operator acted on dead letter", action=action, queue=queue, sequence=sequence)
         return _json({"queue": queue, "sequenceNumber": sequence, "action": action, "done": True})
 
     return await _answer(act)
