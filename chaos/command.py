@@ -39,6 +39,17 @@ def add_chaos(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--services-kills", type=int, default=2, help="kill -9s of the simulated services"
     )
     parser.add_argument(
+        "--claim-crashes",
+        type=int,
+        default=2,
+        help="starters that claim Pending orders and die before starting them",
+    )
+    parser.add_argument(
+        "--no-second-scheduler",
+        action="store_true",
+        help="no second devhost whose starter and supervisor compete over the same store",
+    )
+    parser.add_argument(
         "--settle-seconds",
         type=float,
         default=300.0,
@@ -70,7 +81,9 @@ def run_chaos_command(args: argparse.Namespace) -> int:
             CrashKind.DEVHOST: args.devhost_kills,
             CrashKind.BROKER: args.broker_kills,
             CrashKind.SERVICES: args.services_kills,
+            CrashKind.CLAIM: args.claim_crashes,
         },
+        second_scheduler=not args.no_second_scheduler,
         settle_seconds=args.settle_seconds,
         work_dir=args.work_dir,
         progress=not args.no_progress,

@@ -24,7 +24,8 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,9 @@ from azure.servicebus.aio import ServiceBusClient
 import bootstrap
 from chaos.invariants import Findings, QueueMessage, check
 from chaos.processes import HostProcess, ServicesProcess
+from chaos.relay import ResponseRelay
 from chaos.schedule import Crash, CrashKind, chaos_plans, crash_schedule
+from chaos.topology import AGENT_RESPONSES_RELAYED, broker_config, host_settings
 from config import Settings
 from demo.client import Outgoing, Workload
 from demo.pipeline import (
@@ -49,6 +52,7 @@ from demo.run import peek_all
 from devhost.servicebus.process import BrokerProcess
 from domain.ports import StoreMetrics
 from domain.records import ProcessState, StateRecord
+from services.starter import claim_pending
 from simulators.services import SERVICES
 
 SAMPLE_SECONDS = 1.0
@@ -60,6 +64,8 @@ ORIGINALS_BOUND_SECONDS = 120.0
 # Settled: every submitted order final, or nothing changed for this long.
 QUIET_SECONDS = 30.0
 RESTART_PAUSE_SECONDS = 1.0
+# Crashes spread over the submission window, but never closer together than this allows.
+MIN_CRASH_WINDOW_SECONDS = 30.0
 # Step and claim deadlines as the demo's; compensations get as long as a step (C2).
 CHAOS_SETTINGS: dict[str, str] = {
     "STATE_STORE": "sqlite",
@@ -70,7 +76,10 @@ DEFAULT_CRASHES: dict[CrashKind, int] = {
     CrashKind.DEVHOST: 3,
     CrashKind.BROKER: 2,
     CrashKind.SERVICES: 2,
+    CrashKind.CLAIM: 2,
 }
+# The claims a starter that dies between claim and start leaves behind, per crash.
+ABANDONED_CLAIMS = 5
 UNFINISHED = (ProcessState.PENDING, ProcessState.PROCESSING, ProcessState.COMPENSATING)
 
 
@@ -81,6 +90,8 @@ class ChaosOptions:
     rate: float = 15.0
     """Orders submitted per second."""
     crashes: Mapping[CrashKind, int] = field(default_factory=lambda: dict(DEFAULT_CRASHES))
+    second_scheduler: bool = True
+    """Run a second devhost whose starter and supervisor compete over the same store."""
     settle_seconds: float = 300.0
     work_dir: Path | None = None
     progress: bool = True
@@ -117,6 +128,11 @@ class ChaosReport:
     crashes: list[CrashEvent]
     service_faults: dict[str, dict[str, int]]
     series: list[dict[str, float]]
+    relay: dict[str, int]
+    """Agent responses lost, duplicated, late, reordered (`chaos.relay`)."""
+    relay_events: list[dict[str, Any]]
+    claims_abandoned: list[str]
+    """Instance ids claimed by a starter that died before starting them."""
     duration_seconds: float
     settings: dict[str, Any]
 
@@ -133,6 +149,7 @@ class ChaosReport:
         for by_kind in self.service_faults.values():
             total.update(by_kind)
         total.update(Counter(c.kind for c in self.crashes))
+        total.update({f"agent-response-{kind}": n for kind, n in self.relay.items()})
         return dict(sorted(total.items()))
 
     def to_json(self) -> dict[str, Any]:
@@ -147,6 +164,7 @@ class ChaosReport:
             "faults_injected": self.faults_by_kind(),
             "service_faults": self.service_faults,
             "crashes": [c.to_json() for c in self.crashes],
+            "claims_abandoned": self.claims_abandoned,
             "crashes_survived": sum(1 for c in self.crashes if c.restarted_at is not None),
             "recovery_seconds": self.recovery(),
             "compensations": self.findings.evidence.compensations,
@@ -198,11 +216,22 @@ class Run:
         self.work_dir = work_dir
         self.workload = Workload.generate(options.orders, options.seed)
         self.log = (work_dir / "processes.log").open("a", encoding="utf-8")
-        self.broker = BrokerProcess(BROKER_CONFIG, data=work_dir / "servicebus.sqlite")
+        self.broker = BrokerProcess(
+            broker_config(BROKER_CONFIG, work_dir / "servicebus.config.json"),
+            data=work_dir / "servicebus.sqlite",
+        )
         self.services = ServicesProcess(
             work_dir / "ledger.jsonl", chaos_plans(), options.seed, self.log
         )
-        self.host: HostProcess | None = None
+        self.hosts: dict[str, HostProcess] = {}
+        self.relay = ResponseRelay(
+            lambda: self.broker.connection_string,
+            AGENT_RESPONSES_RELAYED,
+            "agent-responses",  # the scheduler's queue: AGENT_RESPONSES_QUEUE, set at start
+            options.seed,
+            self.now,
+        )
+        self.claims_abandoned: list[str] = []
         self.values: dict[str, str] = {}
         self.started = 0.0
         self.submitted = 0
@@ -225,12 +254,20 @@ class Run:
             **{f"{name.upper()}_SERVICE_URL": self.services.url(name) for name in SERVICES},
             "SQLITE_DIRECTORY": str(self.work_dir / "stores"),
         }
-        self.host = HostProcess(REPOSITORY, self.work_dir / "devhost", self.values, self.log)
-        await asyncio.to_thread(self.host.start)
+        self.relay.target = self._settings.agent_responses_queue
+        for role, settings in host_settings(
+            self.values, second_scheduler=self.options.second_scheduler
+        ).items():
+            host = HostProcess(REPOSITORY, self.work_dir / role, settings, self.log)
+            self.hosts[role] = host
+            await asyncio.to_thread(host.start)
+
+    async def stop_hosts(self) -> None:
+        for host in self.hosts.values():
+            await asyncio.to_thread(host.stop)
 
     async def stop(self) -> None:
-        if self.host is not None:
-            await asyncio.to_thread(self.host.stop)
+        await self.stop_hosts()
         await asyncio.to_thread(self.services.stop)
         await asyncio.to_thread(self.broker.stop)
         self.log.close()
@@ -299,21 +336,40 @@ class Run:
                 )
 
     def _kill(self, kind: CrashKind) -> None:
-        if kind is CrashKind.DEVHOST and self.host is not None:
-            self.host.kill()
+        if kind is CrashKind.DEVHOST:
+            # The machine the devhosts share goes down: every one of them at once.
+            for host in self.hosts.values():
+                host.kill()
         elif kind is CrashKind.BROKER:
             self.broker.kill()
         elif kind is CrashKind.SERVICES:
             self._count_service_faults()
             self.services.kill()
+        elif kind is CrashKind.CLAIM:
+            self._claim_and_die()
+
+    def _claim_and_die(self) -> None:
+        """A starter that claims (D3, with the app's own claim code on the shared store) and
+        dies before it starts the orchestrations: the supervisor must recover the claims."""
+        settings = self._settings
+        run = claim_pending(
+            self.states,
+            datetime.now(UTC),
+            bounds=replace(settings.starter_scan, max_items=ABANDONED_CLAIMS),
+            timeouts=settings.timeouts,
+            max_running=settings.max_running_orders,
+        )
+        self.claims_abandoned += [str(claim.instance_id) for claim in run.claims]
 
     def _restart(self, kind: CrashKind) -> None:
-        if kind is CrashKind.DEVHOST and self.host is not None:
-            self.host.start()
+        if kind is CrashKind.DEVHOST:
+            for host in self.hosts.values():
+                host.start()
         elif kind is CrashKind.BROKER:
             self.broker.start()
         elif kind is CrashKind.SERVICES:
             self.services.start()
+        # A crashed starter has nothing to restart: the others carry on.
 
     def _count_service_faults(self) -> None:
         """Add the services' fault counters to the run's (they restart with the process)."""
@@ -394,7 +450,7 @@ class Run:
             await asyncio.sleep(SAMPLE_SECONDS)
 
     async def run(self) -> ChaosReport:
-        window = self.options.orders / self.options.rate
+        window = max(self.options.orders / self.options.rate, MIN_CRASH_WINDOW_SECONDS)
         schedule = crash_schedule(self.options.seed, window, self.options.crashes)
         await self.start()
         self.states, self.orders = bootstrap.open_stores(self._settings, StoreMetrics())
@@ -402,17 +458,20 @@ class Run:
             self.started = time.monotonic()
             done = asyncio.Event()
             watcher = asyncio.create_task(self.watch(done))
+            relaying = asyncio.Event()
+            relay = asyncio.create_task(self.relay.run(relaying))
             try:
                 await asyncio.gather(self.submit(), self.crash(schedule))
                 await self.settle()
             finally:
                 done.set()
-                await watcher
+                relaying.set()
+                await asyncio.gather(watcher, relay)
+                await self.relay.drain()
             duration = self.now()
             await self.sample()
             self._count_service_faults()
-            if self.host is not None:
-                await asyncio.to_thread(self.host.stop)
+            await self.stop_hosts()
             await asyncio.to_thread(self.services.stop)
             if self.options.progress:
                 print(file=sys.stderr)
@@ -449,11 +508,18 @@ class Run:
             crashes=self.crashes,
             service_faults={name: dict(c) for name, c in self.service_faults.items()},
             series=self.series,
+            relay=dict(self.relay.counts),
+            relay_events=[
+                {"t": e.t, "kind": f"agent-response-{e.kind}", "messageId": e.message_id}
+                for e in self.relay.events
+            ],
+            claims_abandoned=self.claims_abandoned,
             duration_seconds=duration,
             settings={
                 "rate": self.options.rate,
                 "settle_seconds": self.options.settle_seconds,
                 "crashes": {kind.value: n for kind, n in self.options.crashes.items()},
+                "second_scheduler": self.options.second_scheduler,
                 "fault_plans": {name: p.to_json() for name, p in chaos_plans().items()},
                 "state_store": settings.state_store,
                 "order_steps": list(settings.order_steps),

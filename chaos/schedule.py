@@ -8,7 +8,8 @@
   shipment's cancel can find it dispatched.
 - The crash schedule (`crash_schedule`): SIGKILL of the devhost (host and language workers),
   of the broker and of the services process, each restarted on the same stores, histories,
-  journals and ports (C10), spread over the submission window, one per slot of equal width
+  journals and ports (C10), and a starter that dies between its claims and their starts
+  (D3, U4), spread over the submission window, one per slot of equal width
   with a seeded jitter, so crashes land while orders are at every stage.
 """
 
@@ -38,6 +39,7 @@ class CrashKind(StrEnum):
     DEVHOST = "devhost-kill"
     BROKER = "broker-kill"
     SERVICES = "services-kill"
+    CLAIM = "crash-between-claim-and-start"
 
 
 @dataclass(frozen=True)
