@@ -80,6 +80,8 @@ DEFAULT_CRASHES: dict[CrashKind, int] = {
 }
 # The claims a starter that dies between claim and start leaves behind, per crash.
 ABANDONED_CLAIMS = 5
+CLAIM_RACE_SECONDS = 20.0
+CLAIM_RACE_PAUSE_SECONDS = 0.01
 UNFINISHED = (ProcessState.PENDING, ProcessState.PROCESSING, ProcessState.COMPENSATING)
 
 
@@ -350,16 +352,22 @@ class Run:
 
     def _claim_and_die(self) -> None:
         """A starter that claims (D3, with the app's own claim code on the shared store) and
-        dies before it starts the orchestrations: the supervisor must recover the claims."""
+        dies before it starts the orchestrations: the supervisor must recover the claims.
+        It races the running starters for Pending records until it wins some (bounded)."""
         settings = self._settings
-        run = claim_pending(
-            self.states,
-            datetime.now(UTC),
-            bounds=replace(settings.starter_scan, max_items=ABANDONED_CLAIMS),
-            timeouts=settings.timeouts,
-            max_running=settings.max_running_orders,
-        )
-        self.claims_abandoned += [str(claim.instance_id) for claim in run.claims]
+        deadline = time.monotonic() + CLAIM_RACE_SECONDS
+        while time.monotonic() < deadline:
+            run = claim_pending(
+                self.states,
+                datetime.now(UTC),
+                bounds=replace(settings.starter_scan, max_items=ABANDONED_CLAIMS),
+                timeouts=settings.timeouts,
+                max_running=settings.max_running_orders,
+            )
+            if run.claims:
+                self.claims_abandoned += [str(claim.instance_id) for claim in run.claims]
+                return
+            time.sleep(CLAIM_RACE_PAUSE_SECONDS)
 
     def _restart(self, kind: CrashKind) -> None:
         if kind is CrashKind.DEVHOST:

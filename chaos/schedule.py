@@ -32,7 +32,7 @@ HANG = 0.005
 # Compensations: fail for good and stall (C2) more often than actions do.
 COMPENSATION_PERMANENT = 0.03
 COMPENSATION_HANG = 0.03
-SHIPMENT_DISPATCHED = 0.05
+SHIPMENT_DISPATCHED = 0.1
 
 
 class CrashKind(StrEnum):
