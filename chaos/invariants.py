@@ -12,6 +12,9 @@ reused as they are.
 - ``no_side_effect_after_compensation_began`` (C1, E7).
 - ``no_stale_fence_write_accepted``: replaying each service's journal in order, no side effect
   was performed by an attempt lower than the order's fence at that moment (D4, E7).
+- ``processed_matches_ledgers``: a ``Processed`` order's compensation log names, for every
+  step, the one side effect its service performed for the order, never undone: the state
+  store and the services agree (D4, E5, C1).
 - ``operator_alerted``: every ``Error`` order has an ``order-error`` alert and every
   ``CompensationFailed`` order a ``compensation-failed`` one (E8, C2).
 - ``final_status_replied``: every order in a final state has that final status on its reply
@@ -33,7 +36,8 @@ from demo.evidence import Evidence, ServiceLedger, gather
 from demo.report import FINAL_STATES, lost_orders
 from domain.contracts import AlertKind, OrderStatus
 from domain.records import ProcessState, StateRecord
-from simulators.services import SERVICES, Role
+from domain.workflow import declaration as step_declaration
+from simulators.services import SERVICES, Role, SideEffect
 from simulators.services.journal import LedgerJournal
 from simulators.services.ledger import Ledger, restore_ledgers
 
@@ -122,6 +126,7 @@ def check(
             "compensated_net_zero": evidence.net_effect_orders,
             "no_side_effect_after_compensation_began": evidence.steps_after_compensation,
             "no_stale_fence_write_accepted": stale_writes(journal_path),
+            "processed_matches_ledgers": _processed_disagreements(found, ledgers),
             "operator_alerted": _unalerted(found, alerts),
             "final_status_replied": _unreplied(found, replies),
             "bad_submissions_dead_lettered": _not_dead_lettered(workload, dead_letters),
@@ -141,6 +146,31 @@ def _repeated_side_effects(ledgers: Mapping[str, Ledger]) -> list[str]:
         for (service, order_id, role), count in counts.items()
         if count > 1
     )
+
+
+def _processed_disagreements(
+    records: Mapping[str, StateRecord], ledgers: Mapping[str, Ledger]
+) -> list[str]:
+    by_order: dict[tuple[str, str], list[SideEffect]] = defaultdict(list)
+    for name, ledger in ledgers.items():
+        for entry in ledger.entries():
+            by_order[(name, entry.order_id)].append(entry)
+    problems = []
+    for order_id, record in sorted(records.items()):
+        if record.process_state is not ProcessState.PROCESSED or not record.steps:
+            continue
+        logged = {entry.step: entry.reference for entry in record.compensation_log}
+        for step in record.steps:
+            service = step_declaration(step.name).agent
+            effects = by_order.get((service, order_id), [])
+            actions = [e.resource_id for e in effects if e.role is Role.ACTION]
+            undone = [e.resource_id for e in effects if e.role is Role.COMPENSATION]
+            if actions != [logged.get(step.name)] or undone:
+                problems.append(
+                    f"{order_id}: {step.name} logged {logged.get(step.name)!r}, {service} "
+                    f"performed {actions} and undid {undone}"
+                )
+    return problems
 
 
 def stale_writes(journal_path: Path) -> list[str]:

@@ -105,7 +105,8 @@ class CrashEvent:
     at: float
     restarted_at: float | None = None
     recovered_at: float | None = None
-    """When the next order finished after the crash (the first sample that saw it)."""
+    """When the next order finished after the crash (the first sample that saw it); None for
+    a starter that died between claim and start, which took no process down."""
 
     @property
     def recovery_seconds(self) -> float | None:
@@ -422,7 +423,8 @@ class Run:
         before = self.series[-1]["finished"] if self.series else 0.0
         if finished > before:
             for event in self.crashes:
-                if event.recovered_at is None:
+                # A dead starter took nothing down: there is nothing to recover from.
+                if event.recovered_at is None and event.kind != CrashKind.CLAIM.value:
                     event.recovered_at = point["t"]
         self.series.append(point)
         return point
