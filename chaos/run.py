@@ -33,7 +33,7 @@ from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, Servi
 from azure.servicebus.aio import ServiceBusClient
 
 import bootstrap
-from chaos.invariants import Findings, QueueMessage, check
+from chaos.invariants import FINAL_STATUS, Findings, QueueMessage, check
 from chaos.processes import HostProcess, ServicesProcess
 from chaos.relay import ResponseRelay
 from chaos.schedule import Crash, CrashKind, chaos_plans, crash_schedule
@@ -51,7 +51,7 @@ from demo.report import FINAL_STATES, percentile
 from demo.run import peek_all
 from devhost.servicebus.process import BrokerProcess
 from domain.ports import StoreMetrics
-from domain.records import ProcessState, StateRecord
+from domain.records import ProcessState, StateRecord, parse_utc
 from services.starter import claim_pending
 from simulators.services import SERVICES
 
@@ -103,14 +103,21 @@ class ChaosOptions:
 class CrashEvent:
     kind: str
     at: float
+    wall: datetime
+    """When it happened, in UTC (the time the final statuses carry)."""
     restarted_at: float | None = None
-    recovered_at: float | None = None
-    """When the next order finished after the crash (the first sample that saw it); None for
-    a starter that died between claim and start, which took no process down."""
+    recovery_seconds: float | None = None
+    """From the crash to the next order finishing (the first final status written after it,
+    by the ``at`` of its status message); None for a starter that died between claim and
+    start, which took no process down."""
 
-    @property
-    def recovery_seconds(self) -> float | None:
-        return None if self.recovered_at is None else round(self.recovered_at - self.at, 1)
+    def recover(self, finished: Sequence[datetime]) -> None:
+        """Set ``recovery_seconds`` from the times orders finished."""
+        if self.kind == CrashKind.CLAIM.value:
+            return
+        after = [moment for moment in finished if moment > self.wall]
+        if after:
+            self.recovery_seconds = round((min(after) - self.wall).total_seconds(), 1)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -324,7 +331,7 @@ class Run:
     async def crash(self, schedule: Sequence[Crash]) -> None:
         for planned in schedule:
             await asyncio.sleep(max(0.0, self.started + planned.at_seconds - time.monotonic()))
-            event = CrashEvent(planned.kind.value, self.now())
+            event = CrashEvent(planned.kind.value, self.now(), datetime.now(UTC))
             self.crashes.append(event)
             await asyncio.to_thread(self._kill, planned.kind)
             await asyncio.sleep(RESTART_PAUSE_SECONDS)
@@ -420,12 +427,6 @@ class Run:
             "in_flight": float(in_flight),
             "finished": float(finished),
         }
-        before = self.series[-1]["finished"] if self.series else 0.0
-        if finished > before:
-            for event in self.crashes:
-                # A dead starter took nothing down: there is nothing to recover from.
-                if event.recovered_at is None and event.kind != CrashKind.CLAIM.value:
-                    event.recovered_at = point["t"]
         self.series.append(point)
         return point
 
@@ -494,6 +495,9 @@ class Run:
         settings = self._settings
         records = await asyncio.to_thread(self._records, self.workload.order_ids)
         replies, alerts, dead_letters = await _queues(self.broker.connection_string, settings)
+        finished = _finished_at(replies)
+        for event in self.crashes:
+            event.recover(finished)
         findings = check(
             records,
             self.workload,
@@ -558,6 +562,17 @@ async def _queues(
         [_message(m) for m in alerts],
         [_message(m) for m in dead],
     )
+
+
+def _finished_at(replies: Sequence[QueueMessage]) -> list[datetime]:
+    """When each final status was written, from the status messages' ``at``."""
+    finals = {status.value for status in FINAL_STATUS.values()}
+    moments = []
+    for reply in replies:
+        if reply.body.get("status") in finals:
+            with contextlib.suppress(TypeError, ValueError):
+                moments.append(parse_utc(str(reply.body["at"])))
+    return moments
 
 
 def _message(message: ServiceBusReceivedMessage) -> QueueMessage:
