@@ -3,15 +3,17 @@
 Each piece runs as a process of its own, so each can be killed with SIGKILL mid-order and
 started again on the same files and port: the embedded broker with its ``--data`` journal,
 the simulated services with their ledger journal and the chaos fault mix
-(`chaos.schedule.chaos_plans`), and the devhost (``python -m devhost start``, one language
-worker) on the embedded default (SQLite stores) with its orchestration histories in the
-work directory. This process submits the workload (the demo's: valid orders, exact resends,
-conflicting copies, malformed messages) at a steady rate, resending a batch the broker did not
-take (ids are stable, resends are idempotent: S2, C6), while the seeded crash schedule kills
-and restarts the devhost, the broker and the services (C10). It samples the state store every
-``SAMPLE_SECONDS`` (the time series of submitted, in-flight and finished orders) and, once
-every order is final or the settle time has passed, stops the devhost and the services and
-checks the invariants (`chaos.invariants`) on the ledgers, the state store and the queues.
+(`chaos.schedule.chaos_plans`), and three devhosts (``python -m devhost start``, one language
+worker each; `chaos.topology`) on the embedded default (SQLite stores), each with its
+orchestration histories in the work directory. This process submits the workload (the
+demo's: valid orders, exact resends, conflicting copies, malformed messages) at a steady
+rate, resending a batch the broker did not take (ids are stable, resends are idempotent: S2,
+C6), relays the agents' answers (`chaos.relay`), and follows the seeded crash schedule: it
+kills and restarts the devhosts, the broker and the services (C10) and plays a starter that
+dies between claim and start (D3, U4). It samples the state store every ``SAMPLE_SECONDS``
+(the time series of submitted, in-flight and finished orders) and, once every order is final
+or the settle time has passed, stops the devhosts and the services and checks the invariants
+(`chaos.invariants`) on the ledgers, the state store and the queues.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ ORIGINALS_BOUND_SECONDS = 120.0
 # Settled: every submitted order final, or nothing changed for this long.
 QUIET_SECONDS = 30.0
 RESTART_PAUSE_SECONDS = 1.0
-# Crashes spread over the submission window, but never closer together than this allows.
+# Crashes spread over the submission window, or over this long when submitting is quicker.
 MIN_CRASH_WINDOW_SECONDS = 30.0
 # Step and claim deadlines as the demo's; compensations get as long as a step (C2).
 CHAOS_SETTINGS: dict[str, str] = {
@@ -150,8 +152,13 @@ class ChaosReport:
     def failed(self) -> bool:
         return bool(self.findings.broken)
 
-    def recovery(self) -> dict[str, float | None]:
-        times = [c.recovery_seconds for c in self.crashes if c.recovery_seconds is not None]
+    def recovery(self, kind: str | None = None) -> dict[str, float | None]:
+        """Time to recover, p50 and p95, over every crash or those of one kind."""
+        times = [
+            c.recovery_seconds
+            for c in self.crashes
+            if c.recovery_seconds is not None and kind in (None, c.kind)
+        ]
         return {"p50": percentile(times, 0.5), "p95": percentile(times, 0.95)}
 
     def faults_by_kind(self) -> dict[str, int]:
@@ -177,6 +184,10 @@ class ChaosReport:
             "claims_abandoned": self.claims_abandoned,
             "crashes_survived": sum(1 for c in self.crashes if c.restarted_at is not None),
             "recovery_seconds": self.recovery(),
+            "recovery_seconds_by_kind": {
+                kind: self.recovery(kind)
+                for kind in sorted({c.kind for c in self.crashes if c.recovery_seconds is not None})
+            },
             "compensations": self.findings.evidence.compensations,
             "supervisor": self.findings.evidence.supervisor,
             "net_effects": self.findings.evidence.net_effects,
@@ -199,7 +210,11 @@ class ChaosReport:
             f"Faults injected: {_pairs(self.faults_by_kind())}",
             f"Crashes survived: {sum(1 for c in self.crashes if c.restarted_at is not None)} "
             f"of {len(self.crashes)}; time to recover (crash to next order finished): "
-            f"p50 {recovery['p50']} s, p95 {recovery['p95']} s",
+            f"p50 {recovery['p50']} s, p95 {recovery['p95']} s; "
+            + "; ".join(
+                f"{kind} p50 {times['p50']} s, p95 {times['p95']} s"
+                for kind, times in self.to_json()["recovery_seconds_by_kind"].items()
+            ),
             f"Compensations: {_pairs(self.findings.evidence.compensations)}; supervisor: "
             f"{_pairs(self.findings.evidence.supervisor)}",
             f"Duration: {self.duration_seconds:.1f} s",
@@ -331,9 +346,10 @@ class Run:
     async def crash(self, schedule: Sequence[Crash]) -> None:
         for planned in schedule:
             await asyncio.sleep(max(0.0, self.started + planned.at_seconds - time.monotonic()))
+            await asyncio.to_thread(self._kill, planned.kind)
+            # The crash is the moment everything it kills is dead (devhosts die one by one).
             event = CrashEvent(planned.kind.value, self.now(), datetime.now(UTC))
             self.crashes.append(event)
-            await asyncio.to_thread(self._kill, planned.kind)
             await asyncio.sleep(RESTART_PAUSE_SECONDS)
             await asyncio.to_thread(self._restart, planned.kind)
             event.restarted_at = self.now()
