@@ -21,6 +21,8 @@ reused as they are.
   queue, all its final status messages under one stable message id (R1, R2).
 - ``bad_submissions_dead_lettered``: every conflicting and every malformed submission is in
   the orders queue's dead-letter queue with a reason (S3).
+The run itself adds ``ledgers_survive_restart`` (`chaos.run`): a services process restarted
+after a kill holds every side effect its ledgers held before it (E7, C8).
 """
 
 from __future__ import annotations

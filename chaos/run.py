@@ -257,6 +257,8 @@ class Run:
             self.now,
         )
         self.claims_abandoned: list[str] = []
+        self.ledgers_forgotten: list[str] = []
+        self._ledger_sizes: dict[str, int] = {}
         self.values: dict[str, str] = {}
         self.started = 0.0
         self.submitted = 0
@@ -401,13 +403,32 @@ class Run:
             self.broker.start()
         elif kind is CrashKind.SERVICES:
             self.services.start()
+            self._check_ledgers_restored()
         # A crashed starter has nothing to restart: the others carry on.
 
     def _count_service_faults(self) -> None:
-        """Add the services' fault counters to the run's (they restart with the process)."""
+        """Add the services' fault counters to the run's (they restart with the process), and
+        keep how many side effects each ledger held, for `_check_ledgers_restored`."""
         with contextlib.suppress(OSError, ValueError):
-            for name, stats in self.services.stats().items():
-                self.service_faults[name].update(stats["faults_injected"])
+            stats = self.services.stats()
+            for name, counts in stats.items():
+                self.service_faults[name].update(counts["faults_injected"])
+            self._ledger_sizes = {name: _side_effects(counts) for name, counts in stats.items()}
+
+    def _check_ledgers_restored(self) -> None:
+        """A restarted services process holds at least the side effects its ledgers held just
+        before the kill (read back from the journal: E7, C8); else it forgot idempotency keys."""
+        before, self._ledger_sizes = self._ledger_sizes, {}
+        try:
+            after = {name: _side_effects(c) for name, c in self.services.stats().items()}
+        except (OSError, ValueError) as error:
+            self.ledgers_forgotten.append(f"restarted services did not answer: {error}")
+            return
+        self.ledgers_forgotten += [
+            f"{name}: {before[name]} side effects before the kill, {after.get(name, 0)} after"
+            for name in sorted(before)
+            if after.get(name, 0) < before[name]
+        ]
 
     # -- watching -----------------------------------------------------------------------
 
@@ -524,6 +545,7 @@ class Run:
             max_failures=settings.max_failures,
             steps=settings.order_steps,
         )
+        findings.invariants["ledgers_survive_restart"] = self.ledgers_forgotten
         return ChaosReport(
             orders=self.options.orders,
             seed=self.options.seed,
@@ -578,6 +600,12 @@ async def _queues(
         [_message(m) for m in alerts],
         [_message(m) for m in dead],
     )
+
+
+def _side_effects(stats: Mapping[str, Any]) -> int:
+    """Actions plus compensations a service's ``GET /stats`` counts in its ledger."""
+    per_order = stats.get("side_effects_per_order", {})
+    return sum(sum(counts.values()) for counts in per_order.values())
 
 
 def _finished_at(replies: Sequence[QueueMessage]) -> list[datetime]:
