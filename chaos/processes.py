@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
@@ -75,11 +76,13 @@ class HostProcess:
         lines = child_process.first_lines(self._process, 1, READY_BOUND_SECONDS)
         if not lines or not lines[0].startswith("devhost ready"):
             code = self._process.poll()
+            _drain(self._process)
             self.kill()
             raise RuntimeError(
                 f"the devhost did not report readiness within {READY_BOUND_SECONDS:.0f}s "
                 f"(exit code {code}; it said {lines!r}; its log: {self._log.name})"
             )
+        _drain(self._process)
 
     def kill(self) -> None:
         """SIGKILL to the host's whole process group (host and language workers)."""
@@ -89,8 +92,6 @@ class HostProcess:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(child_process.STOP_BOUND_SECONDS)
-        if process.stdout is not None:
-            process.stdout.close()
 
     def stop(self) -> None:
         """SIGTERM (the host stops its workers and listeners), SIGKILL past the bound."""
@@ -104,8 +105,6 @@ class HostProcess:
             self._process = process
             self.kill()
             return
-        if process.stdout is not None:
-            process.stdout.close()
         # Workers the host could not stop must not outlive the run.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
@@ -151,11 +150,13 @@ class ServicesProcess:
         lines = child_process.first_lines(self._process, 1, READY_BOUND_SECONDS)
         if not lines or not lines[0].startswith("listening on "):
             code = self._process.poll()
+            _drain(self._process)
             self.kill()
             raise RuntimeError(
                 f"the simulated services did not start (exit code {code}; said {lines!r})"
             )
         self._port = int(lines[0].rsplit(":", 1)[1])
+        _drain(self._process)
         for service, plan in self._plans.items():
             _request("PUT", f"{self.url(service)}/faults", plan.to_json())
 
@@ -169,13 +170,28 @@ class ServicesProcess:
             return
         process.kill()
         process.wait(child_process.STOP_BOUND_SECONDS)
-        if process.stdout is not None:
-            process.stdout.close()
 
     def stop(self) -> None:
         process, self._process = self._process, None
         if process is not None:
             child_process.stop(process)
+
+
+def _drain(process: subprocess.Popen[str]) -> None:
+    """Read what the child (or a language worker it started) writes on stdout after its
+    readiness line, so that a full pipe never blocks it; close the pipe at its end (only
+    here: closing it while this thread reads would wait on the reader's lock)."""
+    stream = process.stdout
+    if stream is None:
+        return
+
+    def read() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            for _ in stream:
+                pass
+            stream.close()
+
+    threading.Thread(target=read, daemon=True).start()
 
 
 def _request(method: str, url: str, document: object | None = None) -> dict[str, Any]:
