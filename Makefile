@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 IAC_VENV := .venv-iac
 CHECKOV := checkov==3.3.30
 
-.PHONY: chromium setup test lint typecheck pytest bench bench-servicebus bench-pipeline demo console servicebus clean
+.PHONY: chromium setup test lint typecheck pytest bench bench-servicebus bench-pipeline demo chaos console servicebus clean
 
 setup: $(VENV)/.installed node_modules/.installed $(IAC_VENV)/.installed chromium
 
@@ -62,6 +62,15 @@ demo: setup
 	$(BIN)/python -m devhost demo $(if $(BACKEND),--backend $(BACKEND)) \
 		--orders 200 --faults default --report report.json --telemetry-export telemetry.jsonl \
 		--work-dir $(DEMO_DIR)
+
+# The order pipeline under crashes and faults (chaos/): 2,000 orders of the step workflow on
+# the embedded default while the services inject faults, the devhosts, broker and services are
+# killed with SIGKILL and restarted, a starter dies between claim and start and agent answers
+# are lost, duplicated, delayed and reordered; exits non-zero on any broken invariant. Its
+# report (invariants, faults and crashes with their times, recovery, timeline) in chaos.json.
+# Options with ARGS, e.g. `make chaos ARGS="--orders 500 --seed 3"`.
+chaos: setup
+	$(BIN)/python -m devhost chaos --orders 2000 --report chaos.json $(ARGS)
 
 # The operator console over the last `make demo`'s orders and dead letters (SQLite store):
 # prints its URL with the function key (http://127.0.0.1:7071/api/console?code=...); Ctrl-C stops.

@@ -344,7 +344,7 @@ async def _queues(connection_string: str) -> tuple[dict[str, dict[str, int]], di
 
 async def _alert_kinds(client: ServiceBusClient, queue: str) -> dict[str, int]:
     kinds: Counter[str] = Counter()
-    for message in await _peek_all(client.get_queue_receiver(queue)):
+    for message in await peek_all(client.get_queue_receiver(queue)):
         try:
             kinds[str(json.loads(b"".join(message.body))["kind"])] += 1
         except (ValueError, KeyError, TypeError):
@@ -354,11 +354,11 @@ async def _alert_kinds(client: ServiceBusClient, queue: str) -> dict[str, int]:
 
 async def _reasons_on(client: ServiceBusClient, queue: str) -> dict[str, int]:
     receiver = client.get_queue_receiver(queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER)
-    found = await _peek_all(receiver)
+    found = await peek_all(receiver)
     return dict(Counter(message.dead_letter_reason or "unspecified" for message in found))
 
 
-async def _peek_all(receiver: ServiceBusReceiver) -> list[ServiceBusReceivedMessage]:
+async def peek_all(receiver: ServiceBusReceiver) -> list[ServiceBusReceivedMessage]:
     messages: list[ServiceBusReceivedMessage] = []
     async with receiver:
         sequence = 0

@@ -2,7 +2,8 @@
 
 ``servicebus`` runs the embedded Service Bus broker, ``start`` runs a Functions app (its
 triggers, orchestrations and activities), ``demo`` the order pipeline end to end and
-``demo-console`` the operator console over a finished demo's data. Each
+``demo-console`` the operator console over a finished demo's data, ``chaos`` the pipeline
+under crashes and faults with its invariants checked. Each
 subcommand registers a parser builder in ``_SUBCOMMANDS`` whose parser sets ``run``.
 """
 
@@ -18,6 +19,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from chaos.command import add_chaos
 from demo.command import add_demo
 from demo.console_command import add_demo_console
 from devhost.servicebus.process import ACTIVE_COUNTS_REQUEST
@@ -101,6 +103,7 @@ _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]
     add_start,
     add_demo,
     add_demo_console,
+    add_chaos,
 ]
 
 

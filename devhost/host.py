@@ -179,7 +179,14 @@ class DevHost:
         )
 
     def _of_type(self, trigger_type: str) -> Sequence[IndexedFunction]:
-        return [f for f in self.functions if f.trigger_type == trigger_type]
+        """The functions with that trigger whose trigger runs: not disabled by the
+        ``AzureWebJobs.<name>.Disabled`` setting (orchestrations and activities, which a
+        durable client or an orchestration calls, are never disabled this way)."""
+        return [
+            f
+            for f in self.functions
+            if f.trigger_type == trigger_type and not self.settings.function_disabled(f.name)
+        ]
 
     @staticmethod
     def _spawn(work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:

@@ -38,6 +38,18 @@ class AppSettings:
     def get(self, name: str) -> str | None:
         return self.values.get(name)
 
+    def function_disabled(self, function_name: str) -> bool:
+        """Whether ``AzureWebJobs.<name>.Disabled`` (or ``AzureWebJobs__<name>__Disabled``,
+        the form Linux environments accept) is ``true`` or ``1``: as on the Functions host,
+        the function's trigger does not run."""
+        for name in (
+            f"AzureWebJobs.{function_name}.Disabled",
+            f"AzureWebJobs__{function_name}__Disabled",
+        ):
+            if self.values.get(name, "").strip().lower() in ("true", "1"):
+                return True
+        return False
+
     def export(self, environ: MutableMapping[str, str] | None = None) -> Callable[[], None]:
         """Make every setting visible to function code through ``os.environ``.
 

@@ -1,7 +1,9 @@
 """Deciding each request's fault under a service's current fault plan (E2, E6-E9, C2).
 
 How a plan decides (rules first, then the operation's mix, drawn reproducibly from the seed)
-is described with the plans in `simulators.services.faults`.
+is described with the plans in `simulators.services.faults`. A permanent fault drawn from the
+mix is the service's answer for good (E8): every later request for the same order and
+operation gets it too, so a retry or a redelivered request never performs what was refused.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class FaultInjector:
         self._plan = plan
         self._rule_matches = [0] * len(plan.rules)
         self._requests_per_order: Counter[tuple[str, str]] = Counter()
+        self._refused_for_good: set[tuple[str, str]] = set()
         self._injected: Counter[FaultKind] = Counter()
 
     @property
@@ -53,9 +56,13 @@ class FaultInjector:
             self._requests_per_order[operation, order_id] += 1
             position = self._requests_per_order[operation, order_id]
             draw = random.Random(f"{self._seed}/{operation}/{order_id}/{position}")
-            fault = self._scripted(operation, order_id, attempt, draw) or self._drawn(
-                operation, draw
-            )
+            fault = self._scripted(operation, order_id, attempt, draw)
+            if fault is None and (operation, order_id) in self._refused_for_good:
+                fault = Fault(FaultKind.PERMANENT)
+            if fault is None:
+                fault = self._drawn(operation, draw)
+                if fault is not None and fault.kind is FaultKind.PERMANENT:
+                    self._refused_for_good.add((operation, order_id))
             if fault is not None:
                 self._injected[fault.kind] += 1
             return fault

@@ -152,3 +152,41 @@ async def test_virtual_time_runs_a_ten_minute_timeout_and_the_timer_schedule(
     ticks = app_module.ticks
     assert len(ticks) >= 20
     assert all(not tick.past_due for tick in ticks)
+
+
+async def test_a_function_disabled_by_its_app_setting_does_not_trigger(
+    tmp_path: Path, broker: ServiceBusBroker
+) -> None:
+    """``AzureWebJobs.<name>.Disabled`` (or ``AzureWebJobs__<name>__Disabled``) true or 1
+    stops the function's trigger, as on the Functions host; the others run."""
+    app_module = importlib.import_module("every_trigger_app")
+    options = HostOptions(
+        app="every_trigger_app:app",
+        app_root=APPS,
+        data_dir=tmp_path,
+        http_port=0,
+        clock=VirtualClock(START),
+    )
+    settings = AppSettings(
+        {
+            "SB": broker.connection_string,
+            "JOBS_QUEUE": "jobs",
+            "AzureWebJobs.submit_job.Disabled": "true",
+            "AzureWebJobs__tick__Disabled": "1",
+            "AzureWebJobs.approve_job.Disabled": "false",
+        }
+    )
+    running = DevHost(options, settings)
+    await running.start()
+    try:
+        ticks_before = len(app_module.ticks)
+        await submit(broker, "job-disabled")
+        assert running.listener_restarts == {}
+        assert await running.skip_time() is None, "no timer left to wake up"
+        assert len(app_module.ticks) == ticks_before
+        assert await status(running, "job-disabled") == {}
+        assert running.engine is not None
+        assert await running.engine.get_status("job-disabled") is None
+        assert broker.active_counts()["jobs"] == 1
+    finally:
+        await running.stop()

@@ -1,0 +1,158 @@
+"""The agents' responses on their way to the scheduler, lost, duplicated, late and reordered
+(E3, E4, E6): at-least-once delivery is the norm, never exactly-once.
+
+In a chaos run the agents answer on a queue of their own (``AGENT_RESPONSES_QUEUE`` of the
+devhost that runs them); this relay moves each response to the app's agent-responses queue
+and, for some, decides otherwise, by a draw seeded with the run's seed and the message id
+(the same message meets the same fate in every run with that seed):
+- ``lost``: never forwarded (the orchestrator's timer wins, E6; the supervisor retries, U4);
+- ``duplicated``: forwarded twice, once under its own id (Service Bus duplicate detection,
+  E4) and once under a new id (the scheduler takes the same event twice);
+- ``late``: forwarded after ``LATE_SECONDS``, often past the step's deadline (E6);
+- ``reordered``: a batch forwarded in reverse order.
+A response is completed on the agents' queue only after it was forwarded, so a relay that
+loses its broker forwards again rather than dropping anything it did not choose to drop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
+from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
+
+LOST = 0.02
+DUPLICATED = 0.03
+LATE = 0.03
+REORDERED_BATCH = 0.2
+LATE_SECONDS = (3.0, 15.0)
+RECEIVE_BATCH = 50
+RECEIVE_WAIT_SECONDS = 0.2
+SEND_TIMEOUT_SECONDS = 10.0
+RECONNECT_PAUSE_SECONDS = 1.0
+
+
+@dataclass
+class RelayEvent:
+    t: float
+    kind: str
+    message_id: str | None
+
+
+@dataclass
+class ResponseRelay:
+    connection_string: Callable[[], str]
+    source: str
+    target: str
+    seed: int
+    clock: Callable[[], float]
+    forwarded: int = 0
+    counts: Counter[str] = field(default_factory=Counter)
+    events: list[RelayEvent] = field(default_factory=list)
+    _late: list[tuple[float, ServiceBusMessage]] = field(default_factory=list)
+
+    def _fate(self, message_id: str | None) -> str:
+        draw = random.Random(f"chaos-relay-{self.seed}-{message_id}").random()
+        if draw < LOST:
+            return "lost"
+        if draw < LOST + DUPLICATED:
+            return "duplicated"
+        if draw < LOST + DUPLICATED + LATE:
+            return "late"
+        return "forwarded"
+
+    def _note(self, kind: str, message_id: str | None) -> None:
+        self.counts[kind] += 1
+        self.events.append(RelayEvent(round(self.clock(), 2), kind, message_id))
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self._relay(stop)
+            except Exception:
+                await asyncio.sleep(RECONNECT_PAUSE_SECONDS)
+
+    async def _relay(self, stop: asyncio.Event) -> None:
+        client = ServiceBusClient.from_connection_string(self.connection_string())
+        async with (
+            client,
+            client.get_queue_receiver(self.source) as receiver,
+            client.get_queue_sender(self.target) as sender,
+        ):
+            while not stop.is_set():
+                await self._send_due(sender)
+                batch = await receiver.receive_messages(
+                    max_message_count=RECEIVE_BATCH, max_wait_time=RECEIVE_WAIT_SECONDS
+                )
+                if not batch:
+                    continue
+                outgoing: list[ServiceBusMessage] = []
+                for message in batch:
+                    outgoing += self._decide(message)
+                if (
+                    len(outgoing) > 1
+                    and random.Random(
+                        f"chaos-relay-order-{self.seed}-{batch[0].message_id}"
+                    ).random()
+                    < REORDERED_BATCH
+                ):
+                    outgoing.reverse()
+                    self._note("reordered", batch[0].message_id)
+                if outgoing:
+                    await sender.send_messages(outgoing, timeout=SEND_TIMEOUT_SECONDS)
+                    self.forwarded += len(outgoing)
+                for message in batch:
+                    await receiver.complete_message(message)
+
+    def _decide(self, message: ServiceBusReceivedMessage) -> list[ServiceBusMessage]:
+        copy = _copy(message, message.message_id)
+        fate = self._fate(message.message_id)
+        if fate == "lost":
+            self._note("lost", message.message_id)
+            return []
+        if fate == "duplicated":
+            self._note("duplicated", message.message_id)
+            return [copy, _copy(message, message.message_id), _copy(message, None)]
+        if fate == "late":
+            self._note("late", message.message_id)
+            delay = random.Random(f"chaos-relay-late-{message.message_id}").uniform(*LATE_SECONDS)
+            self._late.append((time.monotonic() + delay, copy))
+            return []
+        return [copy]
+
+    async def _send_due(self, sender: ServiceBusSender) -> None:
+        now = time.monotonic()
+        due = [message for at, message in self._late if at <= now]
+        if due:
+            await sender.send_messages(due, timeout=SEND_TIMEOUT_SECONDS)
+            self.forwarded += len(due)
+            self._late = [(at, message) for at, message in self._late if at > now]
+
+    async def drain(self) -> None:
+        """Forward the late responses still held (at the end of a run)."""
+        if not self._late:
+            return
+        client = ServiceBusClient.from_connection_string(self.connection_string())
+        with contextlib.suppress(Exception):
+            async with client, client.get_queue_sender(self.target) as sender:
+                await sender.send_messages(
+                    [message for _, message in self._late], timeout=SEND_TIMEOUT_SECONDS
+                )
+                self._late = []
+
+
+def _copy(message: ServiceBusReceivedMessage, message_id: str | None) -> ServiceBusMessage:
+    """The response as sent again; ``message_id`` None gives the copy an id of its own."""
+    return ServiceBusMessage(
+        b"".join(message.body),
+        message_id=message_id if message_id is not None else f"{message.message_id}:copy",
+        correlation_id=message.correlation_id,
+        subject=message.subject,
+        application_properties=message.application_properties,
+    )

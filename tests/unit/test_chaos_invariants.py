@@ -1,0 +1,124 @@
+"""The chaos run's invariant checks name every violation in the evidence they read: the
+services' ledger journal, the state records and the queues (C1, C2, D4, E7, E8, R2, S3, C10).
+Each check must see a violation when there is one, or a passing run would prove nothing."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from chaos.invariants import QueueMessage, check
+from demo.client import Outgoing, Workload
+from domain.records import CompletedStep, ProcessState, StateRecord
+from domain.transitions import new_record
+
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+STEPS = ("reserve-stock",)
+
+
+def record(order_id: str, state: ProcessState, reference: str | None = None) -> StateRecord:
+    stored = new_record(order_id, "replies", NOW, steps=STEPS)
+    log = () if reference is None else (CompletedStep("reserve-stock", reference, NOW),)
+    return replace(stored, process_state=state, attempt=1, compensation_log=log)
+
+
+def reservation(order_id: str, resource_id: str, attempt: int, key: str) -> dict[str, Any]:
+    return {
+        "service": "stock",
+        "event": "reservation",
+        "reservationId": resource_id,
+        "orderId": order_id,
+        "attempt": attempt,
+        "idempotencyKey": key,
+        "items": [{"sku": "a", "quantity": 1}],
+        "at": (NOW + timedelta(seconds=attempt)).isoformat(),
+    }
+
+
+def journal(path: Path, *events: dict[str, Any]) -> Path:
+    path.write_text("".join(json.dumps(event) + "\n" for event in events), encoding="utf-8")
+    return path
+
+
+def reply(order_id: str, status: str, attempt: int = 1) -> QueueMessage:
+    return QueueMessage(f"{order_id}:{status}:{attempt}", {"orderId": order_id, "status": status})
+
+
+def workload(*messages: Outgoing) -> Workload:
+    return Workload(
+        [m.order_id for m in messages if m.kind == "order" and m.order_id], list(messages)
+    )
+
+
+def test_consistent_evidence_breaks_no_invariant(tmp_path: Path) -> None:
+    ledger = journal(tmp_path / "ledger.jsonl", reservation("o-1", "res-000001", 1, "o-1:stock"))
+    bad = Outgoing(b"not json", "malformed-1", "malformed", None)
+
+    findings = check(
+        {"o-1": record("o-1", ProcessState.PROCESSED, "res-000001")},
+        workload(Outgoing(b"{}", "o-1", "order", "o-1"), bad),
+        ledger,
+        replies=[reply("o-1", "received"), reply("o-1", "completed")],
+        alerts=[],
+        dead_letters=[QueueMessage("malformed-1", {}, "InvalidMessage")],
+        max_failures=3,
+        steps=STEPS,
+    )
+
+    assert findings.broken == []
+    assert all(result["held"] for result in findings.to_json().values())
+
+
+def test_each_check_names_the_violations_in_its_evidence(tmp_path: Path) -> None:
+    ledger = journal(
+        tmp_path / "ledger.jsonl",
+        reservation("o-1", "res-000001", 2, "o-1:stock"),
+        # Accepted from attempt 1 after attempt 2 raised the fence, and a second reservation.
+        reservation("o-1", "res-000002", 1, "o-1:other"),
+    )
+    records = {
+        "o-1": record("o-1", ProcessState.PROCESSED, "res-000001"),
+        "o-2": record("o-2", ProcessState.ERROR),
+        "o-3": record("o-3", ProcessState.PROCESSING),
+        "o-4": None,
+        "o-5": record("o-5", ProcessState.COMPENSATION_FAILED),
+    }
+    messages = [Outgoing(b"{}", order_id, "order", order_id) for order_id in records]
+    conflict = Outgoing(b"{}", "o-1:conflict", "conflict", "o-1")
+
+    findings = check(
+        records,
+        workload(*messages, conflict),
+        ledger,
+        replies=[
+            reply("o-2", "failed"),
+            reply("o-5", "compensation-failed", 1),
+            reply("o-5", "compensation-failed", 2),
+        ],
+        alerts=[QueueMessage("a", {"orderId": "o-5", "kind": "compensation-failed"})],
+        dead_letters=[QueueMessage("o-1:conflict", {}, None)],
+        max_failures=3,
+        steps=STEPS,
+    )
+
+    violations = {name: found for name, found in findings.invariants.items() if found}
+    assert set(violations) == {
+        "lost",
+        "stuck",
+        "side_effect_at_most_once",
+        "no_stale_fence_write_accepted",
+        "processed_matches_ledgers",
+        "operator_alerted",
+        "final_status_replied",
+        "bad_submissions_dead_lettered",
+    }
+    assert violations["lost"] == ["o-4"]
+    assert violations["stuck"] == ["o-3: Processing"]
+    assert "attempt 1 after attempt 2" in violations["no_stale_fence_write_accepted"][0]
+    assert violations["operator_alerted"] == ["o-2: Error without an order-error alert"]
+    # o-1 heard nothing final; o-5 heard its final status under two message ids.
+    assert [v.split(":")[0] for v in violations["final_status_replied"]] == ["o-1", "o-5"]
+    assert violations["bad_submissions_dead_lettered"] == ["o-1:conflict (conflict): no reason"]

@@ -1,0 +1,40 @@
+"""A permanent fault drawn from a service's mix is its answer for good (E8): a retry or a
+redelivered request for the same order and operation is refused again and never performs
+what was refused; a scripted rule's permanent fault fires only as often as the rule says."""
+
+from __future__ import annotations
+
+from simulators.services import FaultKind, FaultPlan, FaultRule
+from simulators.services.injector import FaultInjector
+
+KINDS = tuple(FaultKind)
+
+
+def kinds(injector: FaultInjector, order_id: str, requests: int) -> list[FaultKind | None]:
+    decided = [injector.decide("charge", order_id, 1) for _ in range(requests)]
+    return [None if fault is None else fault.kind for fault in decided]
+
+
+def test_a_drawn_permanent_fault_answers_every_later_request_for_the_order_and_operation() -> None:
+    plan = FaultPlan(probabilities={FaultKind.PERMANENT: 0.3})
+    injector = FaultInjector(plan, seed=3, kinds=KINDS)
+
+    seen = {f"o-{n}": kinds(injector, f"o-{n}", 6) for n in range(40)}
+
+    refused = [order for order, answers in seen.items() if FaultKind.PERMANENT in answers]
+    assert refused, "the mix drew a permanent fault"
+    for order in refused:
+        answers = seen[order]
+        first = answers.index(FaultKind.PERMANENT)
+        assert answers[first:] == [FaultKind.PERMANENT] * (6 - first), order
+    assert any(answers[0] is None and FaultKind.PERMANENT in answers for answers in seen.values())
+    assert injector.injected()["permanent"] == sum(
+        a.count(FaultKind.PERMANENT) for a in seen.values()
+    )
+
+
+def test_a_rules_permanent_fault_fires_only_as_often_as_the_rule_says() -> None:
+    plan = FaultPlan(rules=(FaultRule(FaultKind.PERMANENT, order_id="o-1", times=1),))
+    injector = FaultInjector(plan, seed=3, kinds=KINDS)
+
+    assert kinds(injector, "o-1", 3) == [FaultKind.PERMANENT, None, None]
