@@ -119,10 +119,10 @@ def _header(report: Mapping[str, Any], title: str, verdict: str) -> str:
     ]
     if isinstance(settings, Mapping) and settings:
         facts.append(
-            f"rate {settings.get('rate', '?')}/s, state store "
-            f"{settings.get('state_store', '?')}, steps "
-            f"{', '.join(map(str, settings.get('order_steps', [])))}"
+            f"rate {settings.get('rate', '?')}/s, state store {settings.get('state_store', '?')}"
         )
+        if settings.get("order_steps"):
+            facts.append("steps " + ", ".join(map(str, settings["order_steps"])))
     broken_list = ""
     if broken:
         broken_list = (
@@ -378,7 +378,7 @@ def _legend(items: Sequence[tuple[str, str, str]], top: float) -> tuple[str, flo
                 f'stroke="{colour}" stroke-width="2.5"/>'
             )
         elif shape in ("band", "cell"):
-            opacity = "0.15" if shape == "band" else "1"
+            opacity = "0.25" if shape == "band" else "1"
             swatch = (
                 f'<rect x="{x_at + 2:.1f}" y="{y_at - 6:.1f}" width="14" height="12" '
                 f'fill="{colour}" fill-opacity="{opacity}"/>'
