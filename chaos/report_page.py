@@ -68,14 +68,12 @@ def render_page(report: Mapping[str, Any]) -> str:
         _invariants(report.get("invariants", {})),
         '<div class="columns">',
         _section("Faults injected", _key_values(report.get("faults_injected", {}), "kind")),
-        _section("Faults at the services", _matrix(report.get("service_faults", {}), "service")),
+        _section("Final states", _final_states(report.get("final_states", {}))),
         "</div>",
+        _section("Faults at the services", _matrix(report.get("service_faults", {}), "service")),
         _crashes(report),
         '<div class="columns">',
-        _section("Final states", _final_states(report.get("final_states", {}))),
         _section("Time to recover (crash to the next order finished)", _recovery(report)),
-        "</div>",
-        '<div class="columns">',
         _section("Compensations", _key_values(report.get("compensations", {}), "")),
         _section("Supervisor", _key_values(report.get("supervisor", {}), "")),
         "</div>",
@@ -179,7 +177,17 @@ def _chart_section(report: Mapping[str, Any]) -> str:
     )
     bin_seconds = max(1.0, math.ceil(end / MAX_BINS))
     svg = chart(series, markers, faults, end, bin_seconds)
-    timed = "" if faults else " No agent answer was lost, duplicated, late or reordered."
+    timed_kinds = {str(e.get("kind", "")) for e in faults}
+    untimed = [
+        kind
+        for kind, count in report.get("faults_injected", {}).items()
+        if kind.startswith("agent-response-") and count and kind not in timed_kinds
+    ]
+    timed = (
+        f" The report gives no times for {', '.join(untimed)} (counted in the faults table)."
+        if untimed
+        else ""
+    )
     note = timeline.get("note", "seconds after the first submission")
     return (
         '<section><h2>Orders over time</h2><figure class="chart">'
@@ -619,7 +627,7 @@ th{background:#f2f2f2;font-weight:600}td.num{text-align:right;font-variant-numer
 tr.held .result{color:#2e7d32}tr.violated .result{color:#c62828;font-weight:600}
 tr.violated{background:#fff4f4}.examples{margin:0;padding-left:18px;font-size:12px}
 .examples li{word-break:break-word}.more{color:#777;font-size:12px}
-.columns{display:grid;grid-template-columns:repeat(auto-fit,minmax(300px,1fr));gap:0 16px}
+.columns{display:grid;grid-template-columns:repeat(auto-fit,minmax(280px,1fr));gap:0 16px}
 .dot{display:inline-block;width:9px;height:9px;border-radius:50%;margin-right:6px}
 .bar-cell{width:45%}.bar{display:inline-block;height:10px;background:#4e79a7;border-radius:2px}
 section{min-width:0;overflow-x:auto}

@@ -223,6 +223,15 @@ def test_the_page_shows_the_verdict_invariants_crashes_and_recovery() -> None:
     ]
 
 
+def test_agent_answers_counted_but_not_timed_are_named_under_the_chart() -> None:
+    given = report()
+    given["faults_injected"]["agent-response-late"] = 4
+    text = " ".join(" ".join(parsed(render_page(given)).text).split())
+
+    assert "gives no times for agent-response-late (counted in the faults table)" in text
+    assert "agent-response-lost (counted" not in text
+
+
 def test_a_passing_run_says_so() -> None:
     given = report()
     given["invariants"]["side_effect_at_most_once"] = {
@@ -264,8 +273,8 @@ def test_the_page_reads_what_the_chaos_run_writes() -> None:
             {"t": 0.0, "submitted": 0.0, "in_flight": 0.0, "finished": 0.0},
             {"t": 1.0, "submitted": 2.0, "in_flight": 1.0, "finished": 1.0},
         ],
-        relay={},
-        relay_events=[],
+        relay={"lost": 1},
+        relay_events=[{"t": 1.5, "kind": "agent-response-lost", "messageId": "m-1"}],
         claims_abandoned=[],
         duration_seconds=5.0,
         settings={},
@@ -276,6 +285,9 @@ def test_the_page_reads_what_the_chaos_run_writes() -> None:
         "services-kill"
     ]
     assert len(document.all("polyline", **{"class": "series"})) == 3
+    assert [
+        (b["data-kind"], b["data-count"]) for b in document.all("rect", **{"class": "fault-bin"})
+    ] == [("agent-response-lost", "1")]
     assert document.all("span", id="verdict")[0]["class"] == "verdict failed"
     assert "order-9: Processing" in "".join(document.text)
 
