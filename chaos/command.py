@@ -67,6 +67,7 @@ def add_chaos(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 
 def run_chaos_command(args: argparse.Namespace) -> int:
+    from chaos.report_page import write_page
     from chaos.run import ChaosOptions, run_chaos, write_report
     from chaos.schedule import CrashKind
     from config import SettingsError
@@ -94,4 +95,5 @@ def run_chaos_command(args: argparse.Namespace) -> int:
         print(f"chaos: {error}", file=sys.stderr)
         return 2
     write_report(report, args.report)
+    write_page(report.to_json(), args.report)
     return 1 if report.failed else 0

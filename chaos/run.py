@@ -194,7 +194,11 @@ class ChaosReport:
             "timeline": {
                 "note": "seconds after the first submission; counts from the state store",
                 "series": self.series,
-                "events": [{"t": round(c.at, 2), "kind": c.kind} for c in self.crashes],
+                "events": sorted(
+                    [{"t": round(c.at, 2), "kind": c.kind} for c in self.crashes]
+                    + [{"t": e["t"], "kind": e["kind"]} for e in self.relay_events],
+                    key=lambda event: float(event["t"]),
+                ),
             },
             "duration_seconds": round(self.duration_seconds, 1),
             "settings": self.settings,

@@ -11,44 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 from pathlib import Path
-
-import pytest
 
 from demo.pipeline import REPOSITORY
 from domain.records import ProcessState
 from simulators.services import FaultKind, FaultPlan, FaultRule
 from tests.e2e.e2e_helpers import ORDERS, order_body, running_step_pipeline
+from tests.support.browser import chromium_path
 from tests.support.waiting import eventually_true
 
 SCRIPT = Path(__file__).with_name("console_browser.mjs")
 BROWSER_TIMEOUT_SECONDS = 120.0
-CHROMIUM_NAMES = ("chromium", "chromium-browser")
-
-
-def chromium_path() -> str:
-    """The Chromium to drive; missing, a skip locally and a failure under CI."""
-    found = next((path for name in CHROMIUM_NAMES if (path := shutil.which(name))), None)
-    node = shutil.which("node")
-    playwright = REPOSITORY / "node_modules" / "playwright-core"
-    missing = [
-        what
-        for what, present in (
-            ("chromium (apt-get install chromium)", found),
-            ("node", node),
-            ("node_modules/playwright-core (npm ci)", playwright.exists()),
-        )
-        if not present
-    ]
-    if missing:
-        message = f"missing {', '.join(missing)}: run make setup"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    assert found is not None
-    return found
 
 
 async def drive(

@@ -1,0 +1,167 @@
+"""The chaos report's page (`chaos.report_page`) in a real browser.
+
+Headless Chromium (Debian's ``chromium``, driven by ``playwright-core`` through
+``chaos_page_browser.mjs``) opens the page ``make chaos`` writes beside its JSON report, from a
+``file://`` URL as a person would: the chart's SVG draws the three series (submitted, in flight,
+finished) as lines of some length, one visible marker per crash and the timed faults' strip,
+the page runs no script and requests nothing else, and a screenshot of the whole page is left
+in the test's temporary directory. Under CI (CI=true) a missing browser fails the test rather
+than skipping it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from chaos.report_page import write_page
+from demo.pipeline import REPOSITORY
+from tests.support.browser import chromium_path
+
+SCRIPT = Path(__file__).with_name("chaos_page_browser.mjs")
+BROWSER_TIMEOUT_SECONDS = 90.0
+AGENT_ANSWERS = ("lost", "duplicated", "late", "reordered")
+
+
+def a_run(seconds: int = 150, orders: int = 1500, answers: int = 300) -> dict[str, Any]:
+    """A report shaped as ``make chaos`` writes it: a second-by-second series, one crash of
+    every kind and more, and a few hundred agent answers lost, duplicated, late or reordered."""
+    draw = random.Random(14)
+    series = []
+    submitted = finished = 0.0
+    for t in range(seconds):
+        submitted = min(float(orders), submitted + 15.0)
+        finished = min(submitted, finished + draw.uniform(8.0, 18.0))
+        series.append(
+            {
+                "t": t + 0.05,
+                "submitted": submitted,
+                "in_flight": submitted - finished,
+                "finished": finished,
+            }
+        )
+    crashes = [
+        {"kind": kind, "at": at, "restartedAt": at + down, "recoverySeconds": recovery}
+        for kind, at, down, recovery in (
+            ("services-kill", 21.5, 1.6, 1.9),
+            ("crash-between-claim-and-start", 37.9, 1.0, None),
+            ("devhost-kill", 48.0, 7.9, 3.1),
+            ("devhost-kill", 77.2, 6.3, 5.0),
+            ("broker-kill", 84.0, 1.5, 3.0),
+            ("broker-kill", 125.9, 1.6, 1.8),
+        )
+    ]
+    events = [{"t": c["at"], "kind": c["kind"]} for c in crashes] + [
+        {
+            "t": round(draw.uniform(0, 100), 2),
+            "kind": f"agent-response-{draw.choice(AGENT_ANSWERS)}",
+        }
+        for _ in range(answers)
+    ]
+    return {
+        "orders": orders,
+        "seed": 14,
+        "submitted": {"order": orders, "resend": 30, "conflict": 25, "malformed": 20},
+        "final_states": {
+            "Processed": 1200,
+            "Compensated": 170,
+            "Error": 110,
+            "CompensationFailed": 20,
+        },
+        "rejected": 0,
+        "invariants": {
+            "lost": {"held": True, "violations": 0, "examples": []},
+            "no_side_effect_after_compensation_began": {
+                "held": False,
+                "violations": 1,
+                "examples": ["order-1-00042: payment performed after compensation began"],
+            },
+        },
+        "broken_invariants": ["no_side_effect_after_compensation_began: 1"],
+        "faults_injected": {"transient": 2000, "permanent": 300},
+        "service_faults": {"payment": {"transient": 2000, "permanent": 300}},
+        "crashes": crashes,
+        "claims_abandoned": ["order-1-00548:1"],
+        "crashes_survived": len(crashes),
+        "recovery_seconds": {"p50": 2.5, "p95": 5.0},
+        "recovery_seconds_by_kind": {},
+        "timeline": {
+            "note": "seconds after the first submission",
+            "series": series,
+            "events": events,
+        },
+        "duration_seconds": float(seconds),
+        "settings": {"rate": 15.0, "state_store": "sqlite"},
+        "result": "failed",
+    }
+
+
+async def look_at(page: Path, browser: str, profile: Path, screenshot: Path) -> dict[str, Any]:
+    process = await asyncio.create_subprocess_exec(
+        "node",
+        str(SCRIPT),
+        page.as_uri(),
+        browser,
+        str(profile),
+        str(screenshot),
+        cwd=REPOSITORY,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), BROWSER_TIMEOUT_SECONDS)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise
+    assert process.returncode == 0, err.decode()
+    seen: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+    return seen
+
+
+async def test_the_chaos_page_charts_the_orders_and_marks_every_crash_in_a_browser(
+    tmp_path: Path,
+) -> None:
+    browser = chromium_path()
+    report = a_run()
+    page = write_page(report, tmp_path / "chaos.json")
+    assert page == tmp_path / "chaos.html"
+    profile = tmp_path / "chromium-profile"
+    profile.mkdir()
+    screenshot = tmp_path / "chaos-page.png"
+
+    seen = await look_at(page, browser, profile, screenshot)
+
+    assert seen["title"] == "Chaos run: seed 14, 1,500 orders (failed)"
+    assert seen["verdict"] == "FAILED"
+    assert seen["svg"]["width"] > 900
+    assert seen["svg"]["height"] > 400
+    assert [s["name"] for s in seen["series"]] == ["submitted", "in_flight", "finished"]
+    for line in seen["series"]:
+        assert line["points"] == len(report["timeline"]["series"])
+        assert line["length"] > 500
+    assert len({line["stroke"] for line in seen["series"]}) == 3
+    crashes = report["crashes"]
+    assert [(m["kind"], m["t"]) for m in seen["crashes"]] == [(c["kind"], c["at"]) for c in crashes]
+    for marker in seen["crashes"]:
+        assert marker["width"] > 5
+        assert marker["height"] > 5
+    assert seen["crashes"][2]["title"] == (
+        "#3 devhost-kill at 48 s, restarted at 55.9 s, next order finished 3.1 s after"
+    )
+    answers = [e for e in report["timeline"]["events"] if e["kind"].startswith("agent-response")]
+    assert sum(cell["count"] for cell in seen["faultBins"]) == len(answers)
+    assert {cell["kind"] for cell in seen["faultBins"]} == {e["kind"] for e in answers}
+    assert all(cell["width"] > 0 and cell["height"] > 0 for cell in seen["faultBins"])
+    assert seen["legend"][:3] == ["submitted", "in flight", "finished"]
+    assert seen["invariantRows"] == [
+        ["lost", "held"],
+        ["no_side_effect_after_compensation_began", "violated"],
+    ]
+    assert seen["scripts"] == 0
+    assert seen["external"] == []
+    assert seen["errors"] == []
+    assert screenshot.read_bytes().startswith(b"\x89PNG")

@@ -1,0 +1,303 @@
+"""The chaos report's page (`chaos.report_page`): one self-contained HTML document that loads
+nothing, escapes every string from the report, shows every invariant held or violated with its
+examples, and marks every crash and every timed fault of the run on its chart's time axis
+(C1-C10 are what the report proves; the page is how people read it)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+from chaos.invariants import Findings
+from chaos.report_page import render_page, write_page
+from chaos.run import ChaosReport, CrashEvent
+from demo.evidence import Evidence
+
+VOID = {"meta", "br", "hr", "img", "input", "link", "col", "area", "base", "source", "wbr"}
+# The drawing's own elements may close themselves (<line/>); they are not HTML void elements.
+SELF_CLOSED_SVG = {"line", "rect", "circle", "polygon", "polyline", "path"}
+INJECTED = "<script>alert(\"x\")</script> & 'quoted'"
+
+
+class Document(HTMLParser):
+    """Every element with its attributes, in order, and whether each closed where it opened."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.elements: list[tuple[str, dict[str, str | None]]] = []
+        self.open: list[str] = []
+        self.problems: list[str] = []
+        self.declarations: list[str] = []
+        self.text: list[str] = []
+
+    def handle_decl(self, decl: str) -> None:
+        self.declarations.append(decl)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.elements.append((tag, dict(attrs)))
+        if tag not in VOID:
+            self.open.append(tag)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.elements.append((tag, dict(attrs)))
+        if tag not in VOID | SELF_CLOSED_SVG:
+            self.problems.append(f"<{tag}/> is not an element that may close itself")
+
+    def handle_endtag(self, tag: str) -> None:
+        if not self.open or self.open[-1] != tag:
+            self.problems.append(f"</{tag}> closes {self.open[-1:] or 'nothing'}")
+            return
+        self.open.pop()
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+    def all(self, tag: str, **attrs: str) -> list[dict[str, str | None]]:
+        return [
+            found
+            for name, found in self.elements
+            if name == tag and all(found.get(k.replace("_", "-")) == v for k, v in attrs.items())
+        ]
+
+    def having(self, attribute: str) -> list[dict[str, str | None]]:
+        return [found for _, found in self.elements if attribute in found]
+
+
+def parsed(page: str) -> Document:
+    document = Document()
+    document.feed(page)
+    document.close()
+    assert document.problems == []
+    assert document.open == []
+    return document
+
+
+def report() -> dict[str, Any]:
+    """A small run: two held invariants and a violated one, three crashes (one only in the
+    timeline's events), agent answers lost and duplicated, one of them in the same second."""
+    return {
+        "orders": 6,
+        "seed": 7,
+        "submitted": {"order": 6, "resend": 1, "conflict": 1, "malformed": 1},
+        "final_states": {"Processed": 4, "Compensated": 1, "Error": 1},
+        "rejected": 0,
+        "invariants": {
+            "lost": {"held": True, "violations": 0, "examples": []},
+            "stuck": {"held": True, "violations": 0, "examples": []},
+            "side_effect_at_most_once": {
+                "held": False,
+                "violations": 3,
+                "examples": [f"order-1: charged twice {INJECTED}", "order-2: charged twice"],
+            },
+        },
+        "broken_invariants": ["side_effect_at_most_once: 3"],
+        "faults_injected": {"transient": 9, "devhost-kill": 1, f"odd {INJECTED}": 1},
+        "service_faults": {"payment": {"transient": 9, "permanent": 0}},
+        "crashes": [
+            {"kind": "devhost-kill", "at": 2.5, "restartedAt": 4.0, "recoverySeconds": 2.1},
+            {"kind": "broker-kill", "at": 5.25, "restartedAt": 6.0, "recoverySeconds": 0.4},
+        ],
+        "claims_abandoned": ["order-3:1"],
+        "crashes_survived": 2,
+        "recovery_seconds": {"p50": 0.4, "p95": 2.1},
+        "recovery_seconds_by_kind": {"devhost-kill": {"p50": 2.1, "p95": 2.1}},
+        "compensations": {"started": 1, "completed": 1, "failed": 0},
+        "supervisor": {"retries": 2},
+        "net_effects": {"payment": {"charged": 1, "refunded": 1, "net": 0}},
+        "timeline": {
+            "note": "seconds after the first submission",
+            "series": [
+                {"t": float(t), "submitted": min(6.0, 2.0 * t), "in_flight": 1.0, "finished": t}
+                for t in range(7)
+            ],
+            "events": [
+                {"t": 2.5, "kind": "devhost-kill"},
+                {"t": 5.25, "kind": "broker-kill"},
+                {"t": 3.0, "kind": "crash-between-claim-and-start"},
+                {"t": 1.2, "kind": "agent-response-lost"},
+                {"t": 1.7, "kind": "agent-response-lost"},
+                {"t": 4.1, "kind": "agent-response-lost"},
+                {"t": 2.0, "kind": "agent-response-duplicated"},
+                {"t": 6.5, "kind": f"agent-response-{INJECTED}"},
+            ],
+        },
+        "duration_seconds": 6.5,
+        "settings": {"rate": 2.0, "state_store": "sqlite", "order_steps": ["charge-payment"]},
+        "result": "failed",
+    }
+
+
+def test_the_page_is_one_well_formed_document_that_loads_nothing() -> None:
+    page = render_page(report())
+    document = parsed(page)
+
+    assert document.declarations == ["DOCTYPE html"]
+    assert [tag for tag, _ in document.elements[:3]] == ["html", "head", "meta"]
+    for tag in ("html", "head", "body", "style", "svg"):
+        assert len(document.all(tag)) == 1, tag
+    assert document.all("script") == []
+    assert document.all("link") == []
+    assert document.all("img") == []
+    assert document.having("src") == []
+    assert document.having("href") == []
+    assert "url(" not in page
+    assert "@import" not in page
+    assert "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+
+
+def test_every_string_from_the_report_is_escaped() -> None:
+    page = render_page(report())
+    document = parsed(page)
+
+    assert document.all("script") == []
+    assert "<script>" not in page
+    assert (
+        page.count("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#x27;quoted&#x27;")
+        >= 3
+    )
+    text = "".join(document.text)
+    assert f"order-1: charged twice {INJECTED}" in text
+    assert f"odd {INJECTED}" in text
+    bins = document.all("rect", **{"class": "fault-bin"})
+    assert f"agent-response-{INJECTED}" in {b["data-kind"] for b in bins}
+
+
+def test_the_chart_draws_the_three_series_and_marks_every_crash_and_every_fault() -> None:
+    given = report()
+    document = parsed(render_page(given))
+
+    lines = document.all("polyline", **{"class": "series"})
+    assert [line["data-series"] for line in lines] == ["submitted", "in_flight", "finished"]
+    for line in lines:
+        assert len(str(line["points"]).split()) == len(given["timeline"]["series"])
+    markers = document.all("g", **{"class": "crash-marker"})
+    assert [(m["data-kind"], m["data-t"]) for m in markers] == [
+        ("devhost-kill", "2.5"),
+        ("broker-kill", "5.25"),
+        ("crash-between-claim-and-start", "3"),
+    ]
+    bins = document.all("rect", **{"class": "fault-bin"})
+    counted: dict[str, int] = {}
+    for cell in bins:
+        counted[str(cell["data-kind"])] = counted.get(str(cell["data-kind"]), 0) + int(
+            str(cell["data-count"])
+        )
+    assert counted == {
+        "agent-response-lost": 3,
+        "agent-response-duplicated": 1,
+        f"agent-response-{INJECTED}": 1,
+    }
+    # 1.2 s and 1.7 s share the one-second bin starting at 1.
+    lost = [(b["data-t"], b["data-count"]) for b in bins if b["data-kind"] == "agent-response-lost"]
+    assert lost == [("1", "2"), ("4", "1")]
+    legend = [item["data-label"] for item in document.all("g", **{"class": "legend-item"})]
+    assert legend[:3] == ["submitted", "in flight", "finished"]
+    assert {"devhost-kill", "broker-kill", "crash-between-claim-and-start"} <= set(legend)
+    assert {"agent-response-lost", "agent-response-duplicated"} <= set(legend)
+
+
+def test_the_page_shows_the_verdict_invariants_crashes_and_recovery() -> None:
+    page = render_page(report())
+    document = parsed(page)
+    text = " ".join(" ".join(document.text).split())
+
+    assert "FAILED" in text
+    assert "broken: side_effect_at_most_once: 3" in text
+    rows = {
+        row["data-invariant"]: row["class"] for row in document.all("tr") if "data-invariant" in row
+    }
+    assert rows == {"lost": "held", "stuck": "held", "side_effect_at_most_once": "violated"}
+    assert "✗ violated: 3" in text
+    assert "order-2: charged twice" in text
+    assert "1 more not listed" in text
+    crash_rows = [row["data-kind"] for row in document.all("tr") if "data-kind" in row]
+    assert crash_rows == ["devhost-kill", "broker-kill"]
+    assert "p50 p95 every crash 0.4 s 2.1 s devhost-kill 2.1 s 2.1 s" in text
+    assert "order-3:1" in text
+    assert [row["data-state"] for row in document.all("tr") if "data-state" in row] == [
+        "Processed",
+        "Compensated",
+        "Error",
+    ]
+
+
+def test_agent_answers_counted_but_not_timed_are_named_under_the_chart() -> None:
+    given = report()
+    given["faults_injected"]["agent-response-late"] = 4
+    text = " ".join(" ".join(parsed(render_page(given)).text).split())
+
+    assert "gives no times for agent-response-late (counted in the faults table)" in text
+    assert "agent-response-lost (counted" not in text
+
+
+def test_a_passing_run_says_so() -> None:
+    given = report()
+    given["invariants"]["side_effect_at_most_once"] = {
+        "held": True,
+        "violations": 0,
+        "examples": [],
+    }
+    given["broken_invariants"] = []
+    given["result"] = "passed"
+    document = parsed(render_page(given))
+
+    assert document.all("span", id="verdict")[0]["class"] == "verdict passed"
+    assert "3 of 3" in "".join(document.text)
+
+
+def test_the_page_reads_what_the_chaos_run_writes() -> None:
+    findings = Findings(
+        invariants={"lost": [], "stuck": ["order-9: Processing"]},
+        evidence=Evidence(
+            compensations={"started": 0},
+            supervisor={"retries": 1},
+            net_effects={},
+            net_effect_orders=[],
+            steps_after_compensation=[],
+            step_latency_ms={},
+        ),
+        rejected=[],
+    )
+    crash = CrashEvent("services-kill", 3.0, datetime(2030, 1, 1, tzinfo=UTC), 4.5, 1.5)
+    written = ChaosReport(
+        orders=2,
+        seed=1,
+        submitted={"order": 2},
+        final_states={"Processed": 1, "Processing": 1},
+        findings=findings,
+        crashes=[crash],
+        service_faults={"stock": {"transient": 2}},
+        series=[
+            {"t": 0.0, "submitted": 0.0, "in_flight": 0.0, "finished": 0.0},
+            {"t": 1.0, "submitted": 2.0, "in_flight": 1.0, "finished": 1.0},
+        ],
+        relay={"lost": 1},
+        relay_events=[{"t": 1.5, "kind": "agent-response-lost", "messageId": "m-1"}],
+        claims_abandoned=[],
+        duration_seconds=5.0,
+        settings={},
+    ).to_json()
+    document = parsed(render_page(written))
+
+    assert [m["data-kind"] for m in document.all("g", **{"class": "crash-marker"})] == [
+        "services-kill"
+    ]
+    assert len(document.all("polyline", **{"class": "series"})) == 3
+    assert [
+        (b["data-kind"], b["data-count"]) for b in document.all("rect", **{"class": "fault-bin"})
+    ] == [("agent-response-lost", "1")]
+    assert document.all("span", id="verdict")[0]["class"] == "verdict failed"
+    assert "order-9: Processing" in "".join(document.text)
+
+
+def test_the_page_is_written_beside_the_json_report(tmp_path: Path) -> None:
+    given = report()
+
+    written = write_page(given, tmp_path / "chaos.json")
+
+    assert written == tmp_path / "chaos.html"
+    assert written.read_text(encoding="utf-8") == render_page(given)
+    assert write_page(given, tmp_path / "run.html") == tmp_path / "run.page.html"
+    assert write_page(given, None) is None
