@@ -11,15 +11,12 @@ than skipping it.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import random
 from pathlib import Path
 from typing import Any
 
 from chaos.report_page import write_page
-from demo.pipeline import REPOSITORY
-from tests.support.browser import chromium_path
+from tests.support.browser import chromium_path, run_browser_script
 
 SCRIPT = Path(__file__).with_name("chaos_page_browser.mjs")
 BROWSER_TIMEOUT_SECONDS = 90.0
@@ -100,26 +97,14 @@ def a_run(seconds: int = 150, orders: int = 1500, answers: int = 300) -> dict[st
 
 
 async def look_at(page: Path, browser: str, profile: Path, screenshot: Path) -> dict[str, Any]:
-    process = await asyncio.create_subprocess_exec(
-        "node",
-        str(SCRIPT),
+    return await run_browser_script(
+        SCRIPT,
         page.as_uri(),
         browser,
         str(profile),
         str(screenshot),
-        cwd=REPOSITORY,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        seconds=BROWSER_TIMEOUT_SECONDS,
     )
-    try:
-        out, err = await asyncio.wait_for(process.communicate(), BROWSER_TIMEOUT_SECONDS)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise
-    assert process.returncode == 0, err.decode()
-    seen: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
-    return seen
 
 
 async def test_the_chaos_page_charts_the_orders_and_marks_every_crash_in_a_browser(

@@ -9,15 +9,13 @@ installs chromium; under CI (CI=true) a missing browser fails the test rather th
 
 from __future__ import annotations
 
-import asyncio
-import json
 from pathlib import Path
+from typing import Any
 
-from demo.pipeline import REPOSITORY
 from domain.records import ProcessState
 from simulators.services import FaultKind, FaultPlan, FaultRule
 from tests.e2e.e2e_helpers import ORDERS, order_body, running_step_pipeline
-from tests.support.browser import chromium_path
+from tests.support.browser import chromium_path, run_browser_script
 from tests.support.waiting import eventually_true
 
 SCRIPT = Path(__file__).with_name("console_browser.mjs")
@@ -26,28 +24,16 @@ BROWSER_TIMEOUT_SECONDS = 120.0
 
 async def drive(
     page_url: str, order_id: str, browser: str, profile: Path, dead_message_id: str
-) -> dict[str, object]:
-    process = await asyncio.create_subprocess_exec(
-        "node",
-        str(SCRIPT),
+) -> dict[str, Any]:
+    return await run_browser_script(
+        SCRIPT,
         page_url,
         order_id,
         browser,
         str(profile),
         dead_message_id,
-        cwd=REPOSITORY,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        seconds=BROWSER_TIMEOUT_SECONDS,
     )
-    try:
-        out, err = await asyncio.wait_for(process.communicate(), BROWSER_TIMEOUT_SECONDS)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise
-    assert process.returncode == 0, err.decode()
-    result: dict[str, object] = json.loads(out.decode().strip().splitlines()[-1])
-    return result
 
 
 async def test_e8_an_operator_resubmits_an_order_from_the_page_and_sees_it_change(

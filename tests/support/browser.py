@@ -1,12 +1,18 @@
 """The headless Chromium the browser tests drive (Debian's ``chromium``, through
 ``playwright-core`` from npm). ``make setup`` installs both; missing, a browser test skips
-locally and fails under CI (CI=true), so CI never passes without having run it.
+locally and fails under CI (CI=true), so CI never passes without having run it. A test's
+playwright script (``tests/e2e/*.mjs``) runs under node and prints what it saw as its last
+line of JSON.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import shutil
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,3 +42,26 @@ def chromium_path() -> str:
         pytest.skip(message)
     assert found is not None
     return found
+
+
+async def run_browser_script(script: Path, *arguments: str, seconds: float) -> dict[str, Any]:
+    """Run a playwright script under node, bounded by `seconds`; its last line of
+    standard output, a JSON object, is what it saw. A failing script fails the test with its
+    standard error."""
+    process = await asyncio.create_subprocess_exec(
+        "node",
+        str(script),
+        *arguments,
+        cwd=REPOSITORY,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), seconds)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise
+    assert process.returncode == 0, err.decode()
+    seen: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+    return seen
