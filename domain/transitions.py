@@ -192,25 +192,11 @@ def give_up(
             last_error=reason,
             updated_at=now,
         )
-    attempt = record.attempt + 1
-    return replace(
-        record,
-        process_state=ProcessState.COMPENSATING,
-        locked_by=str(InstanceId(record.order_id, attempt)),
-        complete_by=compensation_deadline,
-        failure_count=record.failure_count + 1,
-        attempt=attempt,
-        current_step=None,
-        last_error=reason,
-        compensation_started_at=now,
-        steps=tuple(
-            replace(step, state=StepState.FAILED, complete_by=None)
-            if step.state is StepState.RUNNING
-            else step
-            for step in record.steps
-        ),
-        updated_at=now,
+    # A processing record has never compensated, so its compensation starts now (C1).
+    compensating = _compensating(
+        record, now=now, compensation_deadline=compensation_deadline, reason=reason
     )
+    return replace(compensating, failure_count=record.failure_count + 1)
 
 
 def resume_compensation(
