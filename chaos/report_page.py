@@ -5,10 +5,11 @@ with its examples (C1-C10), the faults injected by kind and per service, every c
 downtime and its time to recover, the final states and the recovery p50/p95, and a chart of
 the orders submitted, in flight and finished over time with each crash marked on the time axis
 (a vertical marker, its shape and colour by kind, a band while it was down) and every other
-timed fault (the relay's lost, duplicated, late and reordered agent answers) binned in a strip
-under it. The chart is inline SVG drawn here; the page loads nothing (no scripts, fonts or
-style sheets from elsewhere), its tooltips are SVG ``<title>`` elements, and every string from
-the report is escaped.
+timed fault (the relay's lost, duplicated, late and reordered agent answers, and the faults
+injected at the services, ``service-<kind>``, counted per second) binned in a strip under
+it. The chart is inline SVG drawn here; the page loads nothing (no scripts, fonts or style
+sheets from elsewhere), its tooltips are SVG ``<title>`` elements, and every string from the
+report is escaped.
 """
 
 from __future__ import annotations
@@ -178,11 +179,15 @@ def _chart_section(report: Mapping[str, Any]) -> str:
     bin_seconds = max(1.0, math.ceil(end / MAX_BINS))
     svg = chart(series, markers, faults, end, bin_seconds)
     timed_kinds = {str(e.get("kind", "")) for e in faults}
+    at_services: dict[str, int] = defaultdict(int)
+    for by_kind in report.get("service_faults", {}).values():
+        for kind, count in by_kind.items():
+            at_services[f"service-{kind}"] += int(count)
     untimed = [
         kind
         for kind, count in report.get("faults_injected", {}).items()
         if kind.startswith("agent-response-") and count and kind not in timed_kinds
-    ]
+    ] + [kind for kind, count in at_services.items() if count and kind not in timed_kinds]
     timed = (
         f" The report gives no times for {', '.join(untimed)} (counted in the faults table)."
         if untimed
@@ -197,8 +202,9 @@ def _chart_section(report: Mapping[str, Any]) -> str:
         + ". Each crash is a vertical marker (numbered as in the crashes table; the band lasts "
         "until its restart); every other timed fault is binned per "
         + _e(_number(bin_seconds))
-        + " s in the strip under the time axis (darker: more in the bin). Faults at the "
-        "services are counted per kind, not timed, in the tables below."
+        + " s in the strip under the time axis (darker: more in the bin): the agents' answers "
+        "the relay lost, duplicated, delayed or reordered, and the faults injected at the "
+        "services (the service-… rows, timed to the second)."
         + timed
         + " Hover a marker, a bin or the chart for its figures.</figcaption></figure></section>"
     )
@@ -323,13 +329,14 @@ def chart(
     strip_top = bottom + 52
     by_kind: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     for event in faults:
-        by_kind[str(event.get("kind", ""))][int(float(event.get("t", 0)) // bin_seconds)] += 1
+        bin_index = int(max(float(event.get("t", 0)), 0.0) // bin_seconds)
+        by_kind[str(event.get("kind", ""))][bin_index] += int(event.get("count", 1))
     kinds = sorted(by_kind)
     fault_colours = {kind: OTHER_COLOURS[i % len(OTHER_COLOURS)] for i, kind in enumerate(kinds)}
     if kinds:
         parts.append(
             f'<text class="strip-title" x="{LEFT - 6}" y="{strip_top - 6}" text-anchor="end">'
-            "agent answers</text>"
+            "timed faults</text>"
         )
     for row, kind in enumerate(kinds):
         row_y = strip_top + row * STRIP_ROW
@@ -571,7 +578,9 @@ def _unique(values: Iterable[str]) -> list[str]:
 
 
 def _short(kind: str) -> str:
-    return kind.removeprefix("agent-response-")
+    if kind.startswith("agent-response-"):
+        return "answer " + kind.removeprefix("agent-response-")
+    return kind.replace("service-", "service ", 1) if kind.startswith("service-") else kind
 
 
 def _tick_step(span: float) -> float:

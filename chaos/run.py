@@ -147,6 +147,9 @@ class ChaosReport:
     """Instance ids claimed by a starter that died before starting them."""
     duration_seconds: float
     settings: dict[str, Any]
+    service_fault_events: list[dict[str, Any]] = field(default_factory=list)
+    """The services' faults per second, kind and service: ``{"t", "kind": "service-<kind>",
+    "service", "count"}`` (`ChaosRun._count_service_faults`)."""
 
     @property
     def failed(self) -> bool:
@@ -196,7 +199,8 @@ class ChaosReport:
                 "series": self.series,
                 "events": sorted(
                     [{"t": round(c.at, 2), "kind": c.kind} for c in self.crashes]
-                    + [{"t": e["t"], "kind": e["kind"]} for e in self.relay_events],
+                    + [{"t": e["t"], "kind": e["kind"]} for e in self.relay_events]
+                    + self.service_fault_events,
                     key=lambda event: float(event["t"]),
                 ),
             },
@@ -265,6 +269,8 @@ class Run:
         self._ledger_sizes: dict[str, int] = {}
         self.values: dict[str, str] = {}
         self.started = 0.0
+        self.started_wall = 0.0
+        self.service_fault_events: list[dict[str, Any]] = []
         self.submitted = 0
         self.series: list[dict[str, float]] = []
         self.crashes: list[CrashEvent] = []
@@ -411,12 +417,22 @@ class Run:
         # A crashed starter has nothing to restart: the others carry on.
 
     def _count_service_faults(self) -> None:
-        """Add the services' fault counters to the run's (they restart with the process), and
-        keep how many side effects each ledger held, for `_check_ledgers_restored`."""
+        """Add the services' fault counters and their per-second times to the run's (they
+        restart with the process), and keep how many side effects each ledger held, for
+        `_check_ledgers_restored`."""
         with contextlib.suppress(OSError, ValueError):
             stats = self.services.stats()
             for name, counts in stats.items():
                 self.service_faults[name].update(counts["faults_injected"])
+                self.service_fault_events += [
+                    {
+                        "t": round(float(timed["at"]) - self.started_wall, 2),
+                        "kind": f"service-{timed['kind']}",
+                        "service": name,
+                        "count": int(timed["count"]),
+                    }
+                    for timed in counts.get("faults_injected_times", [])
+                ]
             self._ledger_sizes = {name: _side_effects(counts) for name, counts in stats.items()}
 
     def _check_ledgers_restored(self) -> None:
@@ -508,6 +524,7 @@ class Run:
         self.states, self.orders = bootstrap.open_stores(self._settings, StoreMetrics())
         try:
             self.started = time.monotonic()
+            self.started_wall = time.time()
             done = asyncio.Event()
             watcher = asyncio.create_task(self.watch(done))
             relaying = asyncio.Event()
@@ -569,6 +586,7 @@ class Run:
                 {"t": e.t, "kind": f"agent-response-{e.kind}", "messageId": e.message_id}
                 for e in self.relay.events
             ],
+            service_fault_events=self.service_fault_events,
             claims_abandoned=self.claims_abandoned,
             duration_seconds=duration,
             settings={

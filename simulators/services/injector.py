@@ -4,17 +4,26 @@ How a plan decides (rules first, then the operation's mix, drawn reproducibly fr
 is described with the plans in `simulators.services.faults`. A permanent fault drawn from the
 mix is the service's answer for good (E8): every later request for the same order and
 operation gets it too, so a retry or a redelivered request never performs what was refused.
+
+Each injected fault is also counted per wall-clock second and kind (`injected_times`), so a
+caller can place the faults on a time axis; at most `MAX_TIMED_SECONDS` buckets are kept (the
+oldest are dropped first), and like the counts they live in memory and restart with the process.
 """
 
 from __future__ import annotations
 
 import random
 import threading
+import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from simulators.services.faults import FaultKind, FaultPlan, FaultRule
+
+MAX_TIMED_SECONDS = 86_400
+"""Per-second buckets of injected faults kept (per kind and second: a day of steady faults)."""
 
 
 @dataclass(frozen=True)
@@ -28,11 +37,19 @@ class Fault:
 class FaultInjector:
     """Decides each request's fault under the current plan; safe to share between threads.
 
-    ``kinds`` are the kinds the service knows, the ones `injected` lists.
+    ``kinds`` are the kinds the service knows, the ones `injected` lists; ``clock`` gives the
+    wall-clock time (epoch seconds) `injected_times` records.
     """
 
-    def __init__(self, plan: FaultPlan, seed: int, kinds: Iterable[FaultKind]) -> None:
+    def __init__(
+        self,
+        plan: FaultPlan,
+        seed: int,
+        kinds: Iterable[FaultKind],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._seed = seed
+        self._clock = clock
         self._kinds = tuple(kinds)
         self._lock = threading.Lock()
         self._plan = plan
@@ -40,6 +57,8 @@ class FaultInjector:
         self._requests_per_order: Counter[tuple[str, str]] = Counter()
         self._refused_for_good: set[tuple[str, str]] = set()
         self._injected: Counter[FaultKind] = Counter()
+        # (second, kind) -> [time of its first fault, faults in it]; insertion ordered.
+        self._timed: dict[tuple[int, FaultKind], list[float]] = {}
 
     @property
     def plan(self) -> FaultPlan:
@@ -64,13 +83,33 @@ class FaultInjector:
                 if fault is not None and fault.kind is FaultKind.PERMANENT:
                     self._refused_for_good.add((operation, order_id))
             if fault is not None:
-                self._injected[fault.kind] += 1
+                self._record(fault.kind)
             return fault
 
     def injected(self) -> dict[str, int]:
         """Faults injected so far, by kind (every kind the service knows, zeros included)."""
         with self._lock:
             return {kind.value: self._injected[kind] for kind in self._kinds}
+
+    def injected_times(self) -> list[dict[str, Any]]:
+        """The faults injected, per second and kind, oldest first: ``{"at": epoch seconds of
+        the first fault of that kind in that second, "kind", "count"}``."""
+        with self._lock:
+            return [
+                {"at": first, "kind": kind.value, "count": int(count)}
+                for (_, kind), (first, count) in self._timed.items()
+            ]
+
+    def _record(self, kind: FaultKind) -> None:
+        self._injected[kind] += 1
+        now = self._clock()
+        bucket = self._timed.get((int(now), kind))
+        if bucket is not None:
+            bucket[1] += 1
+            return
+        if len(self._timed) >= MAX_TIMED_SECONDS:
+            del self._timed[next(iter(self._timed))]
+        self._timed[int(now), kind] = [now, 1]
 
     def _scripted(
         self, operation: str, order_id: str, attempt: int, draw: random.Random

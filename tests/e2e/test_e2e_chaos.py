@@ -55,3 +55,14 @@ async def test_a_seeded_chaos_run_loses_doubles_and_leaves_half_undone_nothing(
     timeline = report.to_json()["timeline"]
     assert timeline["series"][-1]["finished"] == sum(report.final_states.values())
     assert {event["kind"] for event in timeline["events"]} >= {k.value for k in CrashKind}
+    # Every fault the services injected is on the time axis, inside the run (they are read
+    # from the services just after the run's duration is taken, hence the slack), and the
+    # per-second counts add up to the counts of the faults table.
+    timed: dict[str, int] = {}
+    for event in timeline["events"]:
+        if str(event["kind"]).startswith("service-"):
+            assert 0 <= event["t"] <= report.duration_seconds + 10, event
+            kind = event["kind"].removeprefix("service-")
+            timed[kind] = timed.get(kind, 0) + event["count"]
+    for kind in FaultKind:
+        assert timed.get(kind.value, 0) == faults[kind.value], (kind, timed, faults)

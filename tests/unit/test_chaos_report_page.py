@@ -228,8 +228,40 @@ def test_agent_answers_counted_but_not_timed_are_named_under_the_chart() -> None
     given["faults_injected"]["agent-response-late"] = 4
     text = " ".join(" ".join(parsed(render_page(given)).text).split())
 
-    assert "gives no times for agent-response-late (counted in the faults table)" in text
+    # The fixture's payment transients have no times either (a report without them).
+    assert (
+        "gives no times for agent-response-late, service-transient (counted in the faults table)"
+        in text
+    )
     assert "agent-response-lost (counted" not in text
+
+
+def test_faults_at_the_services_are_binned_by_second_and_kind_with_their_counts() -> None:
+    given = report()
+    given["service_faults"] = {
+        "payment": {"transient": 9, "permanent": 0, "hang": 2},
+        "stock": {"transient": 1},
+    }
+    given["timeline"]["events"] += [
+        {"t": 1.1, "kind": "service-transient", "service": "payment", "count": 5},
+        {"t": 1.6, "kind": "service-transient", "service": "stock", "count": 1},
+        {"t": 3.2, "kind": "service-transient", "service": "payment", "count": 4},
+    ]
+    document = parsed(render_page(given))
+    text = " ".join(" ".join(document.text).split())
+
+    bins = [
+        (b["data-t"], b["data-count"])
+        for b in document.all("rect", **{"class": "fault-bin"})
+        if b["data-kind"] == "service-transient"
+    ]
+    assert bins == [("1", "6"), ("3", "4")]
+    rows = {g["data-kind"]: g["data-events"] for g in document.all("g", **{"class": "fault-row"})}
+    assert rows["service-transient"] == "10"
+    assert "service transient" in text
+    assert "not timed" not in text
+    assert "gives no times for service-hang (counted in the faults table)" in text
+    assert "service-transient (counted" not in text
 
 
 def test_a_passing_run_says_so() -> None:
@@ -278,6 +310,9 @@ def test_the_page_reads_what_the_chaos_run_writes() -> None:
         claims_abandoned=[],
         duration_seconds=5.0,
         settings={},
+        service_fault_events=[
+            {"t": 2.25, "kind": "service-transient", "service": "stock", "count": 2}
+        ],
     ).to_json()
     document = parsed(render_page(written))
 
@@ -287,7 +322,8 @@ def test_the_page_reads_what_the_chaos_run_writes() -> None:
     assert len(document.all("polyline", **{"class": "series"})) == 3
     assert [
         (b["data-kind"], b["data-count"]) for b in document.all("rect", **{"class": "fault-bin"})
-    ] == [("agent-response-lost", "1")]
+    ] == [("agent-response-lost", "1"), ("service-transient", "2")]
+    assert written["faults_injected"]["transient"] == 2
     assert document.all("span", id="verdict")[0]["class"] == "verdict failed"
     assert "order-9: Processing" in "".join(document.text)
 

@@ -4,7 +4,10 @@ what was refused; a scripted rule's permanent fault fires only as often as the r
 
 from __future__ import annotations
 
+import pytest
+
 from simulators.services import FaultKind, FaultPlan, FaultRule
+from simulators.services import injector as injector_module
 from simulators.services.injector import FaultInjector
 
 KINDS = tuple(FaultKind)
@@ -38,3 +41,37 @@ def test_a_rules_permanent_fault_fires_only_as_often_as_the_rule_says() -> None:
     injector = FaultInjector(plan, seed=3, kinds=KINDS)
 
     assert kinds(injector, "o-1", 3) == [FaultKind.PERMANENT, None, None]
+
+
+def test_each_injected_fault_is_timed_per_second_and_kind_from_the_wall_clock() -> None:
+    now = [1_000.25]
+    plan = FaultPlan(probabilities={FaultKind.TRANSIENT: 1.0})
+    injector = FaultInjector(plan, seed=3, kinds=KINDS, clock=lambda: now[0])
+
+    injector.decide("charge", "o-1", 1)
+    now[0] = 1_000.75
+    injector.decide("charge", "o-2", 1)
+    now[0] = 1_003.5
+    injector.decide("charge", "o-3", 1)
+
+    assert injector.injected_times() == [
+        {"at": 1_000.25, "kind": "transient", "count": 2},
+        {"at": 1_003.5, "kind": "transient", "count": 1},
+    ]
+    assert injector.injected()["transient"] == 3
+
+
+def test_the_fault_times_keep_a_bounded_number_of_seconds_and_the_counts_stay_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(injector_module, "MAX_TIMED_SECONDS", 3)
+    now = [0.0]
+    plan = FaultPlan(probabilities={FaultKind.TRANSIENT: 1.0})
+    injector = FaultInjector(plan, seed=3, kinds=KINDS, clock=lambda: now[0])
+
+    for second in range(5):
+        now[0] = float(second)
+        injector.decide("charge", f"o-{second}", 1)
+
+    assert [entry["at"] for entry in injector.injected_times()] == [2.0, 3.0, 4.0]
+    assert injector.injected()["transient"] == 5

@@ -1,6 +1,7 @@
 """Fulfilment simulator, fault injection on demand (E6-E9): kinds, rules, presets, seeds."""
 
 import asyncio
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -304,6 +305,7 @@ async def test_stats_count_calls_outcomes_and_faults_by_kind(
             ]
         },
     )
+    before = time.time()
     statuses = [
         (await fulfil(session, service.base_url, "o-1"))[0],
         (await fulfil(session, service.base_url, "o-1"))[0],
@@ -315,8 +317,16 @@ async def test_stats_count_calls_outcomes_and_faults_by_kind(
     ]
     async with session.get(f"{service.base_url}/stats") as response:
         stats = await response.json()
+    after = time.time()
+    times = stats.pop("faults_injected_times")
 
     assert statuses == [503, 503, 200, 200, 409, 422, 201]
+    assert sorted((t["kind"], t["count"]) for t in times) == [
+        ("lost-response", 1),
+        ("permanent", 1),
+        ("transient", 1),
+    ]
+    assert all(before <= t["at"] <= after for t in times), times
     assert stats == {
         "requests": 7,
         "fulfilments": 2,

@@ -2,6 +2,7 @@
 C2): independent plans, plans refused when they name what a service lacks, the presets that
 make orders compensate, and the stats each service keeps."""
 
+import time
 from typing import Any
 
 import aiohttp
@@ -206,6 +207,7 @@ async def test_stats_of_a_step_service_count_its_side_effects_refusals_and_fault
             ]
         },
     )
+    before = time.time()
     shipped = {}
     for order in ("o-1", "o-1", "o-2", "o-3"):
         status, body = await post_action(session, services.base_url, SHIPPING, order)
@@ -216,10 +218,15 @@ async def test_stats_of_a_step_service_count_its_side_effects_refusals_and_fault
         for order, attempt in (("o-2", 1), ("o-3", 2), ("o-3", 2))
     ]
     stale = await post_action(session, services.base_url, SHIPPING, "o-3", key="late")
+    after = time.time()
+    stats = await get_json(session, f"{services.url(SHIPPING.name)}/stats")
+    times = stats.pop("faults_injected_times")
 
     assert cancels == [422, 201, 200]
     assert stale[0] == 409
-    assert await get_json(session, f"{services.url(SHIPPING.name)}/stats") == {
+    assert sorted((t["kind"], t["count"]) for t in times) == [("dispatched", 1), ("transient", 1)]
+    assert all(before <= t["at"] <= after for t in times), times
+    assert stats == {
         "requests": 8,
         "shipments": 3,
         "cancellations": 1,
