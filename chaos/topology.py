@@ -20,6 +20,9 @@ import json
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
+from demo.pipeline import REPOSITORY
+from devhost.indexing import load_app
+
 SCHEDULER = "scheduler"
 AGENTS = "agents"
 SECOND_SCHEDULER = "second-scheduler"
@@ -33,14 +36,15 @@ _DURABLE_TRIGGERS = frozenset({"activityTrigger", "orchestrationTrigger", "entit
 
 
 def triggered_functions() -> list[str]:
-    """The app's functions with a trigger of their own (timer, Service Bus, HTTP)."""
-    import function_app
-
-    return sorted(
-        function.get_function_name()
-        for function in function_app.app.get_functions()
-        if function.get_trigger().get_binding_name() not in _DURABLE_TRIGGERS
-    )
+    """The app's functions with a trigger of their own (timer, Service Bus, HTTP). The app is
+    loaded afresh (`devhost.indexing.load_app`): the SDK lets one app object list its
+    functions only once, and another part of this process may have done so already."""
+    names: list[str] = []
+    for function in load_app("function_app:app", REPOSITORY).get_functions():
+        trigger, name = function.get_trigger(), function.get_function_name()
+        if trigger is not None and name and trigger.get_binding_name() not in _DURABLE_TRIGGERS:
+            names.append(name)
+    return sorted(names)
 
 
 def _disabled(names: Collection[str]) -> dict[str, str]:
