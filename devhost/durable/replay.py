@@ -10,6 +10,10 @@ for them is open or not: the extension hands an out-of-process SDK the raw histo
 SDK buffers an early event itself, and its buffering is what apps meet on Azure, including
 its known defect (Azure/azure-functions-durable-python#507: an early event is handed to
 every later wait of the same name).
+
+Every episode replays the whole history, so its stored events are not decoded and encoded
+again for each one: ``PastEvents`` keeps each instance's events as parsed, and the context
+the SDK reads is spliced from the stored JSON text, each event marked played.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,12 +74,93 @@ class EpisodeOutcome:
     translation: TranslationResult = field(default_factory=TranslationResult)
 
 
-def decide_episode(request: EpisodeRequest, replay: ReplayFunction) -> EpisodeOutcome:
-    """Replay ``request`` through the SDK and decide what the episode records."""
+class PastEvents:
+    """The stored history of recently replayed instances, each event parsed once.
+
+    Within a generation a history only grows, so an instance's next episode starts with the
+    stored events this memo holds: those are taken as they are and only the rest is parsed.
+    Anything else (a new generation, a purge and restart) shows as a stored event that differs
+    and is parsed afresh from there. At most ``max_instances`` instances are kept, the least
+    recently replayed dropped first, and a finished instance is dropped at once. The parsed
+    events are shared between episodes: nothing may change them.
+    """
+
+    def __init__(self, max_instances: int = 512) -> None:
+        self.max_instances = max_instances
+        self._instances: OrderedDict[str, _Parsed] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._instances)
+
+    def of(self, instance_id: str, stored: list[str]) -> _Parsed:
+        """``stored``, parsed, and in the played form the SDK reads."""
+        known = self._instances.pop(instance_id, None) or _Parsed([], [], [])
+        same = 0
+        limit = min(len(known.stored), len(stored))
+        while same < limit and known.stored[same] == stored[same]:
+            same += 1
+        parsed = _Parsed(known.stored[:same], known.events[:same], known.played[:same])
+        for text in stored[same:]:
+            event = json.loads(text)
+            playable = _with_version(event)
+            parsed.stored.append(text)
+            parsed.events.append(playable)
+            parsed.played.append(_played_json(text, event, playable))
+        self._instances[instance_id] = parsed
+        while len(self._instances) > self.max_instances:
+            self._instances.popitem(last=False)
+        return parsed
+
+    def forget(self, instance_id: str) -> None:
+        self._instances.pop(instance_id, None)
+
+
+@dataclass
+class _Parsed:
+    stored: list[str]
+    events: list[HistoryEvent]
+    played: list[str]
+    """Each event as the SDK reads it in a replay: its JSON with ``IsPlayed`` true."""
+
+
+_UNPLAYED = '"IsPlayed": false'
+_PLAYED = '"IsPlayed": true'
+_LEADING_KEYS = ("EventType", "EventId", "IsPlayed")
+
+
+def _played_json(text: str, event: HistoryEvent, playable: HistoryEvent) -> str:
+    """``text`` (one stored event) with ``IsPlayed`` true, without encoding it again.
+
+    ``history.new_event`` writes the integer ``EventType`` and ``EventId`` before
+    ``IsPlayed``, so in such a document the first ``"IsPlayed": false`` is that key; any
+    other document, or one ``_with_version`` completed, is encoded anew.
+    """
+    if playable is event and tuple(event)[:3] == _LEADING_KEYS and event["IsPlayed"] is False:
+        return text.replace(_UNPLAYED, _PLAYED, 1)
+    return json.dumps({**playable, "IsPlayed": True})
+
+
+def decide_episode(
+    request: EpisodeRequest, replay: ReplayFunction, memo: PastEvents | None = None
+) -> EpisodeOutcome:
+    """Replay ``request`` through the SDK and decide what the episode records.
+
+    ``memo`` keeps parsed histories between the episodes of a runner (None: parse all).
+    """
+    memo = memo if memo is not None else PastEvents(max_instances=1)
+    outcome = _decide_episode(request, replay, memo.of(request.instance_id, request.past_json))
+    if outcome.runtime_status != "Running":
+        memo.forget(request.instance_id)
+    return outcome
+
+
+def _decide_episode(
+    request: EpisodeRequest, replay: ReplayFunction, parsed: _Parsed
+) -> EpisodeOutcome:
     episode = [new_event(EventType.ORCHESTRATOR_STARTED, request.now), *request.new_events]
-    past: list[HistoryEvent] = [_with_version(json.loads(event)) for event in request.past_json]
+    past = parsed.events
     try:
-        state = replay(request.orchestrator, _context_json(request, past, episode))
+        state = replay(request.orchestrator, _context_json(request, parsed.played, episode))
         translation = translate(
             request.instance_id, [*past, *episode], state, request.default_version
         )
@@ -101,13 +187,11 @@ def _with_version(event: HistoryEvent) -> HistoryEvent:
     return event
 
 
-def _context_json(
-    request: EpisodeRequest, past: list[HistoryEvent], episode: list[HistoryEvent]
-) -> str:
-    played = [{**event, "IsPlayed": True} for event in past]
-    return json.dumps(
+def _context_json(request: EpisodeRequest, played: list[str], episode: list[HistoryEvent]) -> str:
+    """The orchestration trigger's context: the history (played events, then this episode's)
+    and the instance's fields, as one JSON document."""
+    rest = json.dumps(
         {
-            "history": [*played, *episode],
             "instanceId": request.instance_id,
             "isReplaying": bool(played),
             "parentInstanceId": request.parent_instance_id,
@@ -115,6 +199,8 @@ def _context_json(
             "upperSchemaVersion": REPLAY_SCHEMA_VERSION,
         }
     )
+    history = ", ".join([*played, *(json.dumps(event) for event in episode)])
+    return '{"history": [' + history + "], " + rest[1:]
 
 
 def _decide(

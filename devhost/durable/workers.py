@@ -17,7 +17,7 @@ from concurrent.futures import Executor
 from typing import Any, Protocol
 
 from devhost.durable.registry import FunctionRegistry
-from devhost.durable.replay import EpisodeOutcome, EpisodeRequest, decide_episode
+from devhost.durable.replay import EpisodeOutcome, EpisodeRequest, PastEvents, decide_episode
 from devhost.invocation import call_user_function
 
 
@@ -45,9 +45,10 @@ class InProcessOrchestrators:
 
     def __init__(self, registry: FunctionRegistry) -> None:
         self._registry = registry
+        self._past = PastEvents()
 
     async def run_episode(self, request: EpisodeRequest) -> EpisodeOutcome:
-        return decide_episode(request, self._replay)
+        return decide_episode(request, self._replay, self._past)
 
     def _replay(self, name: str, context_json: str) -> dict[str, Any]:
         return self._registry.orchestrator(name).invoke(context_json)
