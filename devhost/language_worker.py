@@ -6,7 +6,7 @@ does the same with ``--worker-processes N``: each worker imports and indexes the
 Python worker does and answers the devhost's requests, read from stdin as frames
 (``worker_frames.py``), each ``(kind, id, *payload)``:
 
-- ``episode``: decide an orchestration episode (``EpisodeRequest`` -> ``EpisodeOutcome``);
+- ``replay``: run an orchestrator on its context JSON -> the SDK's state;
 - ``activity``: run an activity on its input JSON -> its output JSON;
 - ``invoke``: call a trigger function with the arguments the devhost built -> its result;
 - ``call``: call ``module:function`` without arguments -> its result (the demo reads the
@@ -153,9 +153,9 @@ class LanguageWorker:
         self._answers.flush()
 
     async def _run(self, kind: str, payload: list[Any]) -> Any:
-        if kind == "episode":
-            (episode,) = payload
-            return await self._orchestrators.run_episode(episode)
+        if kind == "replay":
+            name, context_json = payload
+            return await self._orchestrators.replay(name, context_json)
         if kind == "activity":
             name, input_json = payload
             return await self._activities.run_activity(name, input_json)

@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from devhost.durable.replay import EpisodeOutcome, EpisodeRequest
 from devhost.durable.workers import WorkerUnavailableError
 from devhost.invocation import FunctionError
 from devhost.telemetry import current_carrier
@@ -65,9 +64,9 @@ class LanguageWorkers:
         """
         await self.call_everywhere("os:getpid")
 
-    async def run_episode(self, request: EpisodeRequest) -> EpisodeOutcome:
-        outcome: EpisodeOutcome = await self._request("episode", request)
-        return outcome
+    async def replay(self, name: str, context_json: str) -> dict[str, Any]:
+        state: dict[str, Any] = await self._request("replay", name, context_json)
+        return state
 
     async def run_activity(self, name: str, input_json: str | None) -> str:
         output: str = await self._request("activity", name, input_json)

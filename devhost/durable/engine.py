@@ -39,7 +39,7 @@ from devhost.durable.history import (
     new_event,
 )
 from devhost.durable.registry import FunctionRegistry, UnknownFunctionError
-from devhost.durable.replay import EpisodeOutcome, EpisodeRequest
+from devhost.durable.replay import EpisodeOutcome, EpisodeRequest, PastEvents, decide_episode
 from devhost.durable.status import (
     InstanceAlreadyExistsError,
     InstanceNotFoundError,
@@ -123,6 +123,7 @@ class DurableEngine:
             raise ValueError("max_concurrent_activities must be at least 1")
         self.registry = FunctionRegistry.from_functions(functions)
         self._orchestrators = orchestrators or InProcessOrchestrators(self.registry)
+        self._past_events = PastEvents()
         self.clock: Clock = clock or RealClock()
         self.versioning = versioning or Versioning()
         self.store = DurableStore(database)
@@ -491,7 +492,9 @@ class DurableEngine:
                 "faas.invocation_id": str(uuid.uuid4()),
             },
         ):
-            outcome = await self._orchestrators.run_episode(prepared.request)
+            outcome = await decide_episode(
+                prepared.request, self._orchestrators.replay, self._past_events
+            )
         with self.store.transaction():
             if self.store.get_instance(instance_id) != prepared.record:
                 logger.info(

@@ -3,7 +3,10 @@
 An episode is what the Durable extension does when an orchestration's queue has messages:
 append ``OrchestratorStarted`` and the new events to the history, call the orchestrator
 function with the whole history, translate the actions it answers with, and close the
-episode with ``OrchestratorCompleted`` (plus ``ExecutionCompleted`` when it finished).
+episode with ``OrchestratorCompleted`` (plus ``ExecutionCompleted`` when it finished). As
+between the extension and the Python worker, only the call itself runs where the function
+code runs (``ReplayFunction``: the orchestration trigger's context JSON in, the SDK's
+state out); the history, the translation and the decision stay with the host.
 
 External events are new events like any other, in the order they arrived, whether a wait
 for them is open or not: the extension hands an out-of-process SDK the raw history, so the
@@ -22,7 +25,7 @@ import datetime as dt
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,8 +43,13 @@ from devhost.durable.translation import (
     translate,
 )
 
-ReplayFunction = Callable[[str, str], dict[str, Any]]
+ReplayFunction = Callable[[str, str], Awaitable[dict[str, Any]]]
 """Calls the named orchestrator through the SDK with a context JSON; returns its state."""
+
+
+class WorkerUnavailableError(RuntimeError):
+    """A worker process died with the request in flight; it is run again, nothing is lost."""
+
 
 logger = logging.getLogger(__name__)
 
@@ -140,30 +148,35 @@ def _played_json(text: str, event: HistoryEvent, playable: HistoryEvent) -> str:
     return json.dumps({**playable, "IsPlayed": True})
 
 
-def decide_episode(
+async def decide_episode(
     request: EpisodeRequest, replay: ReplayFunction, memo: PastEvents | None = None
 ) -> EpisodeOutcome:
     """Replay ``request`` through the SDK and decide what the episode records.
 
-    ``memo`` keeps parsed histories between the episodes of a runner (None: parse all).
+    ``memo`` keeps parsed histories between the episodes of an engine (None: parse all). A
+    ``WorkerUnavailableError`` of ``replay`` propagates: nothing was decided.
     """
     memo = memo if memo is not None else PastEvents(max_instances=1)
-    outcome = _decide_episode(request, replay, memo.of(request.instance_id, request.past_json))
+    outcome = await _decide_episode(
+        request, replay, memo.of(request.instance_id, request.past_json)
+    )
     if outcome.runtime_status != "Running":
         memo.forget(request.instance_id)
     return outcome
 
 
-def _decide_episode(
+async def _decide_episode(
     request: EpisodeRequest, replay: ReplayFunction, parsed: _Parsed
 ) -> EpisodeOutcome:
     episode = [new_event(EventType.ORCHESTRATOR_STARTED, request.now), *request.new_events]
     past = parsed.events
     try:
-        state = replay(request.orchestrator, _context_json(request, parsed.played, episode))
+        state = await replay(request.orchestrator, _context_json(request, parsed.played, episode))
         translation = translate(
             request.instance_id, [*past, *episode], state, request.default_version
         )
+    except WorkerUnavailableError:
+        raise
     except (NonDeterminismError, UnsupportedActionError) as error:
         logger.error(
             "orchestration failed instance_id=%s name=%s error=%s",

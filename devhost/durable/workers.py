@@ -4,11 +4,11 @@ On Azure the Functions host keeps the histories and the Python worker runs the c
 replays orchestrators (the host sends the context, the worker answers the orchestrator
 state) and runs activities. The engine plays the host; what runs the code is a runner. In
 one process (the default) tests start fast and share one clock. With language worker
-processes (``devhost.language_workers``, ``--worker-processes N``) the whole decision of an
-episode and every activity run there, so function code stops competing for one GIL with
-the triggers and the engine's bookkeeping (throughput on more than one core). The engine
-reads and commits in both cases; a worker only computes from what it was sent, so a worker
-that dies loses nothing.
+processes (``devhost.language_workers``, ``--worker-processes N``) every replay and every
+activity runs there, so function code stops competing for one GIL with the triggers and the
+engine's bookkeeping (throughput on more than one core). The engine reads, translates and
+commits in both cases; a worker only computes from what it was sent, so a worker that dies
+loses nothing.
 """
 
 from __future__ import annotations
@@ -17,18 +17,23 @@ from concurrent.futures import Executor
 from typing import Any, Protocol
 
 from devhost.durable.registry import FunctionRegistry
-from devhost.durable.replay import EpisodeOutcome, EpisodeRequest, PastEvents, decide_episode
+from devhost.durable.replay import WorkerUnavailableError
 from devhost.invocation import call_user_function
 
-
-class WorkerUnavailableError(RuntimeError):
-    """A worker process died with the request in flight; it is run again, nothing is lost."""
+__all__ = [
+    "ActivityRunner",
+    "InProcessActivities",
+    "InProcessOrchestrators",
+    "OrchestratorRunner",
+    "WorkerUnavailableError",
+]
 
 
 class OrchestratorRunner(Protocol):
-    """Decides one episode: replays through the SDK and translates what the code asked for."""
+    """Runs one replay: the orchestration trigger's context JSON in, the SDK's state out (the
+    engine translates and decides, as the extension does for the Python worker)."""
 
-    async def run_episode(self, request: EpisodeRequest) -> EpisodeOutcome: ...
+    async def replay(self, name: str, context_json: str) -> dict[str, Any]: ...
 
     async def close(self) -> None: ...
 
@@ -45,12 +50,8 @@ class InProcessOrchestrators:
 
     def __init__(self, registry: FunctionRegistry) -> None:
         self._registry = registry
-        self._past = PastEvents()
 
-    async def run_episode(self, request: EpisodeRequest) -> EpisodeOutcome:
-        return decide_episode(request, self._replay, self._past)
-
-    def _replay(self, name: str, context_json: str) -> dict[str, Any]:
+    async def replay(self, name: str, context_json: str) -> dict[str, Any]:
         return self._registry.orchestrator(name).invoke(context_json)
 
     async def close(self) -> None:

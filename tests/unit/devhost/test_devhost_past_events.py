@@ -7,12 +7,19 @@ finished instance, or a stored event written in another shape.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 from typing import Any
 
 from devhost.durable.history import EventType, execution_started, new_event
-from devhost.durable.replay import EpisodeRequest, PastEvents, decide_episode
+from devhost.durable.replay import (
+    EpisodeOutcome,
+    EpisodeRequest,
+    PastEvents,
+    ReplayFunction,
+    decide_episode,
+)
 
 NOW = dt.datetime(2026, 12, 1, 9, 0, tzinfo=dt.UTC)
 
@@ -47,13 +54,17 @@ def _request(past: list[str], instance_id: str = "i-1") -> EpisodeRequest:
 SAY = {"actionType": 0, "functionName": "say", "input": '"IsPlayed": false'}
 
 
+def decide(request: EpisodeRequest, replay: ReplayFunction, memo: PastEvents) -> EpisodeOutcome:
+    return asyncio.run(decide_episode(request, replay, memo))
+
+
 class Recorder:
     """The orchestrator as the SDK would run it: keeps each context, answers 'running'."""
 
     def __init__(self) -> None:
         self.contexts: list[dict[str, Any]] = []
 
-    def __call__(self, name: str, context_json: str) -> dict[str, Any]:
+    async def __call__(self, name: str, context_json: str) -> dict[str, Any]:
         self.contexts.append(json.loads(context_json))
         return {"isDone": False, "actions": [[SAY]], "schemaVersion": 1}
 
@@ -65,7 +76,7 @@ def _expected_history(past: list[str]) -> list[dict[str, Any]]:
 def test_the_sdk_reads_every_stored_event_played_and_unchanged_otherwise() -> None:
     past = _first_generation()
     recorder = Recorder()
-    decide_episode(_request(past), recorder, PastEvents())
+    decide(_request(past), recorder, PastEvents())
 
     (context,) = recorder.contexts
     history = context["history"]
@@ -81,8 +92,8 @@ def test_a_grown_history_replays_the_events_kept_and_the_new_ones() -> None:
     memo = PastEvents()
     past = _first_generation()
     recorder = Recorder()
-    decide_episode(_request(past[:2]), recorder, memo)
-    decide_episode(_request(past), recorder, memo)
+    decide(_request(past[:2]), recorder, memo)
+    decide(_request(past), recorder, memo)
 
     assert recorder.contexts[1]["history"][: len(past)] == _expected_history(past)
 
@@ -90,13 +101,13 @@ def test_a_grown_history_replays_the_events_kept_and_the_new_ones() -> None:
 def test_a_new_generation_under_the_same_instance_id_is_parsed_afresh() -> None:
     memo = PastEvents()
     recorder = Recorder()
-    decide_episode(_request(_first_generation()), recorder, memo)
+    decide(_request(_first_generation()), recorder, memo)
     later = NOW + dt.timedelta(minutes=5)
     second = _stored(
         new_event(EventType.ORCHESTRATOR_STARTED, later),
         execution_started(later, "hello", "i-1", '"y"', version="2.0"),
     )
-    decide_episode(_request(second), recorder, memo)
+    decide(_request(second), recorder, memo)
 
     assert recorder.contexts[1]["history"][:2] == _expected_history(second)
 
@@ -108,7 +119,7 @@ def test_an_event_stored_without_version_or_in_another_key_order_still_replays()
     reordered["IsPlayed"] = False
     past = _stored(new_event(EventType.ORCHESTRATOR_STARTED, NOW), started, reordered)
     recorder = Recorder()
-    decide_episode(_request(past), recorder, PastEvents())
+    decide(_request(past), recorder, PastEvents())
 
     history = recorder.contexts[0]["history"]
     assert history[1] == {**started, "Version": None, "IsPlayed": True}
@@ -119,12 +130,12 @@ def test_the_memo_keeps_at_most_its_bound_and_drops_finished_instances() -> None
     memo = PastEvents(max_instances=2)
     recorder = Recorder()
     for instance in ("a", "b", "c"):
-        decide_episode(_request(_first_generation(), instance), recorder, memo)
+        decide(_request(_first_generation(), instance), recorder, memo)
     assert len(memo) == 2
 
-    def finished(name: str, context_json: str) -> dict[str, Any]:
+    async def finished(name: str, context_json: str) -> dict[str, Any]:
         return {"isDone": True, "actions": [[SAY]], "output": 1, "schemaVersion": 1}
 
-    outcome = decide_episode(_request(_first_generation(), "c"), finished, memo)
+    outcome = decide(_request(_first_generation(), "c"), finished, memo)
     assert outcome.runtime_status == "Completed"
     assert len(memo) == 1
