@@ -152,7 +152,7 @@ def test_triggered_and_sent_queues_are_the_ones_the_code_uses():
     queue_settings = {name for name in settings if name.endswith("_QUEUE")}
     # The app sends to every queue it names, the orders queue too: the operator console
     # resubmits a dead letter to its source queue.
-    assert names("appSentQueues") == queue_settings
+    assert names("appOwnQueues") == queue_settings
     configured = {str(queue["Name"]) for queue in emulator_queues()}
     for name in queue_settings:
         assert settings[name] in configured, f"{name}={settings[name]} is no configured queue"
