@@ -53,6 +53,14 @@ def package_files(root: Path) -> list[Path]:
     return kept
 
 
+def ignored_sample(rule: str) -> str:
+    """A path a .gitignore rule ignores: a file for a name with a wildcard or an extension
+    (`*.pyc`, `report.json`), else a file inside a folder of that name (`.venv`, `.data/`)."""
+    name = rule.strip("/")
+    looks_like_a_file = not rule.endswith("/") and ("*" in name or "." in name[1:])
+    return name.replace("*", "x") if looks_like_a_file else f"{name}/x"
+
+
 def run(command: list[str], *, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         command,
@@ -80,6 +88,22 @@ def test_the_package_is_the_app_alone() -> None:
     for excluded in ("devhost", "simulators", "demo", "chaos", "bench", "tests", "docs", "infra"):
         assert excluded not in tops
     assert not any(path.endswith((".md", ".pyc")) or "local.settings" in path for path in files)
+
+
+def test_local_state_git_ignores_is_never_deployed(tmp_path: Path) -> None:
+    """What .gitignore keeps out of the repository (environments, caches, azd's environment
+    values in .azure/, run reports, Hypothesis' database) is a developer's local state: a
+    deployment from their working tree must not ship it either."""
+    shutil.copy2(ROOT / ".funcignore", tmp_path / ".funcignore")
+    (tmp_path / "function_app.py").write_text("", encoding="utf-8")
+    rules = (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+    samples = [ignored_sample(rule) for rule in rules if rule.strip() and not rule.startswith("#")]
+    assert ".azure/x" in samples
+    for sample in samples:
+        (tmp_path / sample).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / sample).write_text("local", encoding="utf-8")
+
+    assert [path.as_posix() for path in package_files(tmp_path)] == ["function_app.py"]
 
 
 def test_the_package_imports_and_indexes_on_requirements_txt_alone(
