@@ -20,8 +20,10 @@
 //   the console resubmits a dead letter to its source queue): Data Sender;
 // - each client app's principal: Data Receiver on its own reply queue and Data Sender on the
 //   orders queue, nothing else (R1);
-// - the deployer (optional): Data Receiver on the namespace, to read operator alerts and
-//   dead letters.
+// - the deployer (optional): Data Receiver on the app's own queues, to read operator alerts
+//   and dead letters (a role on a queue is the narrowest that reaches its dead-letter
+//   sub-queue, which is no scope of its own); never on the namespace, which would open every
+//   client's reply queue to it (R1).
 param name string
 param location string
 param tags object
@@ -63,13 +65,14 @@ var triggeredQueues = [
   settings.SHIPPING_REQUESTS_QUEUE
   settings.AGENT_RESPONSES_QUEUE
 ]
-// The app sends to every queue it consumes: requests and responses in the workflow, and the
-// operator console's dead-letter triage resubmits a dead letter to its source queue, orders
-// included (Settings.consumed_queues); and to the operator alerts.
-var appSentQueues = concat(triggeredQueues, [
+// The app's own queues: those it consumes and the operator alerts. The app sends to each:
+// requests and responses in the workflow, the operator console's dead-letter triage resubmits
+// a dead letter to its source queue, orders included (Settings.consumed_queues), and alerts.
+// The deployer reads each. No client reply queue is among them.
+var appOwnQueues = concat(triggeredQueues, [
   settings.OPERATOR_ALERTS_QUEUE
 ])
-var sentQueues = concat(appSentQueues, replyQueueNames)
+var sentQueues = concat(appOwnQueues, replyQueueNames)
 var triggerRole = scaleByQueueLength ? serviceBusDataOwner : serviceBusDataReceiver
 // Data Owner already lets the app send to the queues it is triggered by.
 var sendOnlyQueues = scaleByQueueLength ? filter(sentQueues, queue => !contains(triggeredQueues, queue)) : sentQueues
@@ -189,15 +192,30 @@ resource clientSendsOrders 'Microsoft.Authorization/roleAssignments@2022-04-01' 
   }
 ]
 
-resource deployerReads 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(deployerPrincipalId)) {
-  name: guid(namespace.id, deployerPrincipalId, serviceBusDataReceiver)
-  scope: namespace
-  properties: {
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
-    principalId: deployerPrincipalId
-    principalType: deployerPrincipalType
+// The queues the deployer reads: the app's own, none without a deployer.
+var deployerQueues = empty(deployerPrincipalId) ? [] : appOwnQueues
+
+resource deployerQueueRefs 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing = [
+  for queueName in deployerQueues: {
+    parent: namespace
+    name: queueName
   }
-}
+]
+
+resource deployerReads 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
+  for (queueName, i) in deployerQueues: {
+    name: guid(namespace.id, queueName, deployerPrincipalId, serviceBusDataReceiver)
+    scope: deployerQueueRefs[i]
+    properties: {
+      roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', serviceBusDataReceiver)
+      principalId: deployerPrincipalId
+      principalType: deployerPrincipalType
+    }
+    dependsOn: [
+      queueResources
+    ]
+  }
+]
 
 output id string = namespace.id
 output name string = namespace.name

@@ -76,6 +76,14 @@ def emulator_queues() -> list[dict[str, object]]:
     return list(document["UserConfig"]["Namespaces"][0]["Queues"])
 
 
+def queue_properties() -> dict[str, dict[str, object]]:
+    """Each queue of servicebus.config.json by name: its Properties."""
+    found: dict[str, dict[str, object]] = {}
+    for queue in emulator_queues():
+        found[str(queue["Name"])] = dict(queue.get("Properties", {}))  # type: ignore[call-overload]
+    return found
+
+
 def arm_value_as_local(value: object) -> object:
     """An ARM queue property value in the local broker's terms."""
     if isinstance(value, str) and value.startswith("P"):
@@ -100,17 +108,16 @@ def test_azure_queues_behave_as_the_local_broker_queues():
     """Each Azure queue, as the Bicep builds it, has the local broker's settings for it."""
     local = parse_config(json.loads(EMULATOR_CONFIG.read_text(encoding="utf-8")))
     mapping = queue_mapping()
-    for queue in emulator_queues():
-        properties = dict(queue.get("Properties", {}))  # type: ignore[call-overload]
-        settings = local.settings_for(str(queue["Name"]))
+    for name, properties in queue_properties().items():
+        settings = local.settings_for(name)
         assert settings is not None
         for arm, (emulator, default) in mapping.items():
             value = properties.get(emulator, default)
             local_value = getattr(settings, QUEUE_PROPERTIES[arm][1])
             if value is None:
-                assert local_value is None, f"{queue['Name']}.{arm}"
+                assert local_value is None, f"{name}.{arm}"
             else:
-                assert arm_value_as_local(value) == local_value, f"{queue['Name']}.{arm}"
+                assert arm_value_as_local(value) == local_value, f"{name}.{arm}"
 
 
 def test_bicep_defaults_are_the_local_broker_defaults():
@@ -135,9 +142,57 @@ def test_local_reply_queues_stay_local_and_shape_the_client_reply_queues():
     reply = resolve(doc, "clientReplyQueues")
     assert reply["loop_type"]["detail"]["array_name"] == "clientApps"
     assert accessor_path(reply["config"]["Name"]) == ["app", "replyQueue"]
+    # Each client's reply queue has the local reply queue's properties, whatever they are.
+    assert accessor_path(reply["config"]["Properties"]) == ["replyQueueTemplate", "Properties"]
+    template = resolve(doc, "replyQueueTemplate")["function"]
+    assert template["type"] == "first"
+    assert "localReplyQueues" in json.dumps(template)
     main = module("main")
     entry = resolve(main, "clientAppList")["config"]
     assert entry["replyQueue"].endswith("-replies")
+
+
+def test_duplicate_detection_is_on_except_for_orders_e4_s3():
+    """The README's rule ("Duplicate detection is on for the agent queues, the reply queue and
+    the alerts queue ... off for `orders`"), in the file the local broker and Azure both take
+    their queues from: stable message ids make resends harmless on those queues (E4), while
+    on `orders` a conflicting resubmission under the same orderId would be dropped unseen
+    instead of dead-lettered and alerted (S3)."""
+    settings = Settings.from_environ(expected_app_settings())
+    detecting = {
+        settings.agent_requests_queue,
+        *(settings.agent_queue(agent) for agent in ("stock", "payment", "shipping")),
+        settings.agent_responses_queue,
+        settings.operator_alerts_queue,
+        *local_reply_queues(),
+    }
+    properties = queue_properties()
+    assert set(properties) == detecting | {settings.orders_queue}, "a queue the rule misses"
+    for name in sorted(detecting):
+        assert properties[name].get("RequiresDuplicateDetection") is True, name
+        window = properties[name].get("DuplicateDetectionHistoryTimeWindow")
+        assert isinstance(window, str), name
+        assert parse_duration(window) > timedelta(0), name
+    assert properties[settings.orders_queue].get("RequiresDuplicateDetection", False) is False
+
+
+def test_only_reply_queues_expire_their_messages_r2_s1():
+    """A client's status messages expire (not into the dead-letter sub-queue, which counts
+    towards the same queue size), so a client that stops reading cannot fill its queue until
+    the app's sends fail; no queue the app consumes or alerts on expires a message, so a
+    submission waits however long the app is down and deadlines stay the orchestrator's (E6).
+    `orders` dead-letters what expires, which only a client's own message TTL can make happen."""
+    settings = Settings.from_environ(expected_app_settings())
+    for name, properties in sorted(queue_properties().items()):
+        ttl = properties.get("DefaultMessageTimeToLive")
+        if name in local_reply_queues():
+            assert isinstance(ttl, str), f"{name}: status messages never expire"
+            assert timedelta(days=1) <= parse_duration(ttl) <= timedelta(days=14), name
+            assert properties.get("DeadLetteringOnMessageExpiration", False) is False, name
+        else:
+            assert ttl is None, f"{name} expires its messages"
+    orders = queue_properties()[settings.orders_queue]
+    assert orders.get("DeadLetteringOnMessageExpiration") is True
 
 
 def test_triggered_and_sent_queues_are_the_ones_the_code_uses():
@@ -152,7 +207,7 @@ def test_triggered_and_sent_queues_are_the_ones_the_code_uses():
     queue_settings = {name for name in settings if name.endswith("_QUEUE")}
     # The app sends to every queue it names, the orders queue too: the operator console
     # resubmits a dead letter to its source queue.
-    assert names("appSentQueues") == queue_settings
+    assert names("appOwnQueues") == queue_settings
     configured = {str(queue["Name"]) for queue in emulator_queues()}
     for name in queue_settings:
         assert settings[name] in configured, f"{name}={settings[name]} is no configured queue"

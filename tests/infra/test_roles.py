@@ -13,6 +13,7 @@ from config import Settings
 from tests.infra.bicep import (
     APP,
     BICEP_FILES,
+    Json,
     accessor_path,
     alternatives,
     body,
@@ -116,6 +117,7 @@ def test_service_bus_roles_are_per_queue_and_owner_only_when_scaling_by_length()
         ("triggeredQueueRefs", "triggeredQueues"),
         ("sendOnlyQueueRefs", "sendOnlyQueues"),
         ("clientReplyQueueRefs", "clientApps"),
+        ("deployerQueueRefs", "deployerQueues"),
     ):
         ref = doc["resources"][refs]
         assert ref["existing"]
@@ -124,8 +126,7 @@ def test_service_bus_roles_are_per_queue_and_owner_only_when_scaling_by_length()
     orders = body(doc["resources"]["ordersQueueRef"])
     assert accessor_path(orders["name"]) == ["settings", "ORDERS_QUEUE"]
     for symbol, each in assignments("servicebus").items():
-        if "deployer" not in symbol:
-            assert scope_symbol(each) != "namespace", f"{symbol} is namespace-wide"
+        assert scope_symbol(each) != "namespace", f"{symbol} is namespace-wide"
 
 
 def consumed_queues() -> set[str]:
@@ -135,10 +136,36 @@ def consumed_queues() -> set[str]:
     return set(Settings.from_environ(settings).consumed_queues)
 
 
-def queue_names(doc: object, variable: str) -> set[str]:
-    """The queues an array of `settings.<NAME>_QUEUE` names, by the deployed settings."""
+def queue_names(doc: Json, variable: Json) -> set[str]:
+    """The queues an array of `settings.<NAME>_QUEUE` names, by the deployed settings; fails on
+    any other item (a reply queue, a parameter)."""
     settings = load_json(APP / "servicebus.bicep", resolve(doc, "settings"))
-    return {settings[accessor_path(each)[1]] for each in elements(doc, variable)}
+    names = set()
+    for each in elements(doc, variable):
+        path = accessor_path(each)
+        assert len(path) == 2, f"{each!r} is not a queue setting"
+        assert path[0] == "settings", f"{each!r} is not a queue setting"
+        names.add(settings[path[1]])
+    return names
+
+
+def reply_queue_suffix() -> str:
+    """What main.bicep appends to a client app's name to name its reply queue ("-replies")."""
+    template = resolve(module("main"), "clientAppList")["config"]["replyQueue"]
+    suffix = str(template).rsplit("}", 1)[1]
+    assert suffix, template
+    return suffix
+
+
+def referenced_queues(doc: Json, symbol: str) -> set[str]:
+    """Every queue an `existing` queue reference of servicebus.bicep may name (all branches)."""
+    ref = doc["resources"][symbol]
+    kind = (ref["type"], ref["existing"])
+    assert kind == ("Microsoft.ServiceBus/namespaces/queues", True), f"{symbol} is no queue"
+    array = loop_array(ref)
+    if array is None:
+        return queue_names(doc, [body(ref)["name"]])
+    return {name for each in alternatives(doc, array) for name in queue_names(doc, each)}
 
 
 @pytest.mark.parametrize("scale_by_queue_length", [True, False])
@@ -149,9 +176,9 @@ def test_the_app_may_send_to_every_queue_it_consumes(scale_by_queue_length):
     doc = module("servicebus")
     consumed = consumed_queues()
     assert consumed == queue_names(doc, "triggeredQueues")
-    assert consumed <= queue_names(doc, "appSentQueues")
+    assert consumed <= queue_names(doc, "appOwnQueues")
     sent = function_call(resolve(doc, "sentQueues"), "concat")
-    assert sent["arg_1"] == "appSentQueues"
+    assert sent["arg_1"] == "appOwnQueues"
     choice = resolve(doc, "sendOnlyQueues")["operator"]["operands"]
     assert choice["condition"] == "scaleByQueueLength"
     trigger_role = resolve(doc, "triggerRole")["operator"]["operands"]
@@ -165,7 +192,7 @@ def test_the_app_may_send_to_every_queue_it_consumes(scale_by_queue_length):
     else:
         assert resolve(doc, trigger_role["false_value"]) == RECEIVER
         assert choice["false_value"] == "sentQueues"
-        roles = {queue: SENDER for queue in queue_names(doc, "appSentQueues")}
+        roles = {queue: SENDER for queue in queue_names(doc, "appOwnQueues")}
     for queue in sorted(consumed):
         assert roles.get(queue) in (OWNER, SENDER), f"the app cannot resubmit to {queue}"
     assert roles_of("servicebus", assignments("servicebus")["appSends"]) == {SENDER}
@@ -185,10 +212,97 @@ def test_a_client_app_may_read_only_its_reply_queue_and_send_orders(key, expecte
 
 def test_deployer_roles_are_optional():
     for name in MODULES:
+        doc = module(name)
         for symbol, each in assignments(name).items():
             if "deployer" in symbol:
-                assert "deployerPrincipalId" in json.dumps(condition(each)), symbol
+                array = loop_array(each)
+                guard = condition(each) if array is None else resolve(doc, array)
+                assert "deployerPrincipalId" in json.dumps(guard), symbol
+                if array is not None:
+                    assert [] in alternatives(doc, array), f"{symbol}: no empty branch"
                 assert body(each)["properties"]["principalId"] == "deployerPrincipalId"
+
+
+def test_the_deployer_reads_the_app_s_own_queues_and_no_other_r1():
+    """An operator reads alerts and the dead letters of the queues the app consumes: Data
+    Receiver on each of those queues (the dead-letter sub-queue is no scope of its own), and on
+    nothing else, so a client's status messages stay private to it (R1)."""
+    doc = module("servicebus")
+    reads = assignments("servicebus")["deployerReads"]
+    assert roles_of("servicebus", reads) == {RECEIVER}
+    assert scope_symbol(reads) == "deployerQueueRefs"
+    assert loop_array(reads) == loop_array(doc["resources"]["deployerQueueRefs"])
+    alerts = Settings.from_environ(
+        load_json(APP / "servicebus.bicep", resolve(doc, "settings"))
+    ).operator_alerts_queue
+    branches = [queue_names(doc, each) for each in alternatives(doc, loop_array(reads))]
+    assert sorted(branches, key=len) == [set(), consumed_queues() | {alerts}]
+
+
+def test_r1_no_principal_but_its_client_may_receive_from_a_reply_queue():
+    """Every role that receives (Data Receiver, Data Owner) is either the i-th client's on the
+    i-th reply queue, or on queues named by the app's settings, none of which can be a reply
+    queue: the deployer, the app and the other clients cannot read a client's status messages.
+    No receiving role is namespace-wide or outside the Service Bus module."""
+    doc = module("servicebus")
+    suffix = reply_queue_suffix()
+    checked = []
+    for name in MODULES:
+        for symbol, each in assignments(name).items():
+            if not roles_of(name, each) & {OWNER, RECEIVER}:
+                continue
+            assert name == "servicebus", f"{name}.{symbol} receives from Service Bus"
+            scope = scope_symbol(each)
+            checked.append(symbol)
+            if scope == "clientReplyQueueRefs":
+                loop = each["config"]["loop_type"]["detail"]
+                ref = doc["resources"][scope]
+                assert loop["array_name"] == loop_array(ref) == "clientApps"
+                index = body(each)["scope"]["operator"]["operands"]["operand_2"]
+                assert index == loop["index_name"], f"{symbol}: not the i-th reply queue"
+                principal = body(each)["properties"]["principalId"]
+                assert accessor_path(principal) == [loop["item_name"], "principalId"], symbol
+                item = ref["config"]["loop_type"]["detail"]["item_name"]
+                assert accessor_path(body(ref)["name"]) == [item, "replyQueue"]
+                continue
+            queues = referenced_queues(doc, scope)
+            assert queues, symbol
+            replies = {queue for queue in queues if queue.endswith(suffix)}
+            assert not replies, f"{symbol} may receive from reply queues {replies}"
+    assert {"appReceives", "clientReceivesReplies", "deployerReads"} <= set(checked)
+
+
+def test_r1_the_app_may_send_to_every_client_reply_queue():
+    """Data Sender for the app on each reply queue it lists in REPLY_QUEUES, with or without
+    Data Owner on its trigger queues: the app's status messages reach every client (R2)."""
+    doc = module("servicebus")
+    replies = resolve(doc, "replyQueueNames")
+    item = replies["loop_type"]["detail"]["item_name"]
+    assert replies["loop_type"]["detail"]["array_name"] == "clientApps"
+    assert accessor_path(replies["config"]) == [item, "replyQueue"]
+    main = module("main")
+    assert resolve(main, "replyQueueNames")["loop_type"]["detail"]["array_name"] == "clientAppList"
+    assert body(main["modules"]["serviceBus"])["params"]["clientApps"] == "clientAppList"
+
+    sends = assignments("servicebus")["appSends"]
+    assert roles_of("servicebus", sends) == {SENDER}
+    assert body(sends)["properties"]["principalId"] == "identityPrincipalId"
+    assert loop_array(doc["resources"][scope_symbol(sends)]) == loop_array(sends)
+    suffix = reply_queue_suffix()
+    for branch in alternatives(doc, loop_array(sends)):
+        if isinstance(branch, dict) and branch.get("function", {}).get("type") == "filter":
+            # Only the queues the app is triggered by are kept out, and no reply queue is one.
+            kept_out = function_call(branch, "filter")
+            keep = kept_out["expression"]["detail"]
+            negation = keep["expression"]["operator"]
+            assert negation["type"] == "not"
+            dropped = function_call(negation["operands"]["bool_value"], "contains")
+            assert dropped["item_to_find"] == keep["var_1"]
+            triggered = queue_names(doc, dropped["container"])
+            assert not any(queue.endswith(suffix) for queue in triggered)
+            branch = kept_out["input_array"]
+        parts = function_call(resolve(doc, branch), "concat")
+        assert "replyQueueNames" in parts.values(), f"{branch} leaves out the reply queues"
 
 
 def test_cosmos_data_contributor_is_on_the_database_for_the_identity():

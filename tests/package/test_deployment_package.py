@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,6 +27,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).with_name("index_package.py")
+# The README's figure of the package, in "Deploy to Azure": "the app alone (N files, about M KB".
+README_PACKAGE_SIZE = re.compile(r"the app alone \((\d+) files, about (\d+) KB")
+README_TOLERANCE = 0.15
 INSTALL_TIMEOUT_SECONDS = 900
 LIST_FUNCTIONS = (
     "import json, function_app; "
@@ -51,6 +55,18 @@ def package_files(root: Path) -> list[Path]:
             if not ignored.match_file(str(relative / name))
         )
     return kept
+
+
+def package_bytes(root: Path, files: list[Path]) -> int:
+    return sum((root / relative).stat().st_size for relative in files)
+
+
+def ignored_sample(rule: str) -> str:
+    """A path a .gitignore rule ignores: a file for a name with a wildcard or an extension
+    (`*.pyc`, `report.json`), else a file inside a folder of that name (`.venv`, `.data/`)."""
+    name = rule.strip("/")
+    looks_like_a_file = not rule.endswith("/") and ("*" in name or "." in name[1:])
+    return name.replace("*", "x") if looks_like_a_file else f"{name}/x"
 
 
 def run(command: list[str], *, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -82,6 +98,38 @@ def test_the_package_is_the_app_alone() -> None:
     assert not any(path.endswith((".md", ".pyc")) or "local.settings" in path for path in files)
 
 
+def test_local_state_git_ignores_is_never_deployed(tmp_path: Path) -> None:
+    """What .gitignore keeps out of the repository (environments, caches, azd's environment
+    values in .azure/, run reports, Hypothesis' database) is a developer's local state: a
+    deployment from their working tree must not ship it either."""
+    shutil.copy2(ROOT / ".funcignore", tmp_path / ".funcignore")
+    (tmp_path / "function_app.py").write_text("", encoding="utf-8")
+    rules = (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+    samples = [ignored_sample(rule) for rule in rules if rule.strip() and not rule.startswith("#")]
+    assert ".azure/x" in samples
+    for sample in samples:
+        (tmp_path / sample).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / sample).write_text("local", encoding="utf-8")
+
+    assert [path.as_posix() for path in package_files(tmp_path)] == ["function_app.py"]
+
+
+def test_the_readme_states_the_package_size() -> None:
+    """The README's figure of the deployed package (files, KB) is within 15% of the package
+    these rules build: a figure that drifted further misleads a user sizing the deployment."""
+    match = README_PACKAGE_SIZE.search((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert match is not None, "the README no longer states the package's size"
+    files = package_files(ROOT)
+    size_kb = package_bytes(ROOT, files) / 1000
+    stated_files, stated_kb = int(match.group(1)), int(match.group(2))
+    assert abs(stated_files - len(files)) <= README_TOLERANCE * len(files), (
+        f"README: {stated_files} files; the package has {len(files)}"
+    )
+    assert abs(stated_kb - size_kb) <= README_TOLERANCE * size_kb, (
+        f"README: about {stated_kb} KB; the package is {size_kb:.0f} KB"
+    )
+
+
 def test_the_package_imports_and_indexes_on_requirements_txt_alone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -90,7 +138,7 @@ def test_the_package_imports_and_indexes_on_requirements_txt_alone(
     for relative in files:
         (package / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / relative, package / relative)
-    size = sum((package / relative).stat().st_size for relative in files)
+    size = package_bytes(package, files)
 
     environment = {
         "PATH": os.environ.get("PATH", ""),
@@ -145,7 +193,7 @@ def test_the_package_imports_and_indexes_on_requirements_txt_alone(
     assert answer["outside"] == []
     with capsys.disabled():
         print(
-            f"\ndeployment package: {len(files)} files, {size:,} bytes ({size / 1024:.0f} KiB);"
+            f"\ndeployment package: {len(files)} files, {size:,} bytes ({size / 1000:.0f} KB);"
             f" requirements.txt installs {dependencies / 2**20:.0f} MiB;"
             f" {len(expected)} functions indexed"
         )
