@@ -35,7 +35,13 @@ from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, Servi
 from azure.servicebus.aio import ServiceBusClient
 
 import bootstrap
-from chaos.invariants import FINAL_STATUS, Findings, QueueMessage, check
+from chaos.invariants import (
+    FINAL_STATUS,
+    Findings,
+    QueueMessage,
+    check,
+    forgotten_side_effects,
+)
 from chaos.processes import HostProcess, ServicesProcess
 from chaos.relay import ResponseRelay
 from chaos.schedule import Crash, CrashKind, chaos_plans, crash_schedule
@@ -266,7 +272,7 @@ class Run:
         )
         self.claims_abandoned: list[str] = []
         self.ledgers_forgotten: list[str] = []
-        self._ledger_sizes: dict[str, int] = {}
+        self._stats_before_kill: dict[str, dict[str, Any]] = {}
         self.values: dict[str, str] = {}
         self.started = 0.0
         self.started_wall = 0.0
@@ -433,22 +439,18 @@ class Run:
                     }
                     for timed in counts.get("faults_injected_times", [])
                 ]
-            self._ledger_sizes = {name: _side_effects(counts) for name, counts in stats.items()}
+            self._stats_before_kill = stats
 
     def _check_ledgers_restored(self) -> None:
         """A restarted services process holds at least the side effects its ledgers held just
         before the kill (read back from the journal: E7, C8); else it forgot idempotency keys."""
-        before, self._ledger_sizes = self._ledger_sizes, {}
+        before, self._stats_before_kill = self._stats_before_kill, {}
         try:
-            after = {name: _side_effects(c) for name, c in self.services.stats().items()}
+            after = self.services.stats()
         except (OSError, ValueError) as error:
             self.ledgers_forgotten.append(f"restarted services did not answer: {error}")
             return
-        self.ledgers_forgotten += [
-            f"{name}: {before[name]} side effects before the kill, {after.get(name, 0)} after"
-            for name in sorted(before)
-            if after.get(name, 0) < before[name]
-        ]
+        self.ledgers_forgotten += forgotten_side_effects(before, after)
 
     # -- watching -----------------------------------------------------------------------
 
@@ -565,8 +567,8 @@ class Run:
             dead_letters=dead_letters,
             max_failures=settings.max_failures,
             steps=settings.order_steps,
+            ledgers_forgotten=self.ledgers_forgotten,
         )
-        findings.invariants["ledgers_survive_restart"] = self.ledgers_forgotten
         return ChaosReport(
             orders=self.options.orders,
             seed=self.options.seed,
@@ -622,12 +624,6 @@ async def _queues(
         [_message(m) for m in alerts],
         [_message(m) for m in dead],
     )
-
-
-def _side_effects(stats: Mapping[str, Any]) -> int:
-    """Actions plus compensations a service's ``GET /stats`` counts in its ledger."""
-    per_order = stats.get("side_effects_per_order", {})
-    return sum(sum(counts.values()) for counts in per_order.values())
 
 
 def _finished_at(replies: Sequence[QueueMessage]) -> list[datetime]:
