@@ -2,8 +2,8 @@
 
 Each piece runs as a process of its own, so each can be killed with SIGKILL mid-order and
 started again on the same files and port: the embedded broker with its ``--data`` journal,
-the simulated services with their ledger journal and the chaos fault mix
-(`chaos.schedule.chaos_plans`), and three devhosts
+the simulated services with their ledger journal, the chaos fault mix and a few orders'
+compensations scripted to fail or stall (`chaos.schedule.chaos_plans`), and three devhosts
 (``python -m devhost start``, one language worker each; `chaos.topology`) on the embedded
 default (SQLite stores), each with its orchestration histories in the work directory. This
 process submits the workload (the demo's: valid orders, exact resends, conflicting copies,
@@ -45,7 +45,7 @@ from chaos.invariants import (
 )
 from chaos.processes import HostProcess, ServicesProcess
 from chaos.relay import ResponseRelay
-from chaos.schedule import Crash, CrashKind, chaos_plans, crash_schedule
+from chaos.schedule import Crash, CrashKind, chaos_plans, compensation_script, crash_schedule
 from chaos.topology import AGENT_RESPONSES_RELAYED, broker_config, host_settings
 from config import Settings
 from demo.client import Outgoing, Workload
@@ -76,6 +76,8 @@ QUIET_SECONDS = 30.0
 RESTART_PAUSE_SECONDS = 1.0
 # Crashes spread over the submission window, or over this long when submitting is quicker.
 MIN_CRASH_WINDOW_SECONDS = 30.0
+# A scripted slow compensation answers this long after its deadline would have passed.
+SLOW_PAST_DEADLINE_SECONDS = 2.0
 DO, UNDO = AgentOperation.DO.value, AgentOperation.UNDO.value
 # Step and claim deadlines as the demo's; compensations get as long as a step (C2).
 CHAOS_SETTINGS: dict[str, str] = {
@@ -330,7 +332,16 @@ class Run:
         self.options = options
         self.work_dir = work_dir
         self.workload = Workload.generate(options.orders, options.seed)
-        self.plans = chaos_plans()
+        # The app's settings that do not depend on the processes (their addresses: `start`).
+        self.values: dict[str, str] = {**sample_settings(), **LOCAL_SETTINGS, **CHAOS_SETTINGS}
+        settings = self._settings
+        self.script = compensation_script(
+            self.workload.order_ids,
+            options.seed,
+            settings.order_steps,
+            slow_seconds=settings.timeouts.compensation_seconds + SLOW_PAST_DEADLINE_SECONDS,
+        )
+        self.plans = chaos_plans(self.script)
         self.log = (work_dir / "processes.log").open("a", encoding="utf-8")
         self.broker = BrokerProcess(
             broker_config(BROKER_CONFIG, work_dir / "servicebus.config.json"),
@@ -350,7 +361,6 @@ class Run:
         self.claims_abandoned: list[str] = []
         self.ledgers_forgotten: list[str] = []
         self._stats_before_kill: dict[str, dict[str, Any]] = {}
-        self.values: dict[str, str] = {}
         self.started = 0.0
         self.started_wall = 0.0
         self.service_fault_events: list[dict[str, Any]] = []
@@ -371,9 +381,7 @@ class Run:
         await asyncio.to_thread(self.broker.start)
         await asyncio.to_thread(self.services.start)
         self.values = {
-            **sample_settings(),
-            **LOCAL_SETTINGS,
-            **CHAOS_SETTINGS,
+            **self.values,
             "ServiceBusConnection": self.broker.connection_string,
             "FULFILMENT_SERVICE_URL": self.services.base_url,
             **{f"{name.upper()}_SERVICE_URL": self.services.url(name) for name in SERVICES},
@@ -700,6 +708,7 @@ class Run:
                 "crashes": {kind.value: n for kind, n in self.options.crashes.items()},
                 "second_scheduler": self.options.second_scheduler,
                 "fault_plans": {name: p.to_json() for name, p in self.plans.items()},
+                "scripted_compensations": {} if self.script is None else self.script.to_json(),
                 "state_store": settings.state_store,
                 "order_steps": list(settings.order_steps),
                 "step_timeout_seconds": settings.timeouts.step_seconds,
