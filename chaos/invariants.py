@@ -21,8 +21,9 @@ reused as they are.
   queue, all its final status messages under one stable message id (R1, R2).
 - ``bad_submissions_dead_lettered``: every conflicting and every malformed submission is in
   the orders queue's dead-letter queue with a reason (S3).
-The run itself adds ``ledgers_survive_restart`` (`chaos.run`): a services process restarted
-after a kill holds every side effect its ledgers held before it (E7, C8).
+- ``ledgers_survive_restart``: a services process restarted after a kill holds every side
+  effect its ledgers held before it (E7, C8), from the services' ``GET /stats`` just before
+  the kill and just after the restart (`forgotten_side_effects`; the run reads them).
 """
 
 from __future__ import annotations
@@ -100,7 +101,10 @@ def check(
     dead_letters: Sequence[QueueMessage],
     max_failures: int,
     steps: Sequence[str],
+    ledgers_forgotten: Sequence[str] = (),
 ) -> Findings:
+    """Every invariant on the evidence; ``ledgers_forgotten`` are the services restarts that
+    lost side effects (`forgotten_side_effects` of each restart)."""
     ledgers = read_ledgers(journal_path)
     evidence = gather(
         records,
@@ -132,6 +136,7 @@ def check(
             "operator_alerted": _unalerted(found, alerts),
             "final_status_replied": _unreplied(found, replies),
             "bad_submissions_dead_lettered": _not_dead_lettered(workload, dead_letters),
+            "ledgers_survive_restart": list(ledgers_forgotten),
         },
         evidence=evidence,
         rejected=rejected,
@@ -173,6 +178,27 @@ def _processed_disagreements(
                     f"performed {actions} and undid {undone}"
                 )
     return problems
+
+
+def side_effects(stats: Mapping[str, Any]) -> int:
+    """Actions plus compensations a service's ``GET /stats`` counts in its ledger."""
+    per_order = stats.get("side_effects_per_order", {})
+    return sum(sum(counts.values()) for counts in per_order.values())
+
+
+def forgotten_side_effects(
+    before: Mapping[str, Mapping[str, Any]], after: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """The services whose ledgers hold fewer side effects after a restart than before the
+    kill, from every service's ``GET /stats`` then (by service name): a restart that forgot
+    side effects forgot their idempotency keys and fences too (E7, C8)."""
+    held = {name: side_effects(stats) for name, stats in after.items()}
+    return [
+        f"{name}: {side_effects(before[name])} side effects before the kill, "
+        f"{held.get(name, 0)} after"
+        for name in sorted(before)
+        if held.get(name, 0) < side_effects(before[name])
+    ]
 
 
 def stale_writes(journal_path: Path) -> list[str]:

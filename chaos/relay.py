@@ -8,8 +8,11 @@ and, for some, decides otherwise, by a draw seeded with the run's seed and the m
 - ``lost``: never forwarded (the orchestrator's timer wins, E6; the supervisor retries, U4);
 - ``duplicated``: forwarded twice, once under its own id (Service Bus duplicate detection,
   E4) and once under a new id (the scheduler takes the same event twice);
-- ``late``: forwarded after ``LATE_SECONDS``, often past the step's deadline (E6);
+- ``late``: forwarded after ``LATE_SECONDS``, often past the step's deadline (E6); its event
+  says how long the relay held it (``held_seconds``, from its receipt to its forwarding);
 - ``reordered``: a batch forwarded in reverse order.
+Each event names the operation of the request answered (``do`` or ``undo``, from the
+response's message id), except a reordered batch's, which may hold both.
 A response is completed on the agents' queue only after it was forwarded, so a relay that
 loses its broker forwards again rather than dropping anything it did not choose to drop.
 """
@@ -27,6 +30,8 @@ from dataclasses import dataclass, field
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
 
+from domain.agent_messages import answered_operation
+
 LOST = 0.02
 DUPLICATED = 0.03
 LATE = 0.03
@@ -43,6 +48,20 @@ class RelayEvent:
     t: float
     kind: str
     message_id: str | None
+    operation: str | None = None
+    """``do`` or ``undo``: what the response answers; None for a reordered batch."""
+    held_seconds: float | None = None
+    """For a late response, from its receipt to its forwarding (None until forwarded)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Held:
+    """A late response, held until ``due`` (monotonic seconds); each is itself alone."""
+
+    due: float
+    received: float
+    event: RelayEvent
+    message: ServiceBusMessage
 
 
 @dataclass
@@ -55,7 +74,7 @@ class ResponseRelay:
     forwarded: int = 0
     counts: Counter[str] = field(default_factory=Counter)
     events: list[RelayEvent] = field(default_factory=list)
-    _late: list[tuple[float, ServiceBusMessage]] = field(default_factory=list)
+    _late: list[Held] = field(default_factory=list)
 
     def _fate(self, message_id: str | None) -> str:
         draw = random.Random(f"chaos-relay-{self.seed}-{message_id}").random()
@@ -67,9 +86,14 @@ class ResponseRelay:
             return "late"
         return "forwarded"
 
-    def _note(self, kind: str, message_id: str | None) -> None:
+    def _note(self, kind: str, message_id: str | None, *, batch: bool = False) -> RelayEvent:
         self.counts[kind] += 1
-        self.events.append(RelayEvent(round(self.clock(), 2), kind, message_id))
+        operation = None if batch else answered_operation(message_id)
+        event = RelayEvent(
+            round(self.clock(), 2), kind, message_id, None if operation is None else operation.value
+        )
+        self.events.append(event)
+        return event
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -103,7 +127,7 @@ class ResponseRelay:
                     < REORDERED_BATCH
                 ):
                     outgoing.reverse()
-                    self._note("reordered", batch[0].message_id)
+                    self._note("reordered", batch[0].message_id, batch=True)
                 if outgoing:
                     await sender.send_messages(outgoing, timeout=SEND_TIMEOUT_SECONDS)
                     self.forwarded += len(outgoing)
@@ -120,19 +144,26 @@ class ResponseRelay:
             self._note("duplicated", message.message_id)
             return [copy, _copy(message, message.message_id), _copy(message, None)]
         if fate == "late":
-            self._note("late", message.message_id)
+            event = self._note("late", message.message_id)
             delay = random.Random(f"chaos-relay-late-{message.message_id}").uniform(*LATE_SECONDS)
-            self._late.append((time.monotonic() + delay, copy))
+            now = time.monotonic()
+            self._late.append(Held(now + delay, now, event, copy))
             return []
         return [copy]
 
     async def _send_due(self, sender: ServiceBusSender) -> None:
         now = time.monotonic()
-        due = [message for at, message in self._late if at <= now]
+        due = [held for held in self._late if held.due <= now]
         if due:
-            await sender.send_messages(due, timeout=SEND_TIMEOUT_SECONDS)
-            self.forwarded += len(due)
-            self._late = [(at, message) for at, message in self._late if at > now]
+            await self._forward(sender, due)
+
+    async def _forward(self, sender: ServiceBusSender, held: list[Held]) -> None:
+        await sender.send_messages([h.message for h in held], timeout=SEND_TIMEOUT_SECONDS)
+        sent = time.monotonic()
+        for h in held:
+            h.event.held_seconds = round(sent - h.received, 2)
+        self.forwarded += len(held)
+        self._late = [h for h in self._late if h not in held]
 
     async def drain(self) -> None:
         """Forward the late responses still held (at the end of a run)."""
@@ -141,10 +172,7 @@ class ResponseRelay:
         client = ServiceBusClient.from_connection_string(self.connection_string())
         with contextlib.suppress(Exception):
             async with client, client.get_queue_sender(self.target) as sender:
-                await sender.send_messages(
-                    [message for _, message in self._late], timeout=SEND_TIMEOUT_SECONDS
-                )
-                self._late = []
+                await self._forward(sender, list(self._late))
 
 
 def _copy(message: ServiceBusReceivedMessage, message_id: str | None) -> ServiceBusMessage:

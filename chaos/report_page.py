@@ -1,15 +1,16 @@
 """The chaos run's report (``chaos.run.ChaosReport.to_json``) as one self-contained HTML page.
 
 ``make chaos`` writes it beside the JSON report: the verdict, every invariant held or violated
-with its examples (C1-C10), the faults injected by kind and per service, every crash with its
-downtime and its time to recover, the final states and the recovery p50/p95, and a chart of
-the orders submitted, in flight and finished over time with each crash marked on the time axis
-(a vertical marker, its shape and colour by kind, a band while it was down) and every other
-timed fault (the relay's lost, duplicated, late and reordered agent answers, and the faults
-injected at the services, ``service-<kind>``, counted per second) binned in a strip under
-it. The chart is inline SVG drawn here; the page loads nothing (no scripts, fonts or style
-sheets from elsewhere), its tooltips are SVG ``<title>`` elements, and every string from the
-report is escaped.
+with its examples (C1-C10), the faults injected by kind, split between the requests of a
+step's action (do) and of its compensation (undo), and per service and operation, the answers
+that came after their deadline, every crash with its downtime and its time to recover, the
+final states and the recovery p50/p95, and a chart of the orders submitted, in flight and
+finished over time with each crash marked on the time axis (a vertical marker, its shape and
+colour by kind, a band while it was down) and every other timed fault (the relay's lost,
+duplicated, late and reordered agent answers, and the faults injected at the services,
+``service-<kind>``, counted per second) binned in a strip under it. The chart is inline SVG
+drawn here; the page loads nothing (no scripts, fonts or style sheets from elsewhere), its
+tooltips are SVG ``<title>`` elements, and every string from the report is escaped.
 """
 
 from __future__ import annotations
@@ -68,10 +69,13 @@ def render_page(report: Mapping[str, Any]) -> str:
         _chart_section(report),
         _invariants(report.get("invariants", {})),
         '<div class="columns">',
-        _section("Faults injected", _key_values(report.get("faults_injected", {}), "kind")),
+        _section("Faults injected", _faults(report.get("faults_injected", {}))),
         _section("Final states", _final_states(report.get("final_states", {}))),
         "</div>",
-        _section("Faults at the services", _matrix(report.get("service_faults", {}), "service")),
+        _section(
+            "Answers after their deadline", _past_deadline(report.get("answers_past_deadline", {}))
+        ),
+        _section("Faults at the services", _service_faults(report)),
         _crashes(report),
         '<div class="columns">',
         _section("Time to recover (crash to the next order finished)", _recovery(report)),
@@ -144,7 +148,7 @@ def _tiles(report: Mapping[str, Any]) -> str:
         "crashes_survived", sum(1 for c in crashes if c.get("restartedAt") is not None)
     )
     recovery = report.get("recovery_seconds", {})
-    faults = sum(int(n) for n in report.get("faults_injected", {}).values())
+    faults = sum(_total(row) for row in report.get("faults_injected", {}).values())
     tiles = [
         ("invariants held", f"{held} of {len(invariants)}"),
         ("crashes survived", f"{_number(survived)} of {len(crashes)}"),
@@ -185,8 +189,8 @@ def _chart_section(report: Mapping[str, Any]) -> str:
             at_services[f"service-{kind}"] += int(count)
     untimed = [
         kind
-        for kind, count in report.get("faults_injected", {}).items()
-        if kind.startswith("agent-response-") and count and kind not in timed_kinds
+        for kind, row in report.get("faults_injected", {}).items()
+        if kind.startswith("agent-response-") and _total(row) and kind not in timed_kinds
     ] + [kind for kind, count in at_services.items() if count and kind not in timed_kinds]
     timed = (
         f" The report gives no times for {', '.join(untimed)} (counted in the faults table)."
@@ -532,6 +536,72 @@ def _recovery(report: Mapping[str, Any]) -> str:
         '<table id="recovery"><thead><tr><th>crashes</th><th>p50</th><th>p95</th></tr></thead>'
         f"<tbody>{body}</tbody></table>"
     )
+
+
+OPERATIONS = ("do", "undo")
+"""What a fault can hit: the request of a step's action or of its compensation."""
+
+
+def _total(row: Mapping[str, Any]) -> int:
+    return int(row.get("total", 0))
+
+
+def _faults(faults: Mapping[str, Mapping[str, Any]]) -> str:
+    """Faults by kind: how many hit the requests of a step's action (do) and of its
+    compensation (undo), blank for faults that hit no request (crashes), and the total."""
+    if not faults:
+        return "<p>none</p>"
+    rows = "".join(
+        f'<tr data-fault="{_e(kind)}"><td>{_e(kind)}</td>'
+        + "".join(
+            f"<td class='num'>{_e(_number(row[key])) if key in row else ''}</td>"
+            for key in OPERATIONS
+        )
+        + f"<td class='num'>{_e(_number(_total(row)))}</td></tr>"
+        for kind, row in faults.items()
+    )
+    head = "".join(f"<th>{operation}</th>" for operation in OPERATIONS)
+    return (
+        f'<table id="faults"><thead><tr><th>kind</th>{head}<th>total</th></tr></thead>'
+        f"<tbody>{rows}</tbody></table>"
+    )
+
+
+def _past_deadline(past: Mapping[str, Any]) -> str:
+    """The answers that came after their request's deadline, by source and operation."""
+    sources = (
+        ("agent-response-late", "agent answers the relay held past their timeout"),
+        ("latency", "services' answers delayed past their timeout"),
+    )
+    rows = "".join(
+        f'<tr data-source="{_e(key)}"><td>{_e(label)}</td>'
+        + "".join(
+            f"<td class='num'>{_e(_number(past.get(key, {}).get(operation, 0)))}</td>"
+            for operation in OPERATIONS
+        )
+        + "</tr>"
+        for key, label in sources
+    )
+    head = "".join(f"<th>{operation}</th>" for operation in OPERATIONS)
+    return (
+        f'<table id="past-deadline"><thead><tr><th>answers</th>{head}</tr></thead>'
+        f"<tbody>{rows}</tbody></table><p>In all: {_e(_number(past.get('total', 0)))}, each "
+        "at least its operation's timeout after its request was sent.</p>"
+    )
+
+
+def _service_faults(report: Mapping[str, Any]) -> str:
+    """Each service's faults by kind, a row per operation (do, undo) when the report has
+    them, else a row per service."""
+    by_operation = report.get("service_faults_by_operation")
+    if not by_operation:
+        return _matrix(report.get("service_faults", {}), "service")
+    rows = {
+        f"{service} {operation}": by_kind
+        for service, operations in by_operation.items()
+        for operation, by_kind in operations.items()
+    }
+    return _matrix(rows, "service, operation")
 
 
 def _key_values(values: Mapping[str, Any], heading: str) -> str:

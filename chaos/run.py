@@ -2,18 +2,19 @@
 
 Each piece runs as a process of its own, so each can be killed with SIGKILL mid-order and
 started again on the same files and port: the embedded broker with its ``--data`` journal,
-the simulated services with their ledger journal and the chaos fault mix
-(`chaos.schedule.chaos_plans`), and three devhosts (``python -m devhost start``, one language
-worker each; `chaos.topology`) on the embedded default (SQLite stores), each with its
-orchestration histories in the work directory. This process submits the workload (the
-demo's: valid orders, exact resends, conflicting copies, malformed messages) at a steady
-rate, resending a batch the broker did not take (ids are stable, resends are idempotent: S2,
-C6), relays the agents' answers (`chaos.relay`), and follows the seeded crash schedule: it
-kills and restarts the devhosts, the broker and the services (C10) and plays a starter that
-dies between claim and start (D3, U4). It samples the state store every ``SAMPLE_SECONDS``
-(the time series of submitted, in-flight and finished orders) and, once every order is final
-or the settle time has passed, stops the devhosts and the services and checks the invariants
-(`chaos.invariants`) on the ledgers, the state store and the queues.
+the simulated services with their ledger journal, the chaos fault mix and a few orders'
+compensations scripted to fail or stall (`chaos.schedule.chaos_plans`), and three devhosts
+(``python -m devhost start``, one language worker each; `chaos.topology`) on the embedded
+default (SQLite stores), each with its orchestration histories in the work directory. This
+process submits the workload (the demo's: valid orders, exact resends, conflicting copies,
+malformed messages) at a steady rate, resending a batch the broker did not take (ids are
+stable, resends are idempotent: S2, C6), relays the agents' answers (`chaos.relay`), and
+follows the seeded crash schedule: it kills and restarts the devhosts, the broker and the
+services (C10) and plays a starter that dies between claim and start (D3, U4). It samples the
+state store every ``SAMPLE_SECONDS`` (the time series of submitted, in-flight and finished
+orders) and, once every order is final or the settle time has passed, stops the devhosts and
+the services and checks the invariants (`chaos.invariants`) on the ledgers, the state store
+and the queues.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ import json
 import sys
 import tempfile
 import time
-from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,10 +36,16 @@ from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, Servi
 from azure.servicebus.aio import ServiceBusClient
 
 import bootstrap
-from chaos.invariants import FINAL_STATUS, Findings, QueueMessage, check
+from chaos.invariants import (
+    FINAL_STATUS,
+    Findings,
+    QueueMessage,
+    check,
+    forgotten_side_effects,
+)
 from chaos.processes import HostProcess, ServicesProcess
 from chaos.relay import ResponseRelay
-from chaos.schedule import Crash, CrashKind, chaos_plans, crash_schedule
+from chaos.schedule import Crash, CrashKind, chaos_plans, compensation_script, crash_schedule
 from chaos.topology import AGENT_RESPONSES_RELAYED, broker_config, host_settings
 from config import Settings
 from demo.client import Outgoing, Workload
@@ -52,6 +59,7 @@ from demo.pipeline import (
 from demo.report import FINAL_STATES, percentile
 from demo.run import peek_all
 from devhost.servicebus.process import BrokerProcess
+from domain.agent_messages import AgentOperation
 from domain.ports import StoreMetrics
 from domain.records import ProcessState, StateRecord, parse_utc
 from services.starter import claim_pending
@@ -68,6 +76,9 @@ QUIET_SECONDS = 30.0
 RESTART_PAUSE_SECONDS = 1.0
 # Crashes spread over the submission window, or over this long when submitting is quicker.
 MIN_CRASH_WINDOW_SECONDS = 30.0
+# A scripted slow compensation answers this long after its deadline would have passed.
+SLOW_PAST_DEADLINE_SECONDS = 2.0
+DO, UNDO = AgentOperation.DO.value, AgentOperation.UNDO.value
 # Step and claim deadlines as the demo's; compensations get as long as a step (C2).
 CHAOS_SETTINGS: dict[str, str] = {
     "STATE_STORE": "sqlite",
@@ -138,11 +149,15 @@ class ChaosReport:
     final_states: dict[str, int]
     findings: Findings
     crashes: list[CrashEvent]
-    service_faults: dict[str, dict[str, int]]
+    service_faults: dict[str, dict[str, dict[str, int]]]
+    """Per service and operation (``do``: its action, ``undo``: its compensation), the faults
+    it injected by kind."""
     series: list[dict[str, float]]
     relay: dict[str, int]
     """Agent responses lost, duplicated, late, reordered (`chaos.relay`)."""
     relay_events: list[dict[str, Any]]
+    """Each of them: ``{"t", "kind": "agent-response-<fate>", "messageId", "operation"}``
+    (``do``, ``undo`` or None for a reordered batch), a late one with ``heldSeconds``."""
     claims_abandoned: list[str]
     """Instance ids claimed by a starter that died before starting them."""
     duration_seconds: float
@@ -150,6 +165,12 @@ class ChaosReport:
     service_fault_events: list[dict[str, Any]] = field(default_factory=list)
     """The services' faults per second, kind and service: ``{"t", "kind": "service-<kind>",
     "service", "count"}`` (`ChaosRun._count_service_faults`)."""
+    service_latencies: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    """Per service and operation (``do``, ``undo``), each latency fault's delay in seconds."""
+    deadlines: dict[str, float] = field(default_factory=dict)
+    """The timeout of a step's action (``do``, STEP_TIMEOUT_SECONDS) and of its compensation
+    (``undo``, COMPENSATION_TIMEOUT_SECONDS): each request's deadline is that long after the
+    write that sent it (E2, C2)."""
 
     @property
     def failed(self) -> bool:
@@ -164,13 +185,61 @@ class ChaosReport:
         ]
         return {"p50": percentile(times, 0.5), "p95": percentile(times, 0.95)}
 
+    def faults_injected(self) -> dict[str, dict[str, int]]:
+        """Every fault injected, by kind: its ``total`` and, for the faults that hit a request
+        (the services', the relay's on one response), how many hit a step's action (``do``)
+        and how many its compensation (``undo``); crashes and reordered batches hit none."""
+        split: dict[str, Counter[str]] = defaultdict(lambda: Counter({DO: 0, UNDO: 0}))
+        for by_operation in self.service_faults.values():
+            for operation, by_kind in by_operation.items():
+                for kind, count in by_kind.items():
+                    split[kind][operation] += count
+        totals: Counter[str] = Counter({kind: c.total() for kind, c in split.items()})
+        for event in self.relay_events:
+            if event.get("operation") in (DO, UNDO):
+                split[str(event["kind"])][event["operation"]] += 1
+        totals.update({f"agent-response-{kind}": n for kind, n in self.relay.items()})
+        totals.update(Counter(c.kind for c in self.crashes))
+        return {
+            kind: {**split.get(kind, {}), "total": total} for kind, total in sorted(totals.items())
+        }
+
     def faults_by_kind(self) -> dict[str, int]:
-        total: Counter[str] = Counter()
-        for by_kind in self.service_faults.values():
-            total.update(by_kind)
-        total.update(Counter(c.kind for c in self.crashes))
-        total.update({f"agent-response-{kind}": n for kind, n in self.relay.items()})
-        return dict(sorted(total.items()))
+        """Every fault injected, by kind (`faults_injected`'s totals)."""
+        return {kind: row["total"] for kind, row in self.faults_injected().items()}
+
+    def service_faults_by_kind(self) -> dict[str, dict[str, int]]:
+        """Per service, the faults it injected by kind, action and compensation together."""
+        totals: dict[str, dict[str, int]] = {}
+        for name, by_operation in self.service_faults.items():
+            total: Counter[str] = Counter()
+            for by_kind in by_operation.values():
+                total.update(by_kind)
+            totals[name] = {kind: total[kind] for kind in _unique_keys(by_operation.values())}
+        return totals
+
+    def answers_past_deadline(self) -> dict[str, Any]:
+        """Answers that came after their request's deadline, for sure: each at least its
+        operation's timeout (`deadlines`) after its request was sent, which is after the
+        write that set the deadline (E2, E6). By operation, the agent answers the relay held
+        that long (``agent-response-late``) and the services' answers delayed that long
+        (``latency``: the agent's call gives up at the deadline, so it hears them as a
+        timeout); ``total`` both. A late answer held less may still have come too late."""
+        late = Counter({DO: 0, UNDO: 0})
+        for event in self.relay_events:
+            held, operation = event.get("heldSeconds"), event.get("operation")
+            if held is not None and operation in self.deadlines:
+                late[operation] += float(held) > self.deadlines[operation]
+        slow = Counter({DO: 0, UNDO: 0})
+        for by_operation in self.service_latencies.values():
+            for operation, delays in by_operation.items():
+                if operation in self.deadlines:
+                    slow[operation] += sum(1 for d in delays if d > self.deadlines[operation])
+        return {
+            "agent-response-late": dict(late),
+            "latency": dict(slow),
+            "total": late.total() + slow.total(),
+        }
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -181,8 +250,10 @@ class ChaosReport:
             "rejected": len(self.findings.rejected),
             "invariants": self.findings.to_json(),
             "broken_invariants": self.findings.broken,
-            "faults_injected": self.faults_by_kind(),
-            "service_faults": self.service_faults,
+            "faults_injected": self.faults_injected(),
+            "answers_past_deadline": self.answers_past_deadline(),
+            "service_faults": self.service_faults_by_kind(),
+            "service_faults_by_operation": self.service_faults,
             "crashes": [c.to_json() for c in self.crashes],
             "claims_abandoned": self.claims_abandoned,
             "crashes_survived": sum(1 for c in self.crashes if c.restarted_at is not None),
@@ -211,11 +282,20 @@ class ChaosReport:
 
     def render(self) -> str:
         recovery = self.recovery()
+        past = self.answers_past_deadline()
         lines = [
             f"Orders: {self.orders} (seed {self.seed}), submitted as {self.submitted}",
             f"Final states: {_pairs(self.final_states)}; rejected at the backlog bound: "
             f"{len(self.findings.rejected)}",
-            f"Faults injected: {_pairs(self.faults_by_kind())}",
+            "Faults injected: "
+            + ", ".join(
+                f"{kind} {row['total']}"
+                + (f" (do {row[DO]}, undo {row[UNDO]})" if DO in row else "")
+                for kind, row in self.faults_injected().items()
+            ),
+            f"Answers past their deadline: {past['total']} (held by the relay: "
+            f"{_pairs(past['agent-response-late'])}; slow at the services: "
+            f"{_pairs(past['latency'])})",
             f"Crashes survived: {sum(1 for c in self.crashes if c.restarted_at is not None)} "
             f"of {len(self.crashes)}; time to recover (crash to next order finished): "
             f"p50 {recovery['p50']} s, p95 {recovery['p95']} s; "
@@ -241,6 +321,10 @@ def _pairs(counts: Mapping[str, Any]) -> str:
     return ", ".join(f"{name} {count}" for name, count in sorted(counts.items())) or "none"
 
 
+def _unique_keys(mappings: Iterable[Mapping[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(key for mapping in mappings for key in mapping))
+
+
 class Run:
     """One chaos run's processes, clock and observations."""
 
@@ -248,13 +332,23 @@ class Run:
         self.options = options
         self.work_dir = work_dir
         self.workload = Workload.generate(options.orders, options.seed)
+        # The app's settings that do not depend on the processes (their addresses: `start`).
+        self.values: dict[str, str] = {**sample_settings(), **LOCAL_SETTINGS, **CHAOS_SETTINGS}
+        settings = self._settings
+        self.script = compensation_script(
+            self.workload.order_ids,
+            options.seed,
+            settings.order_steps,
+            slow_seconds=settings.timeouts.compensation_seconds + SLOW_PAST_DEADLINE_SECONDS,
+        )
+        self.plans = chaos_plans(self.script)
         self.log = (work_dir / "processes.log").open("a", encoding="utf-8")
         self.broker = BrokerProcess(
             broker_config(BROKER_CONFIG, work_dir / "servicebus.config.json"),
             data=work_dir / "servicebus.sqlite",
         )
         self.services = ServicesProcess(
-            work_dir / "ledger.jsonl", chaos_plans(), options.seed, self.log
+            work_dir / "ledger.jsonl", self.plans, options.seed, self.log
         )
         self.hosts: dict[str, HostProcess] = {}
         self.relay = ResponseRelay(
@@ -266,15 +360,19 @@ class Run:
         )
         self.claims_abandoned: list[str] = []
         self.ledgers_forgotten: list[str] = []
-        self._ledger_sizes: dict[str, int] = {}
-        self.values: dict[str, str] = {}
+        self._stats_before_kill: dict[str, dict[str, Any]] = {}
         self.started = 0.0
         self.started_wall = 0.0
         self.service_fault_events: list[dict[str, Any]] = []
         self.submitted = 0
         self.series: list[dict[str, float]] = []
         self.crashes: list[CrashEvent] = []
-        self.service_faults: dict[str, Counter[str]] = {name: Counter() for name in SERVICES}
+        self.service_faults: dict[str, dict[str, Counter[str]]] = {
+            name: {DO: Counter(), UNDO: Counter()} for name in SERVICES
+        }
+        self.service_latencies: dict[str, dict[str, list[float]]] = {
+            name: {DO: [], UNDO: []} for name in SERVICES
+        }
 
     def now(self) -> float:
         return time.monotonic() - self.started
@@ -283,9 +381,7 @@ class Run:
         await asyncio.to_thread(self.broker.start)
         await asyncio.to_thread(self.services.start)
         self.values = {
-            **sample_settings(),
-            **LOCAL_SETTINGS,
-            **CHAOS_SETTINGS,
+            **self.values,
             "ServiceBusConnection": self.broker.connection_string,
             "FULFILMENT_SERVICE_URL": self.services.base_url,
             **{f"{name.upper()}_SERVICE_URL": self.services.url(name) for name in SERVICES},
@@ -417,13 +513,20 @@ class Run:
         # A crashed starter has nothing to restart: the others carry on.
 
     def _count_service_faults(self) -> None:
-        """Add the services' fault counters and their per-second times to the run's (they
-        restart with the process), and keep how many side effects each ledger held, for
-        `_check_ledgers_restored`."""
+        """Add the services' fault counters per operation, their per-second times and their
+        latency faults' delays to the run's (they restart with the process), and keep what
+        each ledger held, for `_check_ledgers_restored`."""
         with contextlib.suppress(OSError, ValueError):
             stats = self.services.stats()
             for name, counts in stats.items():
-                self.service_faults[name].update(counts["faults_injected"])
+                service = SERVICES[name]
+                for operation, as_agent in ((service.action, DO), (service.compensation, UNDO)):
+                    self.service_faults[name][as_agent].update(
+                        counts["faults_injected_by_operation"][operation]
+                    )
+                    self.service_latencies[name][as_agent] += counts["latency_delays"].get(
+                        operation, []
+                    )
                 self.service_fault_events += [
                     {
                         "t": round(float(timed["at"]) - self.started_wall, 2),
@@ -433,22 +536,18 @@ class Run:
                     }
                     for timed in counts.get("faults_injected_times", [])
                 ]
-            self._ledger_sizes = {name: _side_effects(counts) for name, counts in stats.items()}
+            self._stats_before_kill = stats
 
     def _check_ledgers_restored(self) -> None:
         """A restarted services process holds at least the side effects its ledgers held just
         before the kill (read back from the journal: E7, C8); else it forgot idempotency keys."""
-        before, self._ledger_sizes = self._ledger_sizes, {}
+        before, self._stats_before_kill = self._stats_before_kill, {}
         try:
-            after = {name: _side_effects(c) for name, c in self.services.stats().items()}
+            after = self.services.stats()
         except (OSError, ValueError) as error:
             self.ledgers_forgotten.append(f"restarted services did not answer: {error}")
             return
-        self.ledgers_forgotten += [
-            f"{name}: {before[name]} side effects before the kill, {after.get(name, 0)} after"
-            for name in sorted(before)
-            if after.get(name, 0) < before[name]
-        ]
+        self.ledgers_forgotten += forgotten_side_effects(before, after)
 
     # -- watching -----------------------------------------------------------------------
 
@@ -565,8 +664,8 @@ class Run:
             dead_letters=dead_letters,
             max_failures=settings.max_failures,
             steps=settings.order_steps,
+            ledgers_forgotten=self.ledgers_forgotten,
         )
-        findings.invariants["ledgers_survive_restart"] = self.ledgers_forgotten
         return ChaosReport(
             orders=self.options.orders,
             seed=self.options.seed,
@@ -579,11 +678,25 @@ class Run:
             ),
             findings=findings,
             crashes=self.crashes,
-            service_faults={name: dict(c) for name, c in self.service_faults.items()},
+            service_faults={
+                name: {operation: dict(c) for operation, c in by_operation.items()}
+                for name, by_operation in self.service_faults.items()
+            },
+            service_latencies=self.service_latencies,
+            deadlines={
+                DO: settings.timeouts.step_seconds,
+                UNDO: settings.timeouts.compensation_seconds,
+            },
             series=self.series,
             relay=dict(self.relay.counts),
             relay_events=[
-                {"t": e.t, "kind": f"agent-response-{e.kind}", "messageId": e.message_id}
+                {
+                    "t": e.t,
+                    "kind": f"agent-response-{e.kind}",
+                    "messageId": e.message_id,
+                    "operation": e.operation,
+                    **({} if e.held_seconds is None else {"heldSeconds": e.held_seconds}),
+                }
                 for e in self.relay.events
             ],
             service_fault_events=self.service_fault_events,
@@ -594,10 +707,12 @@ class Run:
                 "settle_seconds": self.options.settle_seconds,
                 "crashes": {kind.value: n for kind, n in self.options.crashes.items()},
                 "second_scheduler": self.options.second_scheduler,
-                "fault_plans": {name: p.to_json() for name, p in chaos_plans().items()},
+                "fault_plans": {name: p.to_json() for name, p in self.plans.items()},
+                "scripted_compensations": {} if self.script is None else self.script.to_json(),
                 "state_store": settings.state_store,
                 "order_steps": list(settings.order_steps),
-                "step_timeout_seconds": self.values["STEP_TIMEOUT_SECONDS"],
+                "step_timeout_seconds": settings.timeouts.step_seconds,
+                "compensation_timeout_seconds": settings.timeouts.compensation_seconds,
                 "max_failures": settings.max_failures,
             },
         )
@@ -622,12 +737,6 @@ async def _queues(
         [_message(m) for m in alerts],
         [_message(m) for m in dead],
     )
-
-
-def _side_effects(stats: Mapping[str, Any]) -> int:
-    """Actions plus compensations a service's ``GET /stats`` counts in its ledger."""
-    per_order = stats.get("side_effects_per_order", {})
-    return sum(sum(counts.values()) for counts in per_order.values())
 
 
 def _finished_at(replies: Sequence[QueueMessage]) -> list[datetime]:

@@ -36,6 +36,10 @@ MAX_DETAIL_LENGTH = 2_000
 MAX_REFERENCE_LENGTH = 256
 MAX_ATTEMPT = 2**53 - 1
 """The attempt of an instance id stays an integer every JSON store keeps exact."""
+UNDO_SUFFIX = ":undo"
+"""Ends the request id of an ``undo`` (`AgentRequest.request_id`)."""
+RESPONSE_SUFFIX = ":response"
+"""Ends a response's message id, after the id of the request it answers."""
 AGENT_RESPONSE_EVENT = "AgentResponse"
 """The one event name of the first workflow version's single wait; its instances still in
 flight after an upgrade may hold a response raised under it (C7)."""
@@ -82,7 +86,7 @@ class AgentRequest:
     @property
     def request_id(self) -> str:
         if self.operation is AgentOperation.UNDO:
-            return f"{self.instance_id}:{self.step}:undo"
+            return f"{self.instance_id}:{self.step}{UNDO_SUFFIX}"
         return f"{self.instance_id}:{self.step}"
 
     @property
@@ -147,7 +151,7 @@ class AgentResponse:
 
     @property
     def message_id(self) -> str:
-        return f"{self.request_id}:response"
+        return f"{self.request_id}{RESPONSE_SUFFIX}"
 
     @property
     def event_name(self) -> str:
@@ -208,6 +212,15 @@ class AgentResponse:
                 f"the answer to {response.request_id} came for request {request_id}"
             )
         return response
+
+
+def answered_operation(message_id: str | None) -> AgentOperation | None:
+    """The operation of the request an agent response answers, from the response's message
+    id (`AgentResponse.message_id`); None for an id of another shape."""
+    if message_id is None or not message_id.endswith(RESPONSE_SUFFIX):
+        return None
+    request_id = message_id.removesuffix(RESPONSE_SUFFIX)
+    return AgentOperation.UNDO if request_id.endswith(UNDO_SUFFIX) else AgentOperation.DO
 
 
 def clip_detail(detail: str | None) -> str | None:

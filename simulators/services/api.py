@@ -76,8 +76,9 @@ Inspection and control, never faulted, under the same prefix:
 - ``GET /stats`` → ``{"requests", "fulfilments", "compensations", "side_effects_per_order":
   {orderId: {"fulfilment": n, "compensation": n}}, "double_side_effects",
   "stale_writes_refused", "idempotency_key_reuse_refused", "replays", "tombstones",
-  "actions_refused_after_undo", "faults_injected": {kind: n}, "faults_injected_times":
-  [{"at", "kind", "count"}, ...]}``, with the service's
+  "actions_refused_after_undo", "faults_injected": {kind: n}, "faults_injected_by_operation":
+  {operation: {kind: n}}, "faults_injected_times": [{"at", "kind", "count"}, ...],
+  "latency_delays": {operation: [seconds, ...]}}``, with the service's
   side-effect names (stock: ``reservations``, ``releases``, ``{"reservation": n, "release":
   n}``); shipping adds ``dispatched`` and ``cancellations_refused`` (cancels refused as already
   dispatched). ``requests`` counts action and compensation calls, refused and faulted ones
@@ -85,9 +86,14 @@ Inspection and control, never faulted, under the same prefix:
   than once. A compensation by key that undid an action counts as a compensation (and is one
   ledger entry); ``tombstones`` counts the keys undone with nothing to undo and
   ``actions_refused_after_undo`` the actions refused as ``compensated``.
-  ``faults_injected_times`` are the same faults per wall-clock second and kind, oldest first:
-  ``at`` the epoch seconds (UTC) of the first of them in that second, ``count`` how many; only
-  the latest day of seconds is kept, and like every counter here they restart with the process.
+  ``faults_injected_by_operation`` splits ``faults_injected`` between the service's action and
+  its compensation (both always listed, every kind with them); ``faults_injected_times`` are
+  the same faults per wall-clock second and kind, oldest first: ``at`` the epoch seconds (UTC)
+  of the first of them in that second, ``count`` how many; only the latest day of seconds is
+  kept. ``latency_delays`` holds each latency fault's delay, per operation that had one, oldest
+  first (the latest 10,000 of each): the service does not know its clients' deadlines, a
+  client that does can tell which answers came after them. Like every counter here they
+  restart with the process.
 - ``GET /faults`` → the current plan; ``PUT /faults`` with a plan replaces it (400 if invalid
   or naming operations or fault kinds the service does not have).
 """
@@ -148,7 +154,12 @@ class ServiceApi:
             "requests": self._requests,
             **self.ledger.stats(),
             "faults_injected": self.faults.injected(),
+            "faults_injected_by_operation": {
+                operation: self.faults.injected(operation)
+                for operation in (self.service.action, self.service.compensation)
+            },
             "faults_injected_times": self.faults.injected_times(),
+            "latency_delays": self.faults.latency_delays(),
         }
 
     def replace_plan(self, plan: FaultPlan) -> None:

@@ -5,9 +5,13 @@ is described with the plans in `simulators.services.faults`. A permanent fault d
 mix is the service's answer for good (E8): every later request for the same order and
 operation gets it too, so a retry or a redelivered request never performs what was refused.
 
-Each injected fault is also counted per wall-clock second and kind (`injected_times`), so a
-caller can place the faults on a time axis; at most `MAX_TIMED_SECONDS` buckets are kept (the
-oldest are dropped first), and like the counts they live in memory and restart with the process.
+Each injected fault is counted by kind and by the operation it hit (`injected`), so a caller
+can tell a failing compensation from a failing action, and per wall-clock second and kind
+(`injected_times`), so a caller can place the faults on a time axis; at most
+`MAX_TIMED_SECONDS` buckets are kept (the oldest are dropped first). Each latency fault's delay
+is kept per operation (`latency_delays`, the latest `MAX_DELAYS` of each), so a caller can tell
+which answers came after a deadline it knows and the service does not. Like the counts, they
+live in memory and restart with the process.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +28,8 @@ from simulators.services.faults import FaultKind, FaultPlan, FaultRule
 
 MAX_TIMED_SECONDS = 86_400
 """Per-second buckets of injected faults kept (per kind and second: a day of steady faults)."""
+MAX_DELAYS = 10_000
+"""Latency faults' delays kept per operation (the latest)."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +62,8 @@ class FaultInjector:
         self._rule_matches = [0] * len(plan.rules)
         self._requests_per_order: Counter[tuple[str, str]] = Counter()
         self._refused_for_good: set[tuple[str, str]] = set()
-        self._injected: Counter[FaultKind] = Counter()
+        self._injected: Counter[tuple[str, FaultKind]] = Counter()
+        self._delays: dict[str, deque[float]] = {}
         # (second, kind) -> [time of its first fault, faults in it]; insertion ordered.
         self._timed: dict[tuple[int, FaultKind], list[float]] = {}
 
@@ -83,13 +90,24 @@ class FaultInjector:
                 if fault is not None and fault.kind is FaultKind.PERMANENT:
                     self._refused_for_good.add((operation, order_id))
             if fault is not None:
-                self._record(fault.kind)
+                self._record(operation, fault)
             return fault
 
-    def injected(self) -> dict[str, int]:
-        """Faults injected so far, by kind (every kind the service knows, zeros included)."""
+    def injected(self, operation: str | None = None) -> dict[str, int]:
+        """Faults injected so far, by kind (every kind the service knows, zeros included),
+        into every operation or into ``operation`` only."""
         with self._lock:
-            return {kind.value: self._injected[kind] for kind in self._kinds}
+            counts: Counter[FaultKind] = Counter()
+            for (hit, kind), count in self._injected.items():
+                if operation in (None, hit):
+                    counts[kind] += count
+            return {kind.value: counts[kind] for kind in self._kinds}
+
+    def latency_delays(self) -> dict[str, list[float]]:
+        """Each latency fault's delay in seconds, per operation, oldest first (the latest
+        `MAX_DELAYS` of each operation)."""
+        with self._lock:
+            return {operation: list(delays) for operation, delays in self._delays.items()}
 
     def injected_times(self) -> list[dict[str, Any]]:
         """The faults injected, per second and kind, oldest first: ``{"at": epoch seconds of
@@ -100,8 +118,12 @@ class FaultInjector:
                 for (_, kind), (first, count) in self._timed.items()
             ]
 
-    def _record(self, kind: FaultKind) -> None:
-        self._injected[kind] += 1
+    def _record(self, operation: str, fault: Fault) -> None:
+        kind = fault.kind
+        self._injected[operation, kind] += 1
+        if kind is FaultKind.LATENCY:
+            delays = self._delays.setdefault(operation, deque(maxlen=MAX_DELAYS))
+            delays.append(round(fault.delay_seconds, 3))
         now = self._clock()
         bucket = self._timed.get((int(now), kind))
         if bucket is not None:

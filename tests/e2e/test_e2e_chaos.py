@@ -5,8 +5,13 @@ The pieces run as processes: the broker with its journal, the simulated services
 ledger journal, the scheduler's devhost, the agents' devhost and a second scheduler over the
 same store. While orders go in, the devhosts, the broker and the services are killed with
 SIGKILL and restarted, a starter dies between claim and start, and the agents' answers are
-lost, duplicated, delayed and reordered on their way. The evidence is read from the ledgers,
-the state store and the queues after the run, never from the app's counters.
+lost, duplicated, delayed and reordered on their way; a few orders' compensations are scripted
+to fail for good, hang or answer past their deadline (`chaos.schedule.compensation_script`).
+The evidence is read from the ledgers, the state store and the queues after the run, never
+from the app's counters: orders ended `CompensationFailed` and stalled compensations resumed
+are the state store's (C2, U4); the faults split between actions and compensations and the
+answers that came after their deadline (E2, E6) are the services' and the relay's. The JSON
+report and its page are left in the test's temporary directory.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.run import ChaosOptions, run_chaos
+from chaos.report_page import write_page
+from chaos.run import ChaosOptions, run_chaos, write_report
 from chaos.schedule import CrashKind
 from simulators.services import FaultKind
 
@@ -39,6 +45,8 @@ async def test_a_seeded_chaos_run_loses_doubles_and_leaves_half_undone_nothing(
             progress=False,
         )
     )
+    write_report(report, tmp_path / "chaos.json")
+    write_page(report.to_json(), tmp_path / "chaos.json")
 
     assert report.findings.broken == [], report.render()
     assert sum(report.final_states.values()) == ORDERS - len(report.findings.rejected)
@@ -51,7 +59,20 @@ async def test_a_seeded_chaos_run_loses_doubles_and_leaves_half_undone_nothing(
     assert all(crash.restarted_at is not None for crash in report.crashes)
     assert report.claims_abandoned, "the starter that died claimed nothing"
     assert report.recovery()["p95"] is not None
-    assert {"Processed", "Compensated", "Error"} <= set(report.final_states)
+    assert {"Processed", "Compensated", "Error", "CompensationFailed"} <= set(report.final_states)
+    # C2, U4: a compensation that stalled was found by the supervisor and resumed (the
+    # records' CompensationFailures below MAX_FAILURES, or one less than it when given up).
+    supervisor = report.findings.evidence.supervisor
+    assert supervisor["compensations_resumed"] > 0, supervisor
+    # Compensations failed and stalled at the services, not only actions.
+    by_operation = report.faults_injected()
+    assert by_operation["permanent"]["undo"] > 0, by_operation
+    assert by_operation["hang"]["undo"] > 0, by_operation
+    assert by_operation["permanent"]["do"] > 0, by_operation
+    # E2, E6: answers that came after their deadline, held by the relay and slow at a service.
+    past = report.answers_past_deadline()
+    assert sum(past["agent-response-late"].values()) > 0, past
+    assert sum(past["latency"].values()) > 0, past
     timeline = report.to_json()["timeline"]
     assert timeline["series"][-1]["finished"] == sum(report.final_states.values())
     assert {event["kind"] for event in timeline["events"]} >= {k.value for k in CrashKind}

@@ -78,7 +78,10 @@ def a_run(seconds: int = 150, orders: int = 1500, answers: int = 300) -> dict[st
             },
         },
         "broken_invariants": ["no_side_effect_after_compensation_began: 1"],
-        "faults_injected": {"transient": 2000, "permanent": 300},
+        "faults_injected": {
+            "transient": {"do": 1800, "undo": 200, "total": 2000},
+            "permanent": {"do": 280, "undo": 20, "total": 300},
+        },
         "service_faults": {"payment": {"transient": 2000, "permanent": 300}},
         "crashes": crashes,
         "claims_abandoned": ["order-1-00548:1"],

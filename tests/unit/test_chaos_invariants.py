@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from chaos.invariants import QueueMessage, check
+from chaos.invariants import QueueMessage, check, forgotten_side_effects, read_ledgers
 from demo.client import Outgoing, Workload
 from domain.records import CompletedStep, ProcessState, StateRecord
 from domain.transitions import new_record
@@ -70,6 +70,7 @@ def test_consistent_evidence_breaks_no_invariant(tmp_path: Path) -> None:
 
     assert findings.broken == []
     assert all(result["held"] for result in findings.to_json().values())
+    assert findings.to_json()["ledgers_survive_restart"]["held"]
 
 
 def test_each_check_names_the_violations_in_its_evidence(tmp_path: Path) -> None:
@@ -122,3 +123,45 @@ def test_each_check_names_the_violations_in_its_evidence(tmp_path: Path) -> None
     # o-1 heard nothing final; o-5 heard its final status under two message ids.
     assert [v.split(":")[0] for v in violations["final_status_replied"]] == ["o-1", "o-5"]
     assert violations["bad_submissions_dead_lettered"] == ["o-1:conflict (conflict): no reason"]
+
+
+def stats_read_back(journal_path: Path) -> dict[str, dict[str, Any]]:
+    """Every service's ``GET /stats`` ledger counts as a services process that reads
+    ``journal_path`` back at its start would give them."""
+    return {name: ledger.stats() for name, ledger in read_ledgers(journal_path).items()}
+
+
+def test_a_services_restart_that_forgot_side_effects_is_named_with_its_counts(
+    tmp_path: Path,
+) -> None:
+    """E7, C8: a restarted services process that lost ledger entries lost the idempotency keys
+    and fences that stop a retry from performing a side effect twice."""
+    first = reservation("o-1", "res-000001", 1, "o-1:stock")
+    second = reservation("o-2", "res-000002", 1, "o-2:stock")
+    kept = journal(tmp_path / "kept.jsonl", first, second)
+    torn = journal(tmp_path / "torn.jsonl", first)
+    before = stats_read_back(kept)
+
+    assert forgotten_side_effects(before, stats_read_back(kept)) == []
+    forgotten = forgotten_side_effects(before, stats_read_back(torn))
+    assert forgotten == ["stock: 2 side effects before the kill, 1 after"]
+    # A service that is not there after the restart holds nothing.
+    gone = {name: stats for name, stats in stats_read_back(kept).items() if name != "stock"}
+    assert forgotten_side_effects(before, gone) == [
+        "stock: 2 side effects before the kill, 0 after"
+    ]
+
+    findings = check(
+        {},
+        workload(),
+        kept,
+        replies=[],
+        alerts=[],
+        dead_letters=[],
+        max_failures=3,
+        steps=STEPS,
+        ledgers_forgotten=forgotten,
+    )
+
+    assert findings.broken == ["ledgers_survive_restart: 1"]
+    assert findings.to_json()["ledgers_survive_restart"]["examples"] == forgotten

@@ -65,6 +65,44 @@ class Document(HTMLParser):
         return [found for _, found in self.elements if attribute in found]
 
 
+class Tables(HTMLParser):
+    """The text of every cell of every table with an id, row by row."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tables: dict[str, list[list[str]]] = {}
+        self._table: str | None = None
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "table":
+            self._table = dict(attrs).get("id")
+            if self._table is not None:
+                self.tables[self._table] = []
+        elif self._table is not None and tag == "tr":
+            self.tables[self._table].append([])
+        elif self._table is not None and tag in ("td", "th"):
+            self._cell = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._table is not None and self._cell is not None:
+            self.tables[self._table][-1].append(" ".join("".join(self._cell).split()))
+            self._cell = None
+        elif tag == "table":
+            self._table = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def table_text(page: str, table_id: str) -> list[list[str]]:
+    tables = Tables()
+    tables.feed(page)
+    tables.close()
+    return tables.tables[table_id]
+
+
 def parsed(page: str) -> Document:
     document = Document()
     document.feed(page)
@@ -93,7 +131,16 @@ def report() -> dict[str, Any]:
             },
         },
         "broken_invariants": ["side_effect_at_most_once: 3"],
-        "faults_injected": {"transient": 9, "devhost-kill": 1, f"odd {INJECTED}": 1},
+        "faults_injected": {
+            "transient": {"do": 7, "undo": 2, "total": 9},
+            "devhost-kill": {"total": 1},
+            f"odd {INJECTED}": {"total": 1},
+        },
+        "answers_past_deadline": {
+            "agent-response-late": {"do": 2, "undo": 0},
+            "latency": {"do": 0, "undo": 1},
+            "total": 3,
+        },
         "service_faults": {"payment": {"transient": 9, "permanent": 0}},
         "crashes": [
             {"kind": "devhost-kill", "at": 2.5, "restartedAt": 4.0, "recoverySeconds": 2.1},
@@ -225,7 +272,7 @@ def test_the_page_shows_the_verdict_invariants_crashes_and_recovery() -> None:
 
 def test_agent_answers_counted_but_not_timed_are_named_under_the_chart() -> None:
     given = report()
-    given["faults_injected"]["agent-response-late"] = 4
+    given["faults_injected"]["agent-response-late"] = {"do": 3, "undo": 1, "total": 4}
     text = " ".join(" ".join(parsed(render_page(given)).text).split())
 
     # The fixture's payment transients have no times either (a report without them).
@@ -300,7 +347,7 @@ def test_the_page_reads_what_the_chaos_run_writes() -> None:
         final_states={"Processed": 1, "Processing": 1},
         findings=findings,
         crashes=[crash],
-        service_faults={"stock": {"transient": 2}},
+        service_faults={"stock": {"do": {"transient": 2}, "undo": {"transient": 0}}},
         series=[
             {"t": 0.0, "submitted": 0.0, "in_flight": 0.0, "finished": 0.0},
             {"t": 1.0, "submitted": 2.0, "in_flight": 1.0, "finished": 1.0},
@@ -323,7 +370,7 @@ def test_the_page_reads_what_the_chaos_run_writes() -> None:
     assert [
         (b["data-kind"], b["data-count"]) for b in document.all("rect", **{"class": "fault-bin"})
     ] == [("agent-response-lost", "1"), ("service-transient", "2")]
-    assert written["faults_injected"]["transient"] == 2
+    assert written["faults_injected"]["transient"] == {"do": 2, "undo": 0, "total": 2}
     assert document.all("span", id="verdict")[0]["class"] == "verdict failed"
     assert "order-9: Processing" in "".join(document.text)
 
@@ -337,3 +384,105 @@ def test_the_page_is_written_beside_the_json_report(tmp_path: Path) -> None:
     assert written.read_text(encoding="utf-8") == render_page(given)
     assert write_page(given, tmp_path / "run.html") == tmp_path / "run.page.html"
     assert write_page(given, None) is None
+
+
+def test_faults_are_listed_per_kind_and_operation_with_the_answers_after_their_deadline() -> None:
+    """A compensation that fails (C2) is told apart from an action that fails (E8, E9), and the
+    answers that came after their deadline (E2, E6) are counted, by where they were held."""
+    given = report()
+    given["service_faults_by_operation"] = {
+        "payment": {"do": {"transient": 7, "permanent": 0}, "undo": {"transient": 2, "hang": 1}}
+    }
+    page = render_page(given)
+    document = parsed(page)
+
+    faults = [row["data-fault"] for row in document.all("tr") if "data-fault" in row]
+    assert faults == ["transient", "devhost-kill", f"odd {INJECTED}"]
+    table = table_text(page, "faults")
+    assert table[0] == ["kind", "do", "undo", "total"]
+    assert table[1:3] == [["transient", "7", "2", "9"], ["devhost-kill", "", "", "1"]]
+    assert table_text(page, "past-deadline") == [
+        ["answers", "do", "undo"],
+        ["agent answers the relay held past their timeout", "2", "0"],
+        ["services' answers delayed past their timeout", "0", "1"],
+    ]
+    text = " ".join(" ".join(document.text).split())
+    assert "In all: 3," in text
+    assert "service, operation transient permanent hang payment do 7 0 0 payment undo 2 0 1" in (
+        text
+    )
+    assert "11 faults injected" in text  # the tile adds the totals: 9 + 1 + 1
+
+
+def test_the_report_splits_every_fault_between_do_and_undo_and_counts_answers_past_deadline() -> (
+    None
+):
+    """From the services' counts per operation and latency delays, and the relay's events:
+    what hit an action (do), what hit a compensation (undo), and which answers came at least a
+    timeout after their request (E2, E6, C2)."""
+    findings = Findings(
+        invariants={},
+        evidence=Evidence({}, {}, {}, [], [], {}),
+        rejected=[],
+    )
+    written = ChaosReport(
+        orders=2,
+        seed=1,
+        submitted={"order": 2},
+        final_states={},
+        findings=findings,
+        crashes=[CrashEvent("broker-kill", 3.0, datetime(2030, 1, 1, tzinfo=UTC), 4.0)],
+        service_faults={
+            "stock": {"do": {"transient": 3, "latency": 2}, "undo": {"hang": 1, "latency": 1}},
+            "payment": {"do": {"transient": 1}, "undo": {"transient": 0}},
+        },
+        series=[],
+        relay={"lost": 2, "late": 2, "reordered": 1},
+        relay_events=[
+            {"t": 1.0, "kind": "agent-response-lost", "messageId": "a", "operation": "do"},
+            {"t": 1.5, "kind": "agent-response-lost", "messageId": "b", "operation": "undo"},
+            {
+                "t": 2.0,
+                "kind": "agent-response-late",
+                "messageId": "c",
+                "operation": "do",
+                "heldSeconds": 14.2,
+            },
+            {
+                "t": 2.5,
+                "kind": "agent-response-late",
+                "messageId": "d",
+                "operation": "undo",
+                "heldSeconds": 4.0,
+            },
+            {"t": 3.0, "kind": "agent-response-reordered", "messageId": "e", "operation": None},
+        ],
+        claims_abandoned=[],
+        duration_seconds=5.0,
+        settings={},
+        service_latencies={"stock": {"do": [0.5, 12.0], "undo": [11.0]}},
+        deadlines={"do": 10.0, "undo": 10.0},
+    )
+
+    assert written.faults_injected() == {
+        "agent-response-late": {"do": 1, "undo": 1, "total": 2},
+        "agent-response-lost": {"do": 1, "undo": 1, "total": 2},
+        "agent-response-reordered": {"total": 1},
+        "broker-kill": {"total": 1},
+        "hang": {"do": 0, "undo": 1, "total": 1},
+        "latency": {"do": 2, "undo": 1, "total": 3},
+        "transient": {"do": 4, "undo": 0, "total": 4},
+    }
+    assert written.answers_past_deadline() == {
+        "agent-response-late": {"do": 1, "undo": 0},
+        "latency": {"do": 1, "undo": 1},
+        "total": 3,
+    }
+    document = written.to_json()
+    assert document["service_faults"] == {
+        "stock": {"transient": 3, "latency": 3, "hang": 1},
+        "payment": {"transient": 1},
+    }
+    assert document["faults_injected"] == written.faults_injected()
+    assert "transient 4 (do 4, undo 0)" in written.render()
+    assert "Answers past their deadline: 3" in written.render()

@@ -1,8 +1,9 @@
 """The README stays true to the rules and to the repository a user clones.
 
 Every rule id that docs/pattern.md defines has a row in the README's "Rule → code" table,
-every file and test that table names exists, and every relative link of README.md leads to
-a file or folder in the repository (never outside it, where a clone has nothing).
+every file and test that table names exists, every invariant the chaos run checks has a row
+in the README's table of them, and every relative link of README.md leads to a file or folder
+in the repository (never outside it, where a clone has nothing).
 """
 
 from __future__ import annotations
@@ -12,10 +13,15 @@ import re
 from functools import cache
 from pathlib import Path
 
+from chaos.invariants import check
+from demo.client import Workload
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 PATTERN = ROOT / "docs" / "pattern.md"
 RULE_TABLE_HEADING = "## Rule → code"
+CHAOS_HEADING = "## make chaos"
+INVARIANTS_HEADER = ["invariant", "evidence"]
 
 RULE_DEFINITION = re.compile(r"^- ([A-Z]\d+)\. ", re.MULTILINE)
 RULE_ID = re.compile(r"\b([SDEURC]\d+)\b")
@@ -25,27 +31,64 @@ LINK_DEFINITION = re.compile(r"^\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)", re.MULTILINE)
 # A repository path in backticks: a file with an extension, optionally `::test_name`, or
 # a folder ending in `/`.
 NAMED_PATH = re.compile(r"`((?:[\w.-]+/)*[\w.-]+\.(?:py|json|md|toml)(?:::\w+)?|(?:[\w.-]+/)+)`")
+CODE_SPAN = re.compile(r"`([^`]+)`")
 
 
 def defined_rule_ids() -> list[str]:
     return RULE_DEFINITION.findall(PATTERN.read_text(encoding="utf-8"))
 
 
-def rule_table_section() -> str:
+def readme_section(heading: str) -> str:
+    """The README's section under ``heading``, up to the next one of its level."""
     text = README.read_text(encoding="utf-8")
-    start = text.index(RULE_TABLE_HEADING)
-    end = text.find("\n## ", start + len(RULE_TABLE_HEADING))
+    start = text.index(heading)
+    end = text.find("\n## ", start + len(heading))
     return text[start:] if end == -1 else text[start:end]
+
+
+def rule_table_section() -> str:
+    return readme_section(RULE_TABLE_HEADING)
+
+
+def tables(text: str) -> list[list[list[str]]]:
+    """Every table in ``text``: its rows, header and separator first, split into cells."""
+    found: list[list[list[str]]] = []
+    previous_was_row = False
+    for line in text.splitlines():
+        is_row = line.startswith("|")
+        if is_row:
+            if not previous_was_row:
+                found.append([])
+            found[-1].append([cell.strip() for cell in line.strip().strip("|").split("|")])
+        previous_was_row = is_row
+    return found
 
 
 def rule_table_rows() -> list[list[str]]:
     """The table's body rows, split into cells (header and separator left out)."""
-    rows = [
-        [cell.strip() for cell in line.strip().strip("|").split("|")]
-        for line in rule_table_section().splitlines()
-        if line.startswith("|")
-    ]
-    return rows[2:]
+    return [row for table in tables(rule_table_section()) for row in table[2:]]
+
+
+def chaos_invariant_rows() -> list[list[str]]:
+    """The body rows of the "make chaos" section's table of invariants."""
+    matching = [t for t in tables(readme_section(CHAOS_HEADING)) if t[0] == INVARIANTS_HEADER]
+    assert len(matching) == 1, f"README '{CHAOS_HEADING}' needs one table {INVARIANTS_HEADER}"
+    return matching[0][2:]
+
+
+def checked_invariants(tmp_path: Path) -> list[str]:
+    """The names of the invariants `chaos.invariants.check` reports, as a run reports them."""
+    findings = check(
+        {},
+        Workload([], []),
+        tmp_path / "no-ledger.jsonl",
+        replies=[],
+        alerts=[],
+        dead_letters=[],
+        max_failures=3,
+        steps=("reserve-stock",),
+    )
+    return list(findings.invariants)
 
 
 def rule_column_ids() -> set[str]:
@@ -111,3 +154,17 @@ def test_every_relative_link_of_the_readme_leads_into_the_repository() -> None:
         if not path.is_relative_to(ROOT) or not path.exists():
             broken.append(target)
     assert not broken, f"README.md links to what a clone does not have: {broken}"
+
+
+def test_every_invariant_the_chaos_run_checks_has_a_row_in_the_readme(tmp_path: Path) -> None:
+    """The README's table says what `make chaos` proves (C1-C10): one row per invariant,
+    named first in its row, and the figures' count of invariants held is their number."""
+    checked = checked_invariants(tmp_path)
+    named = [CODE_SPAN.findall(row[0])[0] for row in chaos_invariant_rows()]
+
+    assert checked, "chaos.invariants.check reports no invariant"
+    missing = [name for name in checked if name not in named]
+    assert not missing, f"README '{CHAOS_HEADING}' invariants table has no row for {missing}"
+    unknown = [name for name in named if name not in checked]
+    assert not unknown, f"README '{CHAOS_HEADING}' names invariants the run lacks: {unknown}"
+    assert f"all {len(checked)} held" in readme_section(CHAOS_HEADING)

@@ -75,3 +75,28 @@ def test_the_fault_times_keep_a_bounded_number_of_seconds_and_the_counts_stay_wh
 
     assert [entry["at"] for entry in injector.injected_times()] == [2.0, 3.0, 4.0]
     assert injector.injected()["transient"] == 5
+
+
+def test_faults_are_counted_per_operation_and_each_latency_keeps_its_delay() -> None:
+    """A failing compensation is told apart from a failing action (C2), and a slow answer's
+    delay is kept so a client that knows its deadline can tell it came after it (E2, E6)."""
+    plan = FaultPlan(
+        rules=(
+            FaultRule(FaultKind.TRANSIENT, operation="charge", times=2),
+            FaultRule(FaultKind.LATENCY, operation="refund", times=1, delay_seconds=12.5),
+            FaultRule(FaultKind.PERMANENT, operation="refund", skip=1, times=1),
+        )
+    )
+    injector = FaultInjector(plan, seed=3, kinds=KINDS)
+
+    for operation in ("charge", "charge", "charge", "refund", "refund", "refund"):
+        injector.decide(operation, "o-1", 1)
+
+    assert injector.injected("charge") == {
+        kind.value: 2 if kind is FaultKind.TRANSIENT else 0 for kind in KINDS
+    }
+    refund = injector.injected("refund")
+    assert (refund["latency"], refund["permanent"], sum(refund.values())) == (1, 1, 2)
+    assert injector.injected()["transient"] == 2
+    assert sum(injector.injected().values()) == 4
+    assert injector.latency_delays() == {"refund": [12.5]}

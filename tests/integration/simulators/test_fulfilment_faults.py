@@ -348,4 +348,21 @@ async def test_stats_count_calls_outcomes_and_faults_by_kind(
             "permanent": 1,
             "lost-response": 1,
         },
+        "faults_injected_by_operation": {
+            "fulfil": {
+                "transient": 1,
+                "latency": 0,
+                "hang": 0,
+                "permanent": 1,
+                "lost-response": 1,
+            },
+            "cancel": {
+                "transient": 0,
+                "latency": 0,
+                "hang": 0,
+                "permanent": 0,
+                "lost-response": 0,
+            },
+        },
+        "latency_delays": {},
     }

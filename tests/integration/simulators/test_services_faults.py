@@ -204,6 +204,13 @@ async def test_stats_of_a_step_service_count_its_side_effects_refusals_and_fault
             "rules": [
                 {"kind": "transient", "orderId": "o-1", "operation": "ship", "times": 1},
                 {"kind": "dispatched", "orderId": "o-2", "operation": "cancel"},
+                {
+                    "kind": "latency",
+                    "orderId": "o-3",
+                    "operation": "cancel",
+                    "times": 1,
+                    "delaySeconds": 0.01,
+                },
             ]
         },
     )
@@ -224,7 +231,11 @@ async def test_stats_of_a_step_service_count_its_side_effects_refusals_and_fault
 
     assert cancels == [422, 201, 200]
     assert stale[0] == 409
-    assert sorted((t["kind"], t["count"]) for t in times) == [("dispatched", 1), ("transient", 1)]
+    assert sorted((t["kind"], t["count"]) for t in times) == [
+        ("dispatched", 1),
+        ("latency", 1),
+        ("transient", 1),
+    ]
     assert all(before <= t["at"] <= after for t in times), times
     assert stats == {
         "requests": 8,
@@ -245,12 +256,31 @@ async def test_stats_of_a_step_service_count_its_side_effects_refusals_and_fault
         "cancellations_refused": 1,
         "faults_injected": {
             "transient": 1,
-            "latency": 0,
+            "latency": 1,
             "hang": 0,
             "permanent": 0,
             "lost-response": 0,
             "dispatched": 1,
         },
+        "faults_injected_by_operation": {
+            "ship": {
+                "transient": 1,
+                "latency": 0,
+                "hang": 0,
+                "permanent": 0,
+                "lost-response": 0,
+                "dispatched": 0,
+            },
+            "cancel": {
+                "transient": 0,
+                "latency": 1,
+                "hang": 0,
+                "permanent": 0,
+                "lost-response": 0,
+                "dispatched": 1,
+            },
+        },
+        "latency_delays": {"cancel": [0.01]},
     }
     assert services.stats(STOCK.name)["faults_injected"].keys() == {
         "transient",

@@ -15,6 +15,7 @@ from domain.agent_messages import (
     AgentOutcome,
     AgentRequest,
     AgentResponse,
+    answered_operation,
     clip_detail,
 )
 from domain.contracts import Order, OrderItem
@@ -52,6 +53,17 @@ def test_an_undo_has_its_own_message_id_and_names_the_side_effect_c1() -> None:
     assert undo.message_id != request().message_id
     restored = AgentRequest.from_json(undo.to_json())
     assert (restored.operation, restored.reference) == (AgentOperation.UNDO, "pay-9")
+
+
+def test_a_responses_message_id_tells_a_do_from_an_undo_c1() -> None:
+    """Whoever carries a response (a relay, a dead-letter reader) knows from its id alone
+    whether it answers a step's action or its compensation."""
+    for operation in AgentOperation:
+        sent = request(operation=operation)
+        answer = AgentResponse(sent.request_id, sent.instance_id, AgentOutcome.SUCCEEDED)
+        assert answered_operation(answer.message_id) is operation
+    assert answered_operation(request().message_id) is None
+    assert answered_operation(None) is None
 
 
 def test_a_request_without_an_operation_is_a_do_c7() -> None:
