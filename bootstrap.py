@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import datetime as dt
-import logging
 import os
 import threading
 import time
@@ -45,6 +44,7 @@ from domain.ports import (
     StateStore,
     StoreMetrics,
 )
+from observability import logs
 from services.admission import BacklogGate
 
 
@@ -134,20 +134,23 @@ def check_settings(environ: Mapping[str, str] = os.environ) -> Settings:
     connection is chosen and logged."""
     settings = Settings.from_environ(environ)
     check_hosting(settings, environ)
-    log = logging.getLogger("app.settings")
+    log = logs.get_logger("app.settings")
     for connection in _identity_connections(settings, environ):
         log.info(
-            "%s authenticates as %s", connection, identity_choice(environ, connection).describe()
+            "connection identity",
+            connection=connection,
+            identity=identity_choice(environ, connection).describe(),
         )
+    # RETRY_BUDGET covers MAX_FAILURES attempts x AGENT_DELIVERY_ATTEMPTS deliveries x the
+    # agent's tries per delivery: the calls one request may cost at most (C4).
     budget = settings.budget
     log.info(
-        "retry budget RETRY_BUDGET=%d covers MAX_FAILURES=%d attempts x "
-        "AGENT_DELIVERY_ATTEMPTS=%d deliveries x %d agent tries = %d calls per request",
-        settings.retry_budget,
-        settings.max_failures,
-        settings.agent_delivery_attempts,
-        budget.agent_max_tries,
-        budget.combined_max_tries,
+        "retry budget",
+        retry_budget=settings.retry_budget,
+        max_failures=settings.max_failures,
+        agent_delivery_attempts=settings.agent_delivery_attempts,
+        agent_max_tries=budget.agent_max_tries,
+        calls_per_request=budget.combined_max_tries,
     )
     return settings
 

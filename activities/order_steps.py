@@ -7,7 +7,9 @@ write changes nothing and sends nothing (D4).
 ``begin_attempt`` also hands the agent its request when the attempt uses the Service Bus
 transport (E1, E4): once the fence held, so a stale attempt sends nothing; with a stable
 MessageId, so a retried activity's second send is removed by duplicate detection. One
-activity instead of two saves the orchestration a replay and a round trip per order.
+activity instead of two saves the orchestration a replay and a round trip per order. The step
+that began is logged once its agent has the request (C9); what the writes did is logged by
+`services.steps`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from activities.agent_bridge import send_agent_request
 from domain.agent_messages import AgentRequest
 from domain.outgoing_messages import alert_outgoing, status_outgoing
 from domain.policies import AGENT_TRANSPORT_ACTIVITY
+from observability import logs
 from observability.tracing import status_span
 from orchestrators.payloads import StepCall, StepStarted
 from services.operator import load_order
@@ -29,6 +32,7 @@ from services.steps import StepOutcome, complete_order, fail_order, start_step
 
 bp = df.Blueprint()
 STEP = "fulfil"
+log = logs.get_logger("app.steps")
 
 # Activity inputs are annotated Any, the JSON value the trigger delivers, and parsed into
 # their dataclass first thing: the Python worker refuses a builtin generic such as
@@ -58,6 +62,9 @@ async def begin_attempt(call: Any) -> dict[str, Any]:
     )
     if step.agent_transport != AGENT_TRANSPORT_ACTIVITY:
         await send_agent_request(request, app.settings.agent_requests_queue)
+    log.info(
+        "step begun", instance_id=step.instance, step=STEP, agent_transport=step.agent_transport
+    )
     return StepStarted(applied=True, request=request.to_document()).to_dict()
 
 

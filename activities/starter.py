@@ -41,6 +41,7 @@ async def start_pending_orders(
         bounds=app.settings.starter_scan,
         timeouts=app.settings.timeouts,
         max_running=app.settings.max_running_orders,
+        max_backlog=app.settings.max_backlog_orders,
     )
     # Each claim is already won, so the starts may go out together (bounded): one after
     # another, a large page of claims would take longer than the starter's cadence.
@@ -72,6 +73,7 @@ async def start_pending_orders(
     log.info(
         "starter run",
         running=run.running,
+        pending=run.pending,
         claims=len(run.claims),
         started=started,
         pages=run.pages,

@@ -7,7 +7,9 @@ its request, do or undo, on the agent's own request queue (E1) once the fence he
 stable MessageId so a re-run's second send is removed by duplicate detection (E4). The
 order is read from the orders database once per attempt and then travels with the
 orchestration (D6). Each activity is a span with the order's correlation attributes, and each
-status message it sends has its own (C9).
+status message it sends has its own (C9); the step or undo that began is logged once its
+agent has the request (``step begun``, ``undo begun``), what the writes did by
+`services.step_writes`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from domain.policies import AGENT_TRANSPORT_ACTIVITY
 from domain.records import StateRecord
 from domain.transitions import Undo
 from domain.workflow import declaration
+from observability import logs
 from observability.tracing import order_span, status_span
 from orchestrators.step_payloads import StepRef, StepWrite, StepWritten
 from services import step_writes
@@ -37,6 +40,8 @@ from services.operator import load_order
 from services.step_writes import Done, StepWriteOutcome
 
 bp = df.Blueprint()
+log = logs.get_logger("app.steps")
+_BEGUN = {AgentOperation.DO: "step begun", AgentOperation.UNDO: "undo begun"}
 
 # Activity inputs are annotated Any, the JSON value the trigger delivers, and parsed into
 # their dataclass first thing: the Python worker refuses a builtin generic such as
@@ -174,6 +179,13 @@ async def _with_request(
     )
     if write.agent_transport != AGENT_TRANSPORT_ACTIVITY:
         await send_agent_request(request, app.settings.agent_queue(declaration(step.name).agent))
+    # With the activity transport the orchestration hands the agent this request itself.
+    log.info(
+        _BEGUN[operation],
+        instance_id=write.instance,
+        step=step.name,
+        agent_transport=write.agent_transport,
+    )
     return StepWritten(applied=True, request=request.to_document()).to_dict()
 
 

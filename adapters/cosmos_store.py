@@ -573,6 +573,9 @@ class CosmosStateStore(StateStore):
     def count_running(self, *, at_most: int) -> int:
         return self._count_in(_RUNNING_STATES, at_most, "counting running state records")
 
+    def count_pending(self, *, at_most: int) -> int:
+        return self._count_in((ProcessState.PENDING,), at_most, "counting pending state records")
+
     def count_backlog(self, *, at_most: int) -> int:
         return self._count_in(_BACKLOG_STATES, at_most, "counting the backlog of state records")
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -57,8 +56,9 @@ from domain.dead_letters import (
     summarise_body,
 )
 from domain.ports import DeadLetterBusy, DeadLetterQueues
+from observability import logs
 
-log = logging.getLogger("app.dead_letters")
+log = logs.get_logger("app.dead_letters")
 
 OPERATION_TIMEOUT_SECONDS = 30.0
 PEEK_PAGE = 100
@@ -230,12 +230,11 @@ class ServiceBusDeadLetterQueues(DeadLetterQueues):
                 # The copy is in the source queue; a second resubmit of this dead letter sends
                 # the same message id, which the queue's duplicate detection removes.
                 log.warning(
-                    "dead letter %s queue=%s sequence=%d but not removed (%s): it may still be "
-                    "listed",
-                    done,
-                    queue,
-                    _sequence(target),
-                    type(error).__name__,
+                    "dead letter not removed: it may still be listed",
+                    action=done,
+                    queue=queue,
+                    sequence=_sequence(target),
+                    error=type(error).__name__,
                 )
                 return True
             raise DeadLetterBusy(
@@ -243,11 +242,11 @@ class ServiceBusDeadLetterQueues(DeadLetterQueues):
                 "was removed; list it again"
             ) from error
         log.info(
-            "dead letter %s queue=%s sequence=%d message_id=%s",
-            done,
-            queue,
-            _sequence(target),
-            target.message_id,
+            "dead letter removed",
+            action=done,
+            queue=queue,
+            sequence=_sequence(target),
+            message_id=target.message_id,
         )
         return True
 
@@ -259,7 +258,12 @@ class ServiceBusDeadLetterQueues(DeadLetterQueues):
                 async with asyncio.timeout(self._timeout):
                     await receiver.abandon_message(message)
             except Exception as error:  # the lock ends with the receiver or its duration
-                log.debug("abandoning dead letter %d: %s", _sequence(message), error)
+                log.debug(
+                    "could not abandon dead letter",
+                    sequence=_sequence(message),
+                    error=type(error).__name__,
+                    detail=str(error),
+                )
 
     async def _present(self, receiver: ServiceBusReceiver, sequence_number: int) -> bool:
         page = await self._peek(receiver, sequence_number, 1)
@@ -292,7 +296,7 @@ async def _close_quietly(receiver: ServiceBusReceiver) -> None:
         async with asyncio.timeout(5.0):
             await receiver.close()
     except Exception as error:
-        log.debug("closing a service bus receiver: %s: %s", type(error).__name__, error)
+        log.debug("closing a service bus receiver", error=type(error).__name__, detail=str(error))
 
 
 def _sequence(message: ServiceBusReceivedMessage) -> int:

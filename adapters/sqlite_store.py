@@ -288,6 +288,9 @@ class SqliteStateStore(StateStore):
     def count_running(self, *, at_most: int) -> int:
         return self._count_in(_RUNNING_STATES, at_most)
 
+    def count_pending(self, *, at_most: int) -> int:
+        return self._count_in((ProcessState.PENDING.value,), at_most)
+
     def count_backlog(self, *, at_most: int) -> int:
         return self._count_in(_BACKLOG_STATES, at_most)
 

@@ -495,6 +495,7 @@ class Run:
                 bounds=replace(settings.starter_scan, max_items=ABANDONED_CLAIMS),
                 timeouts=settings.timeouts,
                 max_running=settings.max_running_orders,
+                max_backlog=settings.max_backlog_orders,
             )
             if run.claims:
                 self.claims_abandoned += [str(claim.instance_id) for claim in run.claims]

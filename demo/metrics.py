@@ -301,6 +301,7 @@ def section(run: MetricsFile) -> dict[str, Any]:
         },
         "backlog": {
             "pending": run.gauge(names.BACKLOG_PENDING),
+            "unfinished": run.gauge(names.BACKLOG_UNFINISHED),
             "oldest_pending_age_s": run.gauge(names.BACKLOG_OLDEST_PENDING_AGE),
         },
     }

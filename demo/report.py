@@ -270,9 +270,15 @@ def _metrics_lines(section: Mapping[str, Any]) -> list[str]:
             or "none"
         ),
         f"  supervisor: {_pairs(supervisor)}",
-        f"  backlog (gauges, max/last): unfinished orders as admission control counted them "
-        f"{backlog['pending']['max']}/{backlog['pending']['final']}, oldest Pending age "
-        f"{backlog['oldest_pending_age_s']['max']}/{backlog['oldest_pending_age_s']['final']} s",
+        "  backlog (gauges, max/last): "
+        + ", ".join(
+            f"{label} {backlog[key]['max']}/{backlog[key]['final']}{unit}"
+            for label, key, unit in (
+                ("Pending orders", "pending", ""),
+                ("unfinished orders", "unfinished", ""),
+                ("oldest Pending age", "oldest_pending_age_s", " s"),
+            )
+        ),
     ]
     return lines
 

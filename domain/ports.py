@@ -241,6 +241,11 @@ class StateStore(ABC):
         """
 
     @abstractmethod
+    def count_pending(self, *, at_most: int) -> int:
+        """How many records are Pending - waiting to be started, or started again - counted up
+        to `at_most` (C5, C9): the starter reports it each run, next to the running count."""
+
+    @abstractmethod
     def count_backlog(self, *, at_most: int) -> int:
         """How many records are unfinished - Pending, Processing or Compensating - counted up
         to `at_most` (C5).

@@ -20,9 +20,11 @@ What records what:
 - each supervisor sweep or catch-up: items read and Cosmos DB request charge (U2; the
   SQLite store reports no charge, 0), and give-ups (U5);
 - the observable gauges read the last value the app saw, never a store from the exporter's
-  thread: the backlog of unfinished orders as the admission gate counted it (C5,
-  `services.admission`), the age of the oldest Pending order the starter's claim scan read
-  (`services.starter`).
+  thread. The starter (`services.starter`), which runs on its timer whether or not orders
+  arrive, sets all three at the start of each run from the counts it makes anyway: the
+  Pending orders, the unfinished ones (Pending, Processing, Compensating), and the age of
+  the oldest Pending order its claim scan read. Admission control (C5,
+  `services.admission`) also sets the unfinished count whenever it counts for a submission.
 
 Consumer lag is not an app metric: counting a queue's active messages takes the namespace's
 Manage right on Azure (the app's identity has Listen and Send only) and the embedded broker has
@@ -61,6 +63,7 @@ SUPERVISOR_ITEMS_READ = "sas.supervisor.items_read"
 SUPERVISOR_REQUEST_CHARGE = "sas.supervisor.request_charge"
 SUPERVISOR_GIVEUPS = "sas.supervisor.giveups"
 BACKLOG_PENDING = "sas.backlog.pending"
+BACKLOG_UNFINISHED = "sas.backlog.unfinished"
 BACKLOG_OLDEST_PENDING_AGE = "sas.backlog.oldest_pending_age"
 
 REJECTED_BACKLOG_FULL = "backlog-full"
@@ -94,7 +97,8 @@ class _Gauges:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.backlog: int | None = None
+        self.pending: int | None = None
+        self.unfinished: int | None = None
         self.oldest_pending_since: datetime | None = None
         self.oldest_pending_age: float | None = None
 
@@ -126,10 +130,18 @@ def _declare(meter: Meter) -> _Instruments:
     }
     meter.create_observable_gauge(
         BACKLOG_PENDING,
-        callbacks=[_observe_backlog],
+        callbacks=[_observe_pending],
         unit="{order}",
-        description="Unfinished orders (Pending, Processing, Compensating) as admission "
-        "control last counted them, up to MAX_BACKLOG_ORDERS (C5)",
+        description="Pending orders, waiting to be started, as the starter counted them at "
+        "the start of its last run, up to MAX_BACKLOG_ORDERS (C5)",
+    )
+    meter.create_observable_gauge(
+        BACKLOG_UNFINISHED,
+        callbacks=[_observe_unfinished],
+        unit="{order}",
+        description="Unfinished orders (Pending, Processing, Compensating), the backlog "
+        "MAX_BACKLOG_ORDERS bounds, as the starter or admission control last counted them, up "
+        "to that bound (C5)",
     )
     meter.create_observable_gauge(
         BACKLOG_OLDEST_PENDING_AGE,
@@ -233,10 +245,17 @@ def supervisor_gave_up(recovery: str) -> None:
     _add(SUPERVISOR_GIVEUPS, attributes={"recovery": recovery})
 
 
-def backlog_counted(backlog: int) -> None:
+def backlog_counted(unfinished: int) -> None:
     """Admission control's latest count of unfinished orders (C5)."""
     with _gauges.lock:
-        _gauges.backlog = backlog
+        _gauges.unfinished = unfinished
+
+
+def backlog_observed(*, pending: int, unfinished: int) -> None:
+    """The starter's counts at the start of a run: Pending orders and unfinished ones (C5)."""
+    with _gauges.lock:
+        _gauges.pending = pending
+        _gauges.unfinished = unfinished
 
 
 def pending_observed(oldest_since: datetime | None, *, now: datetime, read: bool) -> None:
@@ -256,10 +275,16 @@ def pending_observed(oldest_since: datetime | None, *, now: datetime, read: bool
         )
 
 
-def _observe_backlog(options: CallbackOptions) -> Iterable[Observation]:
+def _observe_pending(options: CallbackOptions) -> Iterable[Observation]:
     with _gauges.lock:
-        backlog = _gauges.backlog
-    return [] if backlog is None else [Observation(backlog)]
+        pending = _gauges.pending
+    return [] if pending is None else [Observation(pending)]
+
+
+def _observe_unfinished(options: CallbackOptions) -> Iterable[Observation]:
+    with _gauges.lock:
+        unfinished = _gauges.unfinished
+    return [] if unfinished is None else [Observation(unfinished)]
 
 
 def _observe_oldest_pending(options: CallbackOptions) -> Iterable[Observation]:

@@ -12,8 +12,9 @@ overshot (orders finishing only make its estimate high until the next count), an
 instance can add at most what it admits in one interval before its next count sees them. The
 bound is a bound on growth, not a lock, like the running cap.
 
-The gate's estimate is also what the sas.backlog.pending gauge reports (C9): a count the
-gate makes anyway, so observing the backlog costs the store nothing more.
+The gate's estimate also sets the sas.backlog.unfinished gauge (C9): a count the gate makes
+anyway, so observing the backlog costs the store nothing more. The starter sets it too, each
+run, so it stays current while no submissions arrive.
 
 Each admission is a reservation: the submission settles it with whether it stored a new
 record, so a resend, a conflict or a message of another kind gives its place back.

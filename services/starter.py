@@ -12,9 +12,14 @@ backlog - instead of starting more attempts than the pipeline can finish before 
 deadlines. Two starters racing may overshoot the cap by one run's claims; the cap bounds
 work in progress, it is not a lock.
 
-The scan also feeds the sas.backlog.oldest_pending_age gauge (C9) with the oldest Pending
-record it read, since when it has waited (its UpdatedAt: its submission, or the retry that
-made it Pending again). The SQLite store serves the scan oldest first, so that is the oldest
+Backlog gauges (C9): the starter runs on its timer whether or not orders arrive, so each
+run sets them from what it counts anyway, once per run and never per order: the Pending
+orders (sas.backlog.pending) and, with the running ones, the unfinished orders
+(sas.backlog.unfinished), both counted up to MAX_BACKLOG_ORDERS at the start of the run.
+The running count goes up to that bound too, not only to the cap, so that the two add up
+to the backlog. The scan feeds sas.backlog.oldest_pending_age with the oldest Pending record
+it read, since when it has waited (its UpdatedAt: its submission, or the retry that made it
+Pending again). The SQLite store serves the scan oldest first, so that is the oldest
 claimable order; a Cosmos DB page is in no order, so there it is the oldest of the page.
 A run with no room reads nothing and the gauge keeps the order it saw last, still waiting.
 """
@@ -48,7 +53,10 @@ class StarterRun:
     lost_races: int
     stopped: StopReason | None
     running: int
-    """Orders running when the run began, counted up to the cap (C5)."""
+    """Orders running when the run began, counted up to the larger of the cap and the
+    backlog bound (C5)."""
+    pending: int
+    """Orders Pending when the run began, counted up to the backlog bound (C5)."""
 
 
 def claim_pending(
@@ -58,17 +66,21 @@ def claim_pending(
     bounds: ScanBounds,
     timeouts: Timeouts,
     max_running: int,
+    max_backlog: int,
 ) -> StarterRun:
     """Claim the due Pending records that one scan within `bounds` reads (D1-D3), no more
-    than leave `max_running` orders running (C5).
+    than leave `max_running` orders running (C5); count the Pending and the unfinished
+    orders up to `max_backlog` for the backlog gauges.
 
     Each claim gets the provisional CompleteBy of `timeouts` (D3).
     """
-    running = states.count_running(at_most=max_running)
+    running = states.count_running(at_most=max(max_running, max_backlog))
+    pending = states.count_pending(at_most=max_backlog)
+    metrics.backlog_observed(pending=pending, unfinished=min(pending + running, max_backlog))
     room = max_running - running
     if room <= 0:
         metrics.pending_observed(None, now=now, read=False)
-        return StarterRun((), 0, 0, 0, None, running)
+        return StarterRun((), 0, 0, 0, None, running, pending)
     scan: BoundedScan[StateRecord] = BoundedScan(
         fetch=lambda size, token: states.query_claimable(
             now=now, page_size=size, continuation=token
@@ -95,4 +107,6 @@ def claim_pending(
             continue
         claims.append(Claim(InstanceId(stored.order_id, stored.attempt), stored))
     metrics.pending_observed(oldest_pending, now=now, read=True)
-    return StarterRun(tuple(claims), scan.pages, scan.items_read, lost_races, scan.stopped, running)
+    return StarterRun(
+        tuple(claims), scan.pages, scan.items_read, lost_races, scan.stopped, running, pending
+    )

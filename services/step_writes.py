@@ -11,6 +11,11 @@ Progress (R2): the app hears `in-progress` with the step's name as each step com
 then the final status; operators hear of `Error` and `CompensationFailed` (E8, C2). The
 write that moves an order to a final state counts it (C9); a repeat that finds the state
 already reached does not.
+
+Logs (C9), with the attempt's ids and the step only: a write the fence refused (`write
+superseded`), a step that failed for good, each undo that finished or failed, and the order
+reaching its final state (`services.steps.count_if_finished`). The step and undo that began
+are logged by the activity once their agent has its request.
 """
 
 from __future__ import annotations
@@ -24,8 +29,9 @@ from domain.policies import Timeouts, compensation_deadline, step_deadline
 from domain.ports import StateStore
 from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord, StepState
 from domain.transitions import FencedChange, Undo
+from observability import logs
 from services.status import alert_for, left_to_undo, status_for
-from services.steps import already_reached, count_if_finished
+from services.steps import already_reached, count_if_finished, superseded
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,8 @@ class Done:
 
 
 REFUSED = StepWriteOutcome(applied=False, record=None)
+
+log = logs.get_logger("app.steps")
 
 
 def begin_step(
@@ -76,7 +84,7 @@ def begin_step(
     )
     record = states.fenced_update(change) or _begun_already(states, instance, index, done)
     if record is None:
-        return REFUSED
+        return _refused(instance, "begin_step", name)
     progress = () if done is None else _progress(record, done, now, reply_queues)
     return StepWriteOutcome(True, record, progress)
 
@@ -96,7 +104,7 @@ def finish_steps(
     )
     record = _written_or_reached(states, change, instance, ProcessState.PROCESSED)
     if record is None:
-        return REFUSED
+        return _refused(instance, "finish_steps", done.name)
     statuses = (
         *_progress(record, done, now, reply_queues),
         *_status(record, OrderStatus.COMPLETED, now, reply_queues),
@@ -131,11 +139,13 @@ def fail_step(
     if compensate:
         record = _written_or_reached(states, change, instance, ProcessState.COMPENSATING)
         if record is None:
-            return REFUSED
+            return _refused(instance, "fail_step", name)
+        log.info("step failed", instance_id=instance, step=name, compensate=True)
         return StepWriteOutcome(True, record, undo=transitions.compensation_plan(record))
     record = _written_or_reached(states, change, instance, ProcessState.ERROR)
     if record is None:
-        return REFUSED
+        return _refused(instance, "fail_step", name)
+    log.info("step failed", instance_id=instance, step=name, compensate=False)
     return StepWriteOutcome(
         True,
         record,
@@ -163,7 +173,10 @@ def begin_undo(
         undone=undone,
     )
     record = states.fenced_update(change)
-    return REFUSED if record is None else StepWriteOutcome(True, record)
+    if record is None:
+        return _refused(instance, "begin_undo", undo.name)
+    _undone(instance, undone)
+    return StepWriteOutcome(True, record)
 
 
 def finish_undo(
@@ -176,9 +189,9 @@ def finish_undo(
 ) -> StepWriteOutcome:
     """Every step was undone: Compensated and a `compensated` status (C2, R2)."""
     change = transitions.finish_undo(instance, undone=undone, now=now)
-    record = _written_or_reached(states, change, instance, ProcessState.COMPENSATED)
+    record = _written_or_reached(states, change, instance, ProcessState.COMPENSATED, undone=undone)
     if record is None:
-        return REFUSED
+        return _refused(instance, "finish_undo", None if undone is None else undone.name)
     return StepWriteOutcome(
         True, record, _status(record, OrderStatus.COMPENSATED, now, reply_queues)
     )
@@ -198,7 +211,8 @@ def undo_failed(
     change = transitions.undo_failed(instance, undo, reason=reason, now=now)
     record = _written_or_reached(states, change, instance, ProcessState.COMPENSATION_FAILED)
     if record is None:
-        return REFUSED
+        return _refused(instance, "undo_failed", undo.name)
+    log.info("undo failed", instance_id=instance, step=undo.name)
     why = f"undoing {undo.name} failed: {reason}"
     return StepWriteOutcome(
         True,
@@ -213,11 +227,30 @@ def undo_failed(
     )
 
 
+def _refused(instance: InstanceId, write: str, step: str | None) -> StepWriteOutcome:
+    superseded(instance, write, step)
+    return REFUSED
+
+
+def _undone(instance: InstanceId, undone: Undo | None) -> None:
+    """Log the undo that finished just before this write, when there was one (C2)."""
+    if undone is not None:
+        log.info("undo finished", instance_id=instance, step=undone.name)
+
+
 def _written_or_reached(
-    states: StateStore, change: FencedChange, instance: InstanceId, state: ProcessState
+    states: StateStore,
+    change: FencedChange,
+    instance: InstanceId,
+    state: ProcessState,
+    *,
+    undone: Undo | None = None,
 ) -> StateRecord | None:
+    """The record `change` wrote, counted (and logged) when it finished the order, or the one
+    this attempt wrote before (C8); `undone` is the undo the write records as finished."""
     written = states.fenced_update(change)
     if written is not None:
+        _undone(instance, undone)
         count_if_finished(written)
         return written
     return already_reached(states, instance, state)

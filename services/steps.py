@@ -11,6 +11,10 @@ record, whose expired CompleteBy is the supervisor's signal.
 
 The write that moves an order to a final state counts it and its time since submission
 (`count_if_finished`, C9); a repeat that finds the state already reached does not (C8).
+
+Logs (C9): a refused write (`write superseded`), a step that failed for good and an order that
+reached a final state, each with the attempt's ids only. A disabled level costs one level
+check per call: the logger renders nothing before it (`observability.logs`).
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ from domain.contracts import AlertKind, OperatorAlert, OrderStatus, StatusMessag
 from domain.policies import Timeouts, compensation_deadline, step_deadline
 from domain.ports import StateStore
 from domain.records import FINISHED_STATES, CompletedStep, InstanceId, ProcessState, StateRecord
-from observability import metrics
+from observability import logs, metrics
 from services.status import alert_for, status_for
+
+log = logs.get_logger("app.steps")
 
 
 @dataclass(frozen=True)
@@ -38,8 +44,16 @@ class StepOutcome:
     alert: OperatorAlert | None = None
 
 
-def _outcome(instance: InstanceId, record: StateRecord | None) -> StepOutcome:
+def _outcome(instance: InstanceId, record: StateRecord | None, write: str) -> StepOutcome:
+    if record is None:
+        superseded(instance, write)
     return StepOutcome(instance, record is not None, record)
+
+
+def superseded(instance: InstanceId, write: str, step: str | None = None) -> None:
+    """Log a write of `instance` that the fence refused: the supervisor or a newer attempt
+    owns the order now (D4), so the attempt ends without sending anything."""
+    log.info("write superseded", instance_id=instance, step=step, write=write)
 
 
 def count_if_finished(written: StateRecord) -> StateRecord:
@@ -47,8 +61,10 @@ def count_if_finished(written: StateRecord) -> StateRecord:
     (C9: sas.orders.* and sas.order.duration from its submission). Only the applying write
     calls this, so an activity that runs twice (C8) counts its order once."""
     if written.process_state in FINISHED_STATES:
-        metrics.order_finished(
-            written.process_state.value, submitted=written.created_at, finished=written.updated_at
+        state = written.process_state.value
+        metrics.order_finished(state, submitted=written.created_at, finished=written.updated_at)
+        log.info(
+            "order finished", order_id=written.order_id, instance_id=written.locked_by, state=state
         )
     return written
 
@@ -95,7 +111,7 @@ def start_step(
         now=now,
         completed=completed,
     )
-    return _outcome(instance, states.fenced_update(change))
+    return _outcome(instance, states.fenced_update(change), "start_step")
 
 
 def complete_order(
@@ -111,7 +127,7 @@ def complete_order(
         states, transitions.mark_processed(instance, now=now, completed=completed)
     ) or already_reached(states, instance, ProcessState.PROCESSED)
     if record is None:
-        return _outcome(instance, None)
+        return _outcome(instance, None, "complete_order")
     status = status_for(record, OrderStatus.COMPLETED, reply_queues=reply_queues, now=now)
     return StepOutcome(instance, True, record, status=status)
 
@@ -137,12 +153,16 @@ def fail_order(
         change = transitions.begin_compensation(
             instance, now=now, reason=reason, complete_by=compensation_deadline(now, timeouts)
         )
-        return _outcome(instance, states.fenced_update(change))
+        outcome = _outcome(instance, states.fenced_update(change), "fail_order")
+        if outcome.applied:
+            log.info("step failed", instance_id=instance, compensate=True)
+        return outcome
     record = _fenced(
         states, transitions.mark_error(instance, now=now, reason=reason)
     ) or already_reached(states, instance, ProcessState.ERROR)
     if record is None:
-        return _outcome(instance, None)
+        return _outcome(instance, None, "fail_order")
+    log.info("step failed", instance_id=instance, compensate=False)
     return StepOutcome(
         instance,
         True,
@@ -169,13 +189,13 @@ def finish_compensation(
     if failure is None:
         record = _fenced(states, transitions.mark_compensated(instance, now=now))
         if record is None:
-            return _outcome(instance, None)
+            return _outcome(instance, None, "finish_compensation")
         status = status_for(record, OrderStatus.COMPENSATED, reply_queues=reply_queues, now=now)
         return StepOutcome(instance, True, record, status=status)
     change = transitions.mark_compensation_failed(instance, now=now, reason=failure)
     record = _fenced(states, change)
     if record is None:
-        return _outcome(instance, None)
+        return _outcome(instance, None, "finish_compensation")
     return StepOutcome(
         instance,
         True,

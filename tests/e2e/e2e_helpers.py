@@ -105,6 +105,15 @@ class Delivered:
         )
 
 
+@dataclass(frozen=True)
+class Backlog:
+    """One sample of the state store's backlog (C5): the unfinished records (Pending,
+    Processing, Compensating) and the running ones among them (Processing, Compensating)."""
+
+    unfinished: int
+    running: int
+
+
 class E2E:
     """One running pipeline and a client of it.
 
@@ -300,17 +309,24 @@ class E2E:
                 await watcher
 
     @contextlib.asynccontextmanager
-    async def watching_backlog(self) -> AsyncIterator[list[int]]:
-        """The state store's backlog (Pending, Processing, Compensating records, C5) while the
-        block runs, each change of it in order (polled every 50 ms, counted up to 10,000)."""
-        seen: list[int] = []
+    async def watching_backlog(self) -> AsyncIterator[list[Backlog]]:
+        """The state store's backlog (Pending, Processing, Compensating records, C5) and its
+        running part while the block runs, each change in order (polled every 50 ms, counted
+        up to 10,000)."""
+        seen: list[Backlog] = []
         states = bootstrap.services().states
+
+        def count() -> Backlog:
+            return Backlog(
+                unfinished=states.count_backlog(at_most=10_000),
+                running=states.count_running(at_most=10_000),
+            )
 
         async def watch() -> None:
             while True:
-                count = await asyncio.to_thread(states.count_backlog, at_most=10_000)
-                if not seen or seen[-1] != count:
-                    seen.append(count)
+                counted = await asyncio.to_thread(count)
+                if not seen or seen[-1] != counted:
+                    seen.append(counted)
                 await asyncio.sleep(_WATCH_INTERVAL_SECONDS)
 
         watcher = asyncio.create_task(watch())
@@ -399,11 +415,18 @@ async def running_step_pipeline(
     *,
     service_faults: Mapping[str, FaultPlan] | None = None,
     settings: Mapping[str, str] | None = None,
+    worker_processes: int = 0,
 ) -> AsyncIterator[E2E]:
     """`running_pipeline` with fault plans for the step services, by service name (``stock``,
-    ``payment``, ``shipping``); on a clean exit, no trigger listener may have died."""
+    ``payment``, ``shipping``); on a clean exit, no trigger listener may have died.
+
+    ``worker_processes`` > 0 runs the app in that many language worker processes, each with
+    this process's log level, logging to its standard error and exporting telemetry as the
+    settings say (the app's counters and metrics are then in the workers)."""
     chosen = {**QUIET_TIMERS, **(settings or {})}
-    async with local_pipeline(work_dir, service_faults=service_faults, settings=chosen) as pipeline:
+    async with local_pipeline(
+        work_dir, service_faults=service_faults, settings=chosen, worker_processes=worker_processes
+    ) as pipeline:
         client = ServiceBusClient.from_connection_string(pipeline.connection_string)
         async with client:
             e2e = E2E(pipeline, client)

@@ -129,7 +129,19 @@ async def test_the_default_mix_shows_every_path_and_keeps_every_invariant(tmp_pa
     assert report.metrics["dead_letters"] == report.dead_letter_reasons
     assert report.metrics["supervisor"]["giveups"] == report.supervisor["gave_up"]
     assert report.metrics["supervisor"]["items_read"] >= 1
-    assert report.metrics["backlog"]["pending"]["max"] >= 1
+    # Failures by step and reason: the scripted refusals at each step (E8, C1) and the
+    # deadlines that expired for the hung reservation and the lost shipment (U1).
+    failures = report.metrics["step_failures"]
+    assert set(failures) <= set(STEPS)
+    for step in STEPS:
+        assert failures[step]["failed"] >= 1, failures
+    assert failures["reserve-stock"]["deadline-expired"] >= 1, failures
+    assert failures["ship-order"]["deadline-expired"] >= 2, failures
+    backlog = report.metrics["backlog"]
+    assert backlog["pending"]["max"] >= 1
+    assert 1 <= backlog["unfinished"]["max"] <= 8
+    # Orders wait Pending for the starter's next run: the oldest one's age was seen.
+    assert backlog["oldest_pending_age_s"]["max"] > 0
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,18 @@ real messages to the embedded broker and watch what the app's Service Bus trigge
 replies do with them.
 """
 
+import asyncio
 from pathlib import Path
 
+from demo.metrics import read as read_metrics
+from devhost.telemetry import EXPORT_SETTING
 from domain.records import ProcessState
+from observability.metrics import (
+    BACKLOG_UNFINISHED,
+    ORDERS_RECEIVED,
+    ORDERS_REJECTED,
+    REJECTED_BACKLOG_FULL,
+)
 from simulators.services.faults import FaultKind, FaultPlan, FaultRule
 from tests.e2e.e2e_helpers import (
     AGENT_RESPONSES,
@@ -171,14 +180,21 @@ async def test_c5_a_slow_downstream_keeps_the_backlog_bounded_and_the_excess_is_
 ) -> None:
     """C5: while the stock service takes 2 s per reservation, a burst of 10 orders meets a
     backlog bound of 4 (2 running): the state store never holds more than 4 unfinished
-    orders, each order is answered either `received` or `rejected` (which says why), a
-    rejected order is stored nowhere and its message is completed, not dead-lettered, and
-    every accepted order completes. Once the backlog drains, a rejected order sent again is
-    accepted."""
+    orders nor more than 2 running ones, each order is answered either `received` or
+    `rejected` (which says why), a rejected order is stored nowhere and its message is
+    completed, not dead-lettered, and every accepted order completes. Once the backlog
+    drains, a rejected order sent again is accepted. C9: the app runs in a language worker
+    that exports its metrics to the telemetry file; its rejected counter equals the
+    `rejected` replies, by reason."""
     slow_stock = FaultPlan(
         rules=(FaultRule(FaultKind.LATENCY, operation="reserve", delay_seconds=2),)
     )
-    bounds = {"MAX_RUNNING_ORDERS": "2", "MAX_BACKLOG_ORDERS": "4"}
+    telemetry = tmp_path / "telemetry.jsonl"
+    bounds = {
+        "MAX_RUNNING_ORDERS": "2",
+        "MAX_BACKLOG_ORDERS": "4",
+        EXPORT_SETTING: str(telemetry),
+    }
     order_ids = [f"o-burst-{index:02d}" for index in range(10)]
 
     def answered(taken: list[Delivered]) -> bool:
@@ -189,7 +205,7 @@ async def test_c5_a_slow_downstream_keeps_the_backlog_bounded_and_the_excess_is_
         )
 
     async with running_step_pipeline(
-        tmp_path, service_faults={"stock": slow_stock}, settings=bounds
+        tmp_path, service_faults={"stock": slow_stock}, settings=bounds, worker_processes=1
     ) as e2e:
         async with e2e.watching_backlog() as backlog:
             for order_id in order_ids:
@@ -208,7 +224,10 @@ async def test_c5_a_slow_downstream_keeps_the_backlog_bounded_and_the_excess_is_
         assert rejected, f"no order was rejected; the backlog went {backlog}"
         # The first four fill the backlog; a place frees only when an order completes.
         assert len(accepted) >= 4, statuses
-        assert max(backlog) <= 4, f"the backlog went {backlog}"
+        assert max(sample.unfinished for sample in backlog) <= 4, f"the backlog went {backlog}"
+        # The starter claims no more than the cap: the other accepted orders wait Pending.
+        running = max(sample.running for sample in backlog)
+        assert 1 <= running <= 2, f"the backlog went {backlog}"
         for order_id in rejected:
             [rejection] = statuses[order_id]
             assert rejection["reason"].startswith("backlog at its bound: 4 of at most 4 orders")
@@ -231,3 +250,13 @@ async def test_c5_a_slow_downstream_keeps_the_backlog_bounded_and_the_excess_is_
         record = await e2e.record(again)
         assert record is not None
         assert record.process_state is ProcessState.PROCESSED
+
+    # Leaving the pipeline stopped the worker, which flushed its metrics to the file.
+    exported = await asyncio.to_thread(read_metrics, telemetry)
+    assert exported.processes >= 1
+    rejected_replies = [m for m in replies if m.body["status"] == "rejected"]
+    assert exported.by(ORDERS_REJECTED, "reason") == {REJECTED_BACKLOG_FULL: len(rejected_replies)}
+    assert exported.total(ORDERS_RECEIVED) == len(accepted) + 1
+    unfinished = exported.gauge(BACKLOG_UNFINISHED)["max"]
+    assert unfinished is not None
+    assert unfinished <= 4

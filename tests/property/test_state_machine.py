@@ -234,6 +234,7 @@ class StateRecordModel(RuleBasedStateMachine):
             bounds=STARTER_SCAN,
             timeouts=TIMEOUTS,
             max_running=10,
+            max_backlog=10,
         )
         for claim in run.claims:
             resume = claim.record.resume_at

@@ -86,14 +86,15 @@ def test_cosmos_on_azure_starts_and_logs_the_identity_of_each_connection(
         }
     )
     assert settings.state_store == "cosmos"
-    assert (
-        "ServiceBusConnection authenticates as user-assigned managed identity, client id client-1"
-        in caplog.messages
-    )
-    assert (
-        "CosmosConnection authenticates as user-assigned managed identity, client id client-1"
-        in caplog.messages
-    )
+    identity = '"user-assigned managed identity, client id client-1"'
+    for connection in ("ServiceBusConnection", "CosmosConnection"):
+        assert f"connection identity connection={connection} identity={identity}" in (
+            caplog.messages
+        )
+    # C9: key=value through the app's structured logger, the fields exportable as attributes.
+    [budget] = [r for r in caplog.records if r.getMessage().startswith("retry budget ")]
+    assert budget.__dict__["retry_budget"] == settings.retry_budget
+    assert budget.__dict__["calls_per_request"] == settings.budget.combined_max_tries
 
 
 def test_identity_settings_the_app_cannot_honour_stop_start_up() -> None:

@@ -181,3 +181,4 @@ def test_a_run_without_metric_lines_reports_zeros_and_no_percentiles() -> None:
     assert section["orders"]["completed"] == 0
     assert section["order_latency"]["all"] == {"count": 0, "p50_ms": None, "p95_ms": None}
     assert section["backlog"]["pending"] == {"max": None, "final": None}
+    assert section["backlog"]["unfinished"] == {"max": None, "final": None}

@@ -110,6 +110,21 @@ def test_an_exception_stays_on_the_line(lines: io.StringIO) -> None:
     assert "RuntimeError: store down" in fields(line)["exception"]
 
 
+def test_a_disabled_level_renders_nothing(lines: io.StringIO) -> None:
+    """A hot path logs at INFO under a worker at ERROR: the call must stop at the level
+    check, before any id or field is turned into text."""
+
+    class Unrenderable:
+        def __str__(self) -> str:
+            raise AssertionError("a disabled record was rendered")
+
+    logging.getLogger("app").setLevel(logging.ERROR)
+    logs.get_logger("app.test").info("step begun", instance_id=Unrenderable(), step="x")
+    logs.get_logger("app.test").warning("write superseded", attempt=2, write=Unrenderable())
+
+    assert lines.getvalue() == ""
+
+
 def test_the_customer_hash_is_short_and_stable() -> None:
     assert logs.customer_hash(CUSTOMER) == logs.customer_hash(CUSTOMER)
     assert re.fullmatch(r"[0-9a-f]{12}", logs.customer_hash(CUSTOMER))

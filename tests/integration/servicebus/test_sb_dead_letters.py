@@ -236,14 +236,25 @@ async def test_a_resubmitted_dead_letter_is_back_in_its_queue_past_duplicate_det
 
 
 async def test_a_discarded_dead_letter_is_gone_and_the_others_stay(
-    client: ServiceBusClient, triage: ServiceBusDeadLetterQueues
+    client: ServiceBusClient, triage: ServiceBusDeadLetterQueues, caplog: pytest.LogCaptureFixture
 ) -> None:
     for order_id in ("order-1", "order-2", "order-3"):
         await dead_letter(client, ORDERS, order_id, "conflict")
     letters = await list_dead_letters(triage, ORDERS, consumed=CONSUMED)
 
     # The third: the two before it are locked on the way and handed back unchanged.
-    assert await discard_dead_letter(triage, ORDERS, letters[2].sequence_number, consumed=CONSUMED)
+    with caplog.at_level(logging.INFO, logger="app.dead_letters"):
+        assert await discard_dead_letter(
+            triage, ORDERS, letters[2].sequence_number, consumed=CONSUMED
+        )
+
+    # C9: the operator's action is one structured record, its fields exportable as such.
+    [removed] = [r for r in caplog.records if r.getMessage().startswith("dead letter removed")]
+    assert {key: removed.__dict__[key] for key in ("action", "queue", "sequence")} == {
+        "action": "discarded",
+        "queue": ORDERS,
+        "sequence": letters[2].sequence_number,
+    }
 
     left = await list_dead_letters(triage, ORDERS, consumed=CONSUMED)
     assert [d.message_id for d in left] == ["order-1", "order-2"]

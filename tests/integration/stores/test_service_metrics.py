@@ -93,6 +93,7 @@ def claim_all(states: StateStore, now: datetime) -> dict[str, InstanceId]:
         bounds=SETTINGS.starter_scan,
         timeouts=SETTINGS.timeouts,
         max_running=SETTINGS.max_running_orders,
+        max_backlog=SETTINGS.max_backlog_orders,
     )
     return {won.record.order_id: won.instance_id for won in run.claims}
 
@@ -281,7 +282,70 @@ def test_a_submission_refused_at_the_backlog_bound_is_counted_with_its_reason_c5
     assert total(found, metrics.ORDERS_RECEIVED) == 2
     assert total(found, metrics.ORDERS_REJECTED, reason=metrics.REJECTED_BACKLOG_FULL) == 1
     # The gauge reports the gate's own count: two unfinished orders, the bound.
-    assert gauge(found, metrics.BACKLOG_PENDING) == 2
+    assert gauge(found, metrics.BACKLOG_UNFINISHED) == 2
+
+
+def claim_capped(states: StateStore, now: datetime, max_running: int) -> int:
+    """One starter run under a running cap of `max_running` (C5): how many it claimed."""
+    run = claim_pending(
+        states,
+        now,
+        bounds=SETTINGS.starter_scan,
+        timeouts=SETTINGS.timeouts,
+        max_running=max_running,
+        max_backlog=SETTINGS.max_backlog_orders,
+    )
+    return len(run.claims)
+
+
+def backlog_gauges(reader: InMemoryMetricReader) -> tuple[float, float, float]:
+    found = points(reader)
+    return (
+        gauge(found, metrics.BACKLOG_PENDING),
+        gauge(found, metrics.BACKLOG_UNFINISHED),
+        gauge(found, metrics.BACKLOG_OLDEST_PENDING_AGE),
+    )
+
+
+def test_each_starter_run_refreshes_the_backlog_gauges_while_no_submission_arrives_c5_c9(
+    reader: InMemoryMetricReader, stores: tuple[StateStore, OrderStore]
+) -> None:
+    """Pending (waiting to be started) and unfinished (Pending, Processing, Compensating) are
+    told apart, and each starter run sets them from its counts at its start, with the age of
+    the oldest Pending order it read: the gauges follow the store with no submission."""
+    states, _ = stores
+    for order_id in ("o-1", "o-2", "o-3"):
+        submit(stores, order_id)
+    assert metrics.BACKLOG_PENDING not in points(reader), "no starter run yet"
+
+    assert claim_capped(states, T0 + timedelta(seconds=5), max_running=1) == 1
+    assert backlog_gauges(reader) == (3, 3, 5.0)
+
+    assert claim_capped(states, T0 + timedelta(seconds=6), max_running=1) == 0
+    assert backlog_gauges(reader) == (2, 3, 6.0), "at the cap: the oldest Pending order waits on"
+
+    # The running order fails for good (Error); the next run starts from two Pending orders
+    # and nothing running.
+    (instance,) = [
+        InstanceId(record.order_id, record.attempt)
+        for record in (states.get(order_id) for order_id in ("o-1", "o-2", "o-3"))
+        if record is not None and record.process_state is ProcessState.PROCESSING
+    ]
+    begin(states, instance, 0, T0 + timedelta(seconds=7))
+    failed = step_writes.fail_step(
+        states,
+        instance,
+        index=0,
+        name=STEPS[0],
+        reason="no stock",
+        now=T0 + timedelta(seconds=8),
+        timeouts=SETTINGS.timeouts,
+        reply_queues=SETTINGS.reply_queues,
+    )
+    assert failed.record is not None
+    assert failed.record.process_state is ProcessState.ERROR
+    assert claim_capped(states, T0 + timedelta(seconds=9), max_running=1) == 1
+    assert backlog_gauges(reader) == (2, 2, 9.0)
 
 
 def test_the_supervisor_counts_what_it_read_its_charge_and_its_give_ups_u2_u5(

@@ -1,15 +1,20 @@
 """The step workflow's fenced writes over real stores, and what each tells the app and the
-operators (D4, E5, E8, C1, C2, C8, R2). Runs on SQLite and on the Cosmos DB API server."""
+operators (D4, E5, E8, C1, C2, C8, R2), and what it logs (C9). Runs on SQLite and on the
+Cosmos DB API server."""
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from config import Settings
 from domain import transitions
 from domain.contracts import AlertKind
 from domain.ports import OrderStore, StateStore
 from domain.records import InstanceId, ProcessState, StateRecord, StepState
+from observability import logs
 from services import step_writes
 from services.step_writes import Done, StepWriteOutcome
 
@@ -36,6 +41,18 @@ def begin(states: StateStore, index: int, done: Done | None) -> StepWriteOutcome
         timeouts=SETTINGS.timeouts,
         reply_queues=SETTINGS.reply_queues,
     )
+
+
+def logged(caplog: pytest.LogCaptureFixture) -> list[tuple[str, dict[str, object]]]:
+    """The step writes' records: each event with its fields (the record attributes an
+    exporter sends)."""
+    found = []
+    for record in caplog.records:
+        if record.name == "app.steps":
+            fields = {key: record.__dict__[key] for key in record.__dict__[logs.FIELDS_ATTRIBUTE]}
+            event = record.getMessage().split(" order.id=")[0].split(" instance.id=")[0]
+            found.append((event, fields))
+    return found
 
 
 def statuses(outcome: StepWriteOutcome) -> list[tuple[str, str | None]]:
@@ -131,6 +148,41 @@ def test_a_stale_attempt_writes_nothing_and_says_nothing_d4(
     assert record.steps[0].state is StepState.NOT_STARTED
 
 
+def test_a_write_the_fence_refuses_is_logged_as_superseded_with_the_attempts_ids_d4_c9(
+    stores: tuple[StateStore, OrderStore], caplog: pytest.LogCaptureFixture
+) -> None:
+    states, _ = stores
+    claimed(states)
+    caplog.set_level(logging.INFO, logger="app.steps")
+    stale = InstanceId("o-1", 7)
+    for index in (0, 1):
+        refused = step_writes.fail_step(
+            states,
+            stale,
+            index=index,
+            name=STEPS[index],
+            reason="declined for good",
+            now=T0,
+            timeouts=SETTINGS.timeouts,
+            reply_queues=SETTINGS.reply_queues,
+        )
+        assert not refused.applied
+
+    assert logged(caplog) == [
+        (
+            "write superseded",
+            {
+                "order.id": "o-1",
+                "instance.id": "o-1:7",
+                "attempt": 7,
+                "step": STEPS[index],
+                "write": "fail_step",
+            },
+        )
+        for index in (0, 1)
+    ]
+
+
 def fail(states: StateStore, index: int) -> StepWriteOutcome:
     return step_writes.fail_step(
         states,
@@ -185,6 +237,36 @@ def test_a_later_step_failing_compensates_the_completed_ones_newest_first_c1(
     assert record is not None
     assert record.process_state is ProcessState.COMPENSATED
     assert {step.state for step in record.steps} == {StepState.COMPENSATED}
+
+
+def test_a_compensation_logs_the_failed_step_each_undo_and_the_final_state_c1_c9(
+    stores: tuple[StateStore, OrderStore], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Ids and step names only: the failure's reason (the service's words) stays in the
+    record and the alert, not in the log."""
+    states, _ = stores
+    paid = run_two_steps(states)
+    begin(states, 2, paid)
+    caplog.set_level(logging.INFO, logger="app.steps")
+    undone = None
+    for undo in fail(states, 2).undo:
+        step_writes.begin_undo(
+            states, ATTEMPT, undo, undone=undone, now=T0, timeouts=SETTINGS.timeouts
+        )
+        undone = undo
+    step_writes.finish_undo(
+        states, ATTEMPT, undone=undone, now=T0, reply_queues=SETTINGS.reply_queues
+    )
+
+    ids = {"order.id": "o-1", "instance.id": "o-1:1", "attempt": 1}
+    assert logged(caplog) == [
+        ("step failed", {**ids, "step": STEPS[2], "compensate": True}),
+        ("undo finished", {**ids, "step": STEPS[2]}),
+        ("undo finished", {**ids, "step": STEPS[1]}),
+        ("undo finished", {**ids, "step": STEPS[0]}),
+        ("order finished", {"order.id": "o-1", **ids, "state": "Compensated"}),
+    ]
+    assert not any("declined" in message for message in caplog.messages)
 
 
 def test_an_undo_that_fails_for_good_tells_the_operator_which_step_c2(

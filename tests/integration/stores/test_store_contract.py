@@ -480,8 +480,12 @@ def test_backlog_count_covers_pending_processing_and_compensating_records_up_to_
     assert states.count_backlog(at_most=4) == 4
     assert states.count_backlog(at_most=3) == 3
     assert states.count_backlog(at_most=0) == 0
-    # The running count is the part of the backlog the starter has claimed.
+    # The running count is the part of the backlog the starter has claimed; the Pending
+    # count is the rest, the orders waiting to be started.
     assert states.count_running(at_most=10) == 2
+    assert states.count_pending(at_most=10) == 2
+    assert states.count_pending(at_most=1) == 1
+    assert states.count_pending(at_most=0) == 0
 
 
 # --- metrics -------------------------------------------------------------------------------
