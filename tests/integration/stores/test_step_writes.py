@@ -156,17 +156,7 @@ def test_a_write_the_fence_refuses_is_logged_as_superseded_with_the_attempts_ids
     caplog.set_level(logging.INFO, logger="app.steps")
     stale = InstanceId("o-1", 7)
     for index in (0, 1):
-        refused = step_writes.fail_step(
-            states,
-            stale,
-            index=index,
-            name=STEPS[index],
-            reason="declined for good",
-            now=T0,
-            timeouts=SETTINGS.timeouts,
-            reply_queues=SETTINGS.reply_queues,
-        )
-        assert not refused.applied
+        assert not fail(states, index, attempt=stale).applied
 
     assert logged(caplog) == [
         (
@@ -183,10 +173,10 @@ def test_a_write_the_fence_refuses_is_logged_as_superseded_with_the_attempts_ids
     ]
 
 
-def fail(states: StateStore, index: int) -> StepWriteOutcome:
+def fail(states: StateStore, index: int, attempt: InstanceId = ATTEMPT) -> StepWriteOutcome:
     return step_writes.fail_step(
         states,
-        ATTEMPT,
+        attempt,
         index=index,
         name=STEPS[index],
         reason="declined for good",
