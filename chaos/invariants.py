@@ -11,7 +11,10 @@ reused as they are.
 - ``compensated_net_zero``: a ``Compensated`` order left nothing behind (C1).
 - ``no_side_effect_after_compensation_began`` (C1, E7).
 - ``no_stale_fence_write_accepted``: replaying each service's journal in order, no side effect
-  was performed by an attempt lower than the order's fence at that moment (D4, E7).
+  was performed by an attempt lower than the order's fence at that moment; and in the
+  schedulers' Durable histories, no fenced state-store write applied for an attempt that the
+  orchestration asked for after a later attempt of the same order had started (D4, E7:
+  `stale_state_writes`).
 - ``processed_matches_ledgers``: a ``Processed`` order's compensation log names, for every
   step, the one side effect its service performed for the order, never undone: the state
   store and the services agree (D4, E5, C1).
@@ -28,17 +31,26 @@ reused as they are.
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from demo.client import Workload
 from demo.evidence import Evidence, ServiceLedger, gather
 from demo.report import FINAL_STATES, lost_orders
+from devhost.durable.history import EventType
 from domain.contracts import AlertKind, OrderStatus
-from domain.records import ProcessState, StateRecord
+from domain.records import (
+    InstanceId,
+    ProcessState,
+    RecordFormatError,
+    StateRecord,
+    parse_utc,
+)
 from domain.workflow import declaration as step_declaration
 from simulators.services import SERVICES, Role, SideEffect
 from simulators.services.journal import LedgerJournal
@@ -102,9 +114,11 @@ def check(
     max_failures: int,
     steps: Sequence[str],
     ledgers_forgotten: Sequence[str] = (),
+    histories: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> Findings:
     """Every invariant on the evidence; ``ledgers_forgotten`` are the services restarts that
-    lost side effects (`forgotten_side_effects` of each restart)."""
+    lost side effects (`forgotten_side_effects` of each restart), ``histories`` the
+    orchestration histories of the schedulers (`stale_state_writes`)."""
     ledgers = read_ledgers(journal_path)
     evidence = gather(
         records,
@@ -131,7 +145,8 @@ def check(
             "side_effect_at_most_once": _repeated_side_effects(ledgers),
             "compensated_net_zero": evidence.net_effect_orders,
             "no_side_effect_after_compensation_began": evidence.steps_after_compensation,
-            "no_stale_fence_write_accepted": stale_writes(journal_path),
+            "no_stale_fence_write_accepted": stale_writes(journal_path)
+            + stale_state_writes(histories or {}),
             "processed_matches_ledgers": _processed_disagreements(found, ledgers),
             "operator_alerted": _unalerted(found, alerts),
             "final_status_replied": _unreplied(found, replies),
@@ -217,6 +232,64 @@ def stale_writes(journal_path: Path) -> list[str]:
             )
         fences[key] = max(fences[key], attempt)
     return found
+
+
+def stale_state_writes(histories: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
+    """Fenced state-store writes applied for an attempt after a later attempt had started.
+
+    ``histories``: every orchestration instance's history (instance id ``{OrderID}:{attempt}``,
+    D2) as the Durable backend recorded it. A fenced write is an activity whose input carries
+    the orchestration's time ``at`` and whose result says whether the write ``applied``; one
+    that applied although its ``at`` is later than the ExecutionStarted of a later attempt of
+    the order ran after that attempt's claim moved the fence, which the state store must have
+    refused (D4). A write asked for before that start is not judged here: the services'
+    journals and the stateful property tests cover what this evidence cannot order.
+    """
+    started: defaultdict[str, dict[int, datetime]] = defaultdict(dict)
+    applied: list[tuple[InstanceId, str, datetime]] = []
+    for instance_id, events in histories.items():
+        try:
+            instance = InstanceId.parse(instance_id)
+        except RecordFormatError:
+            continue  # not an order attempt
+        scheduled: dict[int, tuple[str, datetime]] = {}
+        for event in events:
+            kind = event.get("EventType")
+            if kind == EventType.EXECUTION_STARTED:
+                at = parse_utc(str(event["Timestamp"]))
+                known = started[instance.order_id].get(instance.attempt)
+                started[instance.order_id][instance.attempt] = (
+                    at if known is None else min(known, at)
+                )
+            elif kind == EventType.TASK_SCHEDULED:
+                call = _json_object(event.get("Input"))
+                if call is not None and isinstance(call.get("at"), str):
+                    scheduled[int(event["EventId"])] = (str(event["Name"]), parse_utc(call["at"]))
+            elif kind == EventType.TASK_COMPLETED and event.get("TaskScheduledId") in scheduled:
+                result = _json_object(event.get("Result"))
+                if result is not None and result.get("applied") is True:
+                    name, at = scheduled[int(event["TaskScheduledId"])]
+                    applied.append((instance, name, at))
+    found = []
+    for instance, name, at in applied:
+        for attempt, start in sorted(started[instance.order_id].items()):
+            if attempt > instance.attempt and at > start:
+                found.append(
+                    f"{instance.order_id}: {name} of attempt {instance.attempt} applied at "
+                    f"{at.isoformat()}, after attempt {attempt} started at {start.isoformat()}"
+                )
+                break
+    return sorted(found)
+
+
+def _json_object(text: object) -> dict[str, Any] | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _unalerted(records: Mapping[str, StateRecord], alerts: Iterable[QueueMessage]) -> list[str]:

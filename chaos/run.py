@@ -58,6 +58,8 @@ from demo.pipeline import (
 )
 from demo.report import FINAL_STATES, percentile
 from demo.run import peek_all
+from devhost.durable.history import HistoryEvent
+from devhost.durable.store import DurableStore
 from devhost.servicebus.process import BrokerProcess
 from domain.agent_messages import AgentOperation
 from domain.ports import StoreMetrics
@@ -656,6 +658,9 @@ class Run:
         finished = _finished_at(replies)
         for event in self.crashes:
             event.recover(finished)
+        histories = await asyncio.to_thread(
+            orchestration_histories, [self.work_dir / role for role in self.hosts]
+        )
         findings = check(
             records,
             self.workload,
@@ -666,6 +671,7 @@ class Run:
             max_failures=settings.max_failures,
             steps=settings.order_steps,
             ledgers_forgotten=self.ledgers_forgotten,
+            histories=histories,
         )
         return ChaosReport(
             orders=self.options.orders,
@@ -779,3 +785,22 @@ def write_report(report: ChaosReport, path: Path | None) -> None:
     if path is not None:
         path.write_text(json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8")
         print(f"Report written to {path}")
+
+
+def orchestration_histories(data_dirs: Iterable[Path]) -> dict[str, list[HistoryEvent]]:
+    """Every orchestration history the hosts' Durable stores (``<data>/durable.sqlite``) hold,
+    read once the hosts stopped."""
+    histories: dict[str, list[HistoryEvent]] = {}
+    for data_dir in data_dirs:
+        path = data_dir / "durable.sqlite"
+        if not path.exists():
+            continue
+        store = DurableStore(str(path))
+        try:
+            for record in store.query_instances(None, None, None):
+                histories.setdefault(record.instance_id, []).extend(
+                    store.history(record.instance_id)
+                )
+        finally:
+            store.close()
+    return histories

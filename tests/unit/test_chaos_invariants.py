@@ -10,9 +10,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from chaos.invariants import QueueMessage, check, forgotten_side_effects, read_ledgers
+from chaos.invariants import (
+    QueueMessage,
+    check,
+    forgotten_side_effects,
+    read_ledgers,
+    stale_state_writes,
+)
 from demo.client import Outgoing, Workload
-from domain.records import CompletedStep, ProcessState, StateRecord
+from devhost.durable.history import EventType, execution_started, new_event
+from domain.records import CompletedStep, ProcessState, StateRecord, format_utc
 from domain.transitions import new_record
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -165,3 +172,55 @@ def test_a_services_restart_that_forgot_side_effects_is_named_with_its_counts(
 
     assert findings.broken == ["ledgers_survive_restart: 1"]
     assert findings.to_json()["ledgers_survive_restart"]["examples"] == forgotten
+
+
+def attempt_history(
+    order_id: str, attempt: int, started: datetime, *writes: tuple[datetime, bool]
+) -> tuple[str, list[dict[str, Any]]]:
+    """One attempt's orchestration history: its start, then each fenced step write the
+    orchestration asked for at its time, with whether the state store applied it."""
+    instance = f"{order_id}:{attempt}"
+    events = [execution_started(started, "order_workflow", instance, None, version="2.0")]
+    for task_id, (at, applied) in enumerate(writes):
+        call = {"order_id": order_id, "attempt": attempt, "at": format_utc(at)}
+        events.append(
+            new_event(
+                EventType.TASK_SCHEDULED, at, task_id, Name="begin_step", Input=json.dumps(call)
+            )
+        )
+        events.append(
+            new_event(
+                EventType.TASK_COMPLETED,
+                at,
+                TaskScheduledId=task_id,
+                Result=json.dumps({"applied": applied, "request": None, "undo": []}),
+            )
+        )
+    return instance, events
+
+
+def test_a_state_write_applied_for_an_attempt_after_a_later_one_started_is_named_d4() -> None:
+    later_start = NOW + timedelta(seconds=30)
+    histories = dict(
+        [
+            # Before attempt 2 started: its own, applied; after it: refused, as it must be.
+            attempt_history(
+                "o-1",
+                1,
+                NOW,
+                (NOW + timedelta(seconds=1), True),
+                (later_start + timedelta(seconds=1), False),
+            ),
+            attempt_history("o-1", 2, later_start, (later_start, True)),
+            # Attempt 1 of o-2 wrote after attempt 2 had started, and the store applied it.
+            attempt_history("o-2", 1, NOW, (later_start + timedelta(seconds=5), True)),
+            attempt_history("o-2", 2, later_start),
+        ]
+    )
+    histories["not-an-attempt"] = []
+
+    found = stale_state_writes(histories)
+
+    assert len(found) == 1
+    assert found[0].startswith("o-2: begin_step of attempt 1 applied at")
+    assert "after attempt 2 started" in found[0]
