@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from devhost.durable.workers import WorkerUnavailableError
+from devhost.durable.replay import WorkerUnavailableError
 from devhost.invocation import FunctionError
 from devhost.telemetry import current_carrier
 from devhost.worker_frames import FRAME_HEADER, decode_payload, encode_frame

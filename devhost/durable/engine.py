@@ -39,7 +39,13 @@ from devhost.durable.history import (
     new_event,
 )
 from devhost.durable.registry import FunctionRegistry, UnknownFunctionError
-from devhost.durable.replay import EpisodeOutcome, EpisodeRequest, PastEvents, decide_episode
+from devhost.durable.replay import (
+    EpisodeOutcome,
+    EpisodeRequest,
+    PastEvents,
+    WorkerUnavailableError,
+    decide_episode,
+)
 from devhost.durable.status import (
     InstanceAlreadyExistsError,
     InstanceNotFoundError,
@@ -67,7 +73,6 @@ from devhost.durable.workers import (
     InProcessActivities,
     InProcessOrchestrators,
     OrchestratorRunner,
-    WorkerUnavailableError,
 )
 from devhost.invocation import FunctionError
 from devhost.telemetry import host_span

@@ -102,12 +102,14 @@ class PastEvents:
 
     def of(self, instance_id: str, stored: list[str]) -> _Parsed:
         """``stored``, parsed, and in the played form the SDK reads."""
-        known = self._instances.pop(instance_id, None) or _Parsed([], [], [])
+        parsed = self._instances.pop(instance_id, None) or _Parsed([], [], [])
         same = 0
-        limit = min(len(known.stored), len(stored))
-        while same < limit and known.stored[same] == stored[same]:
+        limit = min(len(parsed.stored), len(stored))
+        while same < limit and parsed.stored[same] == stored[same]:
             same += 1
-        parsed = _Parsed(known.stored[:same], known.events[:same], known.played[:same])
+        # An engine runs one episode of an instance at a time, so its entry is changed in
+        # place: usually nothing is cut and only this episode's new events are appended.
+        del parsed.stored[same:], parsed.events[same:], parsed.played[same:]
         for text in stored[same:]:
             event = json.loads(text)
             playable = _with_version(event)
@@ -149,14 +151,13 @@ def _played_json(text: str, event: HistoryEvent, playable: HistoryEvent) -> str:
 
 
 async def decide_episode(
-    request: EpisodeRequest, replay: ReplayFunction, memo: PastEvents | None = None
+    request: EpisodeRequest, replay: ReplayFunction, memo: PastEvents
 ) -> EpisodeOutcome:
     """Replay ``request`` through the SDK and decide what the episode records.
 
-    ``memo`` keeps parsed histories between the episodes of an engine (None: parse all). A
+    ``memo`` keeps parsed histories between the episodes of an engine. A
     ``WorkerUnavailableError`` of ``replay`` propagates: nothing was decided.
     """
-    memo = memo if memo is not None else PastEvents(max_instances=1)
     outcome = await _decide_episode(
         request, replay, memo.of(request.instance_id, request.past_json)
     )

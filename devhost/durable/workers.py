@@ -17,16 +17,7 @@ from concurrent.futures import Executor
 from typing import Any, Protocol
 
 from devhost.durable.registry import FunctionRegistry
-from devhost.durable.replay import WorkerUnavailableError
 from devhost.invocation import call_user_function
-
-__all__ = [
-    "ActivityRunner",
-    "InProcessActivities",
-    "InProcessOrchestrators",
-    "OrchestratorRunner",
-    "WorkerUnavailableError",
-]
 
 
 class OrchestratorRunner(Protocol):
