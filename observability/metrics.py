@@ -39,7 +39,7 @@ of a local run in one bucket.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -130,14 +130,14 @@ def _declare(meter: Meter) -> _Instruments:
     }
     meter.create_observable_gauge(
         BACKLOG_PENDING,
-        callbacks=[_observe_pending],
+        callbacks=[_observed("pending")],
         unit="{order}",
         description="Pending orders, waiting to be started, as the starter counted them at "
         "the start of its last run, up to MAX_BACKLOG_ORDERS (C5)",
     )
     meter.create_observable_gauge(
         BACKLOG_UNFINISHED,
-        callbacks=[_observe_unfinished],
+        callbacks=[_observed("unfinished")],
         unit="{order}",
         description="Unfinished orders (Pending, Processing, Compensating), the backlog "
         "MAX_BACKLOG_ORDERS bounds, as the starter or admission control last counted them, up "
@@ -145,7 +145,7 @@ def _declare(meter: Meter) -> _Instruments:
     )
     meter.create_observable_gauge(
         BACKLOG_OLDEST_PENDING_AGE,
-        callbacks=[_observe_oldest_pending],
+        callbacks=[_observed("oldest_pending_age")],
         unit="s",
         description="How long the oldest claimable Pending order the starter read has waited",
     )
@@ -275,22 +275,15 @@ def pending_observed(oldest_since: datetime | None, *, now: datetime, read: bool
         )
 
 
-def _observe_pending(options: CallbackOptions) -> Iterable[Observation]:
-    with _gauges.lock:
-        pending = _gauges.pending
-    return [] if pending is None else [Observation(pending)]
+def _observed(field: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+    """A gauge's callback: the value `_gauges` holds under `field`, none until one is set."""
 
+    def observe(options: CallbackOptions) -> Iterable[Observation]:
+        with _gauges.lock:
+            value = getattr(_gauges, field)
+        return [] if value is None else [Observation(value)]
 
-def _observe_unfinished(options: CallbackOptions) -> Iterable[Observation]:
-    with _gauges.lock:
-        unfinished = _gauges.unfinished
-    return [] if unfinished is None else [Observation(unfinished)]
-
-
-def _observe_oldest_pending(options: CallbackOptions) -> Iterable[Observation]:
-    with _gauges.lock:
-        age = _gauges.oldest_pending_age
-    return [] if age is None else [Observation(age)]
+    return observe
 
 
 def reset_gauges() -> None:
