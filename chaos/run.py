@@ -217,7 +217,7 @@ class ChaosReport:
             total: Counter[str] = Counter()
             for by_kind in by_operation.values():
                 total.update(by_kind)
-            totals[name] = {kind: total[kind] for kind in _unique_keys(by_operation.values())}
+            totals[name] = dict(total)  # a kind counted 0 stays, in first-seen order
         return totals
 
     def answers_past_deadline(self) -> dict[str, Any]:
@@ -321,10 +321,6 @@ class ChaosReport:
 
 def _pairs(counts: Mapping[str, Any]) -> str:
     return ", ".join(f"{name} {count}" for name, count in sorted(counts.items())) or "none"
-
-
-def _unique_keys(mappings: Iterable[Mapping[str, Any]]) -> list[str]:
-    return list(dict.fromkeys(key for mapping in mappings for key in mapping))
 
 
 class Run:
