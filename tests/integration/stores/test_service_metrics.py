@@ -121,6 +121,22 @@ def begin(
     return outcome
 
 
+def fail(
+    states: StateStore, instance: InstanceId, index: int, now: datetime, reason: str
+) -> step_writes.StepWriteOutcome:
+    """Step `index` of `instance` failed for good at `now`."""
+    return step_writes.fail_step(
+        states,
+        instance,
+        index=index,
+        name=STEPS[index],
+        reason=reason,
+        now=now,
+        timeouts=SETTINGS.timeouts,
+        reply_queues=SETTINGS.reply_queues,
+    )
+
+
 async def agent_answer(
     instance: InstanceId, step: str, results: list[RemoteResult], seconds_per_try: float
 ) -> AgentOutcome:
@@ -207,16 +223,7 @@ async def test_failures_for_good_count_error_compensated_and_compensation_failed
     assert await agent_answer(error, STEPS[0], [PermanentFailure("no stock")], 1) is (
         AgentOutcome.FAILED
     )
-    failed = step_writes.fail_step(
-        states,
-        error,
-        index=0,
-        name=STEPS[0],
-        reason="no stock",
-        now=T0 + timedelta(seconds=3),
-        timeouts=SETTINGS.timeouts,
-        reply_queues=replies,
-    )
+    failed = fail(states, error, 0, T0 + timedelta(seconds=3), "no stock")
     assert failed.record is not None
     assert failed.record.process_state is ProcessState.ERROR
     # o-undone and o-stuck: the payment is refused after the stock was reserved (C1).
@@ -224,16 +231,7 @@ async def test_failures_for_good_count_error_compensated_and_compensation_failed
         instance = claimed[order_id]
         begin(states, instance, 0, T0)
         begin(states, instance, 1, T0 + timedelta(seconds=1))
-        compensating = step_writes.fail_step(
-            states,
-            instance,
-            index=1,
-            name=STEPS[1],
-            reason="declined",
-            now=T0 + timedelta(seconds=2),
-            timeouts=SETTINGS.timeouts,
-            reply_queues=replies,
-        )
+        compensating = fail(states, instance, 1, T0 + timedelta(seconds=2), "declined")
         assert Undo(0, STEPS[0], "ref-0") in compensating.undo
         end = T0 + timedelta(seconds=10)
         undone: Undo | None = None
@@ -332,16 +330,7 @@ def test_each_starter_run_refreshes_the_backlog_gauges_while_no_submission_arriv
         if record is not None and record.process_state is ProcessState.PROCESSING
     ]
     begin(states, instance, 0, T0 + timedelta(seconds=7))
-    failed = step_writes.fail_step(
-        states,
-        instance,
-        index=0,
-        name=STEPS[0],
-        reason="no stock",
-        now=T0 + timedelta(seconds=8),
-        timeouts=SETTINGS.timeouts,
-        reply_queues=SETTINGS.reply_queues,
-    )
+    failed = fail(states, instance, 0, T0 + timedelta(seconds=8), "no stock")
     assert failed.record is not None
     assert failed.record.process_state is ProcessState.ERROR
     assert claim_capped(states, T0 + timedelta(seconds=9), max_running=1) == 1
