@@ -96,7 +96,7 @@ from domain.ports import (
     StateStore,
     StoreMetrics,
 )
-from domain.records import FINISHED_STATES, ProcessState, StateRecord, format_utc
+from domain.records import FINISHED_STATES, ProcessState, StateRecord, format_utc, parse_utc
 from domain.transitions import KEEP, DocumentPath, FencedChange
 
 MAX_PAGE_SIZE = 1000
@@ -131,6 +131,7 @@ _BY_STATE_QUERY = "SELECT * FROM c WHERE c.ProcessState = @state"
 # One aggregate over the state container's index each: its cost grows with the records it
 # counts, which the bound it serves keeps bounded - the running cap, the backlog bound (C5).
 _COUNT_QUERY = "SELECT VALUE COUNT(1) FROM c WHERE c.ProcessState IN ({states})"
+_OLDEST_QUERY = "SELECT VALUE MIN(c.UpdatedAt) FROM c WHERE c.ProcessState = @state"
 _RUNNING_STATES = (ProcessState.PROCESSING, ProcessState.COMPENSATING)
 _BACKLOG_STATES = (ProcessState.PENDING, *_RUNNING_STATES)
 
@@ -578,6 +579,25 @@ class CosmosStateStore(StateStore):
 
     def count_backlog(self, *, at_most: int) -> int:
         return self._count_in(_BACKLOG_STATES, at_most, "counting the backlog of state records")
+
+    def oldest_pending_since(self) -> datetime | None:
+        charge = RequestCharge()
+        with translate_errors("reading the oldest pending state record", charge):
+            oldest: list[Any] = list(
+                self._state.query_items(
+                    _OLDEST_QUERY,
+                    parameters=[{"name": "@state", "value": ProcessState.PENDING.value}],
+                    enable_cross_partition_query=True,
+                    response_hook=charge.hook,
+                    timeout=self._timeout,
+                )
+            )
+        self.metrics.record(OperationKind.QUERY, reads=1, request_charge=charge.total)
+        # UpdatedAt is fixed-width UTC text, so the earliest text is the earliest moment. No
+        # value at all when nothing is Pending; one per partition where the server does not
+        # aggregate across them.
+        found = [str(value) for value in oldest if value is not None]
+        return parse_utc(min(found)) if found else None
 
     def _count_in(self, states: tuple[ProcessState, ...], at_most: int, doing: str) -> int:
         if at_most <= 0:

@@ -37,7 +37,7 @@ from domain.ports import (
     StateStore,
     StoreMetrics,
 )
-from domain.records import FINISHED_STATES, ProcessState, StateRecord, format_utc
+from domain.records import FINISHED_STATES, ProcessState, StateRecord, format_utc, parse_utc
 from domain.transitions import DocumentPath, FencedChange
 
 MAX_PAGE_SIZE = 1000
@@ -293,6 +293,15 @@ class SqliteStateStore(StateStore):
 
     def count_backlog(self, *, at_most: int) -> int:
         return self._count_in(_BACKLOG_STATES, at_most)
+
+    def oldest_pending_since(self) -> datetime | None:
+        # The queue-position index leads with (ProcessState, UpdatedAt): one index entry.
+        (oldest,) = self._db.execute(
+            "SELECT MIN(UpdatedAt) FROM state WHERE ProcessState = ?",
+            (ProcessState.PENDING.value,),
+        )[0]
+        self.metrics.record(OperationKind.QUERY, reads=1)
+        return None if oldest is None else parse_utc(str(oldest))
 
     def _count_in(self, states: tuple[str, ...], at_most: int) -> int:
         # The LIMIT lets the count stop at the bound: callers only ask whether there is room.

@@ -246,6 +246,15 @@ class StateStore(ABC):
         to `at_most` (C5, C9): the starter reports it each run, next to the running count."""
 
     @abstractmethod
+    def oldest_pending_since(self) -> datetime | None:
+        """When the longest-waiting Pending record became Pending (its UpdatedAt), claimable
+        yet or still in its retry delay; None while no record is Pending (C9).
+
+        The starter reports its age each run, also while its cap leaves it nothing to claim:
+        the backlog's age is what an operator must see when the pipeline falls behind.
+        """
+
+    @abstractmethod
     def count_backlog(self, *, at_most: int) -> int:
         """How many records are unfinished - Pending, Processing or Compensating - counted up
         to `at_most` (C5).

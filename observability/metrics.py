@@ -99,7 +99,6 @@ class _Gauges:
         self.lock = threading.Lock()
         self.pending: int | None = None
         self.unfinished: int | None = None
-        self.oldest_pending_since: datetime | None = None
         self.oldest_pending_age: float | None = None
 
 
@@ -258,21 +257,12 @@ def backlog_observed(*, pending: int, unfinished: int) -> None:
         _gauges.unfinished = unfinished
 
 
-def pending_observed(oldest_since: datetime | None, *, now: datetime, read: bool) -> None:
-    """The starter's view of the Pending orders at `now` (D1).
-
-    `read`: whether its scan read Pending records at all (it reads none while the running cap
-    is full); `oldest_since`: when the oldest Pending record it read became Pending (None:
-    none was Pending). A run that read nothing keeps the last oldest record: while the cap is
-    full no Pending order is claimed, so it is still waiting and its age keeps growing.
-    """
+def pending_observed(oldest_since: datetime | None, *, now: datetime) -> None:
+    """The age at `now` of the oldest Pending order, Pending since `oldest_since` (None: no
+    order is Pending, age 0) (D1, C9)."""
+    age = 0.0 if oldest_since is None else max(0.0, (now - oldest_since).total_seconds())
     with _gauges.lock:
-        if read:
-            _gauges.oldest_pending_since = oldest_since
-        since = _gauges.oldest_pending_since
-        _gauges.oldest_pending_age = (
-            0.0 if since is None else max(0.0, (now - since).total_seconds())
-        )
+        _gauges.oldest_pending_age = age
 
 
 def _observed(field: str) -> Callable[[CallbackOptions], Iterable[Observation]]:

@@ -17,11 +17,10 @@ run sets them from what it counts anyway, once per run and never per order: the 
 orders (sas.backlog.pending) and, with the running ones, the unfinished orders
 (sas.backlog.unfinished), both counted up to MAX_BACKLOG_ORDERS at the start of the run.
 The running count goes up to that bound too, not only to the cap, so that the two add up
-to the backlog. The scan feeds sas.backlog.oldest_pending_age with the oldest Pending record
-it read, since when it has waited (its UpdatedAt: its submission, or the retry that made it
-Pending again). The SQLite store serves the scan oldest first, so that is the oldest
-claimable order; a Cosmos DB page is in no order, so there it is the oldest of the page.
-A run with no room reads nothing and the gauge keeps the order it saw last, still waiting.
+to the backlog. sas.backlog.oldest_pending_age is the age of the oldest Pending record, asked
+of the store each run (its UpdatedAt: its submission, or the retry that made it Pending
+again), whether or not the record is claimable yet and whether or not the cap leaves room:
+a full cap is when the backlog ages, and the scan reads nothing then.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from datetime import datetime
 
 from domain.policies import ScanBounds, Timeouts, claim_deadline
 from domain.ports import PreconditionFailed, StateStore
-from domain.records import InstanceId, ProcessState, StateRecord
+from domain.records import InstanceId, StateRecord
 from domain.transitions import claim, is_claimable
 from observability import metrics
 from services.paging import BoundedScan, StopReason
@@ -77,9 +76,9 @@ def claim_pending(
     running = states.count_running(at_most=max(max_running, max_backlog))
     pending = states.count_pending(at_most=max_backlog)
     metrics.backlog_observed(pending=pending, unfinished=min(pending + running, max_backlog))
+    metrics.pending_observed(states.oldest_pending_since(), now=now)
     room = max_running - running
     if room <= 0:
-        metrics.pending_observed(None, now=now, read=False)
         return StarterRun((), 0, 0, 0, None, running, pending)
     scan: BoundedScan[StateRecord] = BoundedScan(
         fetch=lambda size, token: states.query_claimable(
@@ -91,13 +90,8 @@ def claim_pending(
     )
     claims: list[Claim] = []
     lost_races = 0
-    oldest_pending: datetime | None = None
     deadline = claim_deadline(now, timeouts)
     for record in scan:
-        if record.process_state is ProcessState.PENDING and (
-            oldest_pending is None or record.updated_at < oldest_pending
-        ):
-            oldest_pending = record.updated_at
         if not is_claimable(record, now):
             continue
         try:
@@ -106,7 +100,6 @@ def claim_pending(
             lost_races += 1
             continue
         claims.append(Claim(InstanceId(stored.order_id, stored.attempt), stored))
-    metrics.pending_observed(oldest_pending, now=now, read=True)
     return StarterRun(
         tuple(claims), scan.pages, scan.items_read, lost_races, scan.stopped, running, pending
     )

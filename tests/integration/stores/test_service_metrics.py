@@ -337,6 +337,47 @@ def test_each_starter_run_refreshes_the_backlog_gauges_while_no_submission_arriv
     assert backlog_gauges(reader) == (2, 2, 9.0)
 
 
+def test_the_oldest_pending_age_counts_orders_no_run_can_claim_yet_c5_u4_c9(
+    reader: InMemoryMetricReader, stores: tuple[StateStore, OrderStore]
+) -> None:
+    """The backlog's age is the oldest Pending order's, asked of the store each run: an order
+    that arrived while the cap was full, and one waiting out its retry delay, age on the
+    gauge although the starter's scan cannot claim them (and reads nothing at the cap)."""
+    states, _ = stores
+    submit(stores, "o-1")
+    assert claim_capped(states, T0 + timedelta(seconds=1), max_running=1) == 1
+    assert backlog_gauges(reader) == (1, 1, 1.0)
+
+    submit(stores, "o-2", now=T0 + timedelta(seconds=2))
+    assert claim_capped(states, T0 + timedelta(seconds=10), max_running=1) == 0
+    assert backlog_gauges(reader) == (1, 2, 8.0), "at the cap, the order since submitted waits"
+
+    # o-1's attempt expires; the supervisor makes it Pending again behind a 60 s retry delay.
+    record = states.get("o-1")
+    assert record is not None
+    instance = InstanceId("o-1", record.attempt)
+    begin(states, instance, 0, T0 + timedelta(seconds=10))
+    delayed = Settings(
+        reply_queues=SETTINGS.reply_queues,
+        step_timeout_seconds=SETTINGS.step_timeout_seconds,
+        retry_delay_seconds=60,
+    )
+    swept_at = T0 + timedelta(seconds=41)
+    report = sweep(
+        states,
+        swept_at,
+        policy=delayed.supervisor_policy,
+        timeouts=delayed.timeouts,
+        reply_queues=delayed.reply_queues,
+    )
+    assert [recovery.kind for recovery in report.recoveries] == [RecoveryKind.RETRY]
+
+    assert claim_capped(states, swept_at + timedelta(seconds=9), max_running=2) == 1
+    assert backlog_gauges(reader) == (2, 2, 48.0), "o-2, Pending since T0 + 2 s, is claimed"
+    assert claim_capped(states, swept_at + timedelta(seconds=10), max_running=2) == 0
+    assert backlog_gauges(reader) == (1, 2, 10.0), "o-1 waits out its retry delay, Pending"
+
+
 def test_the_supervisor_counts_what_it_read_its_charge_and_its_give_ups_u2_u5(
     reader: InMemoryMetricReader, stores: tuple[StateStore, OrderStore]
 ) -> None:

@@ -488,6 +488,35 @@ def test_backlog_count_covers_pending_processing_and_compensating_records_up_to_
     assert states.count_pending(at_most=0) == 0
 
 
+def test_the_oldest_pending_record_is_found_claimable_or_not_and_none_once_claimed_c9(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """The starter's backlog age (C9) reads when the longest-waiting Pending record became
+    Pending, across every partition: one still waiting out its retry delay counts too."""
+    states, _ = stores
+    assert states.oldest_pending_since() is None
+    stored(states, processing("running", updated_at=NOW - timedelta(hours=2)))
+    stored(states, processing("done", process_state=ProcessState.PROCESSED))
+    assert states.oldest_pending_since() is None, "nothing is Pending"
+
+    stored(states, pending("fresh", updated_at=NOW - timedelta(seconds=5)))
+    retrying = stored(
+        states,
+        pending(
+            "retrying",
+            attempt=1,
+            updated_at=NOW - timedelta(seconds=40),
+            complete_by=NOW + timedelta(seconds=30),
+        ),
+    )
+    stored(states, pending("older", updated_at=NOW - timedelta(seconds=20)))
+    assert states.oldest_pending_since() == NOW - timedelta(seconds=40)
+
+    due = NOW + timedelta(seconds=30)
+    states.replace(transitions.claim(retrying, now=due, claim_deadline=due + timedelta(minutes=1)))
+    assert states.oldest_pending_since() == NOW - timedelta(seconds=20)
+
+
 # --- metrics -------------------------------------------------------------------------------
 
 
