@@ -59,7 +59,7 @@ pytest: setup
 DEMO_DIR := .devhost/demo
 demo: setup
 	rm -rf $(DEMO_DIR)
-	$(BIN)/python -m devhost demo $(if $(BACKEND),--backend $(BACKEND)) \
+	$(BIN)/python -m demo $(if $(BACKEND),--backend $(BACKEND)) \
 		--orders 200 --faults default --report report.json --telemetry-export telemetry.jsonl \
 		--work-dir $(DEMO_DIR)
 
@@ -70,12 +70,12 @@ demo: setup
 # report (invariants, faults and crashes with their times, recovery, timeline) in chaos.json.
 # Options with ARGS, e.g. `make chaos ARGS="--orders 500 --seed 3"`.
 chaos: setup
-	$(BIN)/python -m devhost chaos --orders 2000 --report chaos.json $(ARGS)
+	$(BIN)/python -m chaos --orders 2000 --report chaos.json $(ARGS)
 
 # The operator console over the last `make demo`'s orders and dead letters (SQLite store):
 # prints its URL with the function key (http://127.0.0.1:7071/api/console?code=...); Ctrl-C stops.
 console: setup
-	$(BIN)/python -m devhost demo-console --work-dir $(DEMO_DIR)
+	$(BIN)/python -m demo.console --work-dir $(DEMO_DIR)
 
 # Throughput benchmarks (not tests; they print medians and a summary table): the broker's
 # send + receive + complete rate (goal 2,000 msgs/s) and the fault-free pipeline, one-step

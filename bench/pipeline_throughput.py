@@ -1,6 +1,6 @@
 """Benchmark: the order pipeline's throughput, latency, cost and memory per workflow and size.
 
-Runs the fault-free pipeline (`python -m devhost demo --faults none`) for each workflow at
+Runs the fault-free pipeline (`python -m demo --faults none`) for each workflow at
 each size (default: the one-step and the three-step workflow, at 1,000 and 5,000 orders),
 several runs per size, every run in its own subprocess. A workflow is the ORDER_STEPS the
 run's environment sets: `ship-order` for the one-step workflow, `reserve-stock,
@@ -165,7 +165,7 @@ class DemoSettings:
 
 
 def demo_command(orders: int, settings: DemoSettings, report: Path) -> list[str]:
-    command = [sys.executable, "-m", "devhost", "demo", "--orders", str(orders), "--faults", "none"]
+    command = [sys.executable, "-m", "demo", "--orders", str(orders), "--faults", "none"]
     command += ["--seed", str(settings.seed), "--backend", settings.backend]
     command += ["--report", str(report), "--no-progress"]
     command += ["--settle-seconds", str(settings.settle_for(orders))]

@@ -1,4 +1,4 @@
-"""``python -m devhost chaos`` (``make chaos``): the pipeline under crashes and faults.
+"""``python -m chaos`` (``make chaos``): the pipeline under crashes and faults.
 
 Exits 0 when every invariant held (`chaos.invariants`), 1 when one broke, 2 when it could not
 run. ``--report FILE`` writes the JSON report: the invariants with examples of any violation,
@@ -12,15 +12,16 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from devhost import event_loop
+from devhost.cli import run_command
 
 
-def add_chaos(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "chaos",
-        help="run the order pipeline under crashes and faults and check its invariants",
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m chaos",
         description=(
             "Run the broker, the simulated services and the devhost as processes of their "
             "own, submit orders at a steady rate while the services inject faults and a "
@@ -64,6 +65,11 @@ def add_chaos(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress line")
     parser.set_defaults(run=run_chaos_command)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_command(build_parser(), argv)
 
 
 def run_chaos_command(args: argparse.Namespace) -> int:

@@ -1,4 +1,4 @@
-"""``python -m devhost chaos``: the order pipeline under faults and crashes, then the proof.
+"""``python -m chaos``: the order pipeline under faults and crashes, then the proof.
 
 Each piece runs as a process of its own, so each can be killed with SIGKILL mid-order and
 started again on the same files and port: the embedded broker with its ``--data`` journal,

@@ -1,1 +1,1 @@
-"""The order pipeline run locally end to end: ``make demo`` / ``python -m devhost demo``."""
+"""The order pipeline run locally end to end: ``make demo`` / ``python -m demo``."""

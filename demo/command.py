@@ -1,4 +1,4 @@
-"""``python -m devhost demo``: run the order pipeline locally under faults and report.
+"""``python -m demo``: run the order pipeline locally under faults and report.
 
 Exits 0 when every invariant of the report held (`demo.report`: nothing lost or stuck, no
 side effect twice, nothing left behind by a Compensated order, no step after compensation
@@ -15,17 +15,17 @@ import argparse
 import logging
 import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from devhost import event_loop
+from devhost.cli import run_command
 from simulators.services import PRESET_NAMES
 
 
-def add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "demo",
-        help="run the order pipeline locally end to end and report",
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m demo",
         description=(
             "Start the embedded broker, the simulated remote services and the devhost with the "
             "app, submit orders from a client app with its own reply queue, and report final "
@@ -48,7 +48,7 @@ def add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=Path,
         default=None,
         help="keep the run's stores, histories, broker journal and settings here, for "
-        "`python -m devhost demo-console` (default: a temp dir, removed at the end)",
+        "`python -m demo.console` (default: a temp dir, removed at the end)",
     )
     parser.add_argument(
         "--settle-seconds",
@@ -85,6 +85,11 @@ def add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "to standard error with 'console'",
     )
     parser.set_defaults(run=run_demo_command)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_command(build_parser(), argv)
 
 
 def run_demo_command(args: argparse.Namespace) -> int:
@@ -124,7 +129,7 @@ def _quiet_cosmos_sdk() -> None:
 
 def _run(args: argparse.Namespace, settings: Mapping[str, str]) -> int:
     from config import SettingsError
-    from demo.console_command import where_to_open
+    from demo.console import where_to_open
     from demo.run import DemoOptions, run_demo, write_report
 
     options = DemoOptions(

@@ -1,4 +1,4 @@
-"""``python -m devhost demo``: the order pipeline under load and faults, with a report.
+"""``python -m demo``: the order pipeline under load and faults, with a report.
 
 Starts the embedded broker, the simulated remote services (stock, payment, shipping, and the
 fulfilment service of version-1 orders) with the chosen fault mix (`demo.showcase`: a preset
@@ -14,7 +14,7 @@ telemetry file, the report's ``metrics`` section is read from it once every proc
 flushed its metrics at shutdown (``demo.metrics``).
 
 With ``work_dir`` the run's data outlives it there: the SQLite stores, the devhost's data, the
-broker's journal and the settings the run used (``demo.console_command`` serves the operator
+broker's journal and the settings the run used (``demo.console`` serves the operator
 console over them).
 """
 
@@ -37,7 +37,7 @@ import bootstrap
 from demo import metrics
 from demo.client import Workload
 from demo.client_process import ClientOutcome, ClientProcess, ClientSpec
-from demo.console_command import BROKER_JOURNAL, keep_settings
+from demo.console import BROKER_JOURNAL, keep_settings
 from demo.evidence import ServiceLedger, gather
 from demo.pipeline import DEMO_REPLY_QUEUE, Pipeline, local_pipeline
 from demo.report import FINAL_STATES, DemoReport, lost_orders, percentile

@@ -1,10 +1,9 @@
 """The devhost command line: a small dispatcher over subcommands.
 
 ``servicebus`` runs the embedded Service Bus broker, ``start`` runs a Functions app (its
-triggers, orchestrations and activities), ``demo`` the order pipeline end to end and
-``demo-console`` the operator console over a finished demo's data, ``chaos`` the pipeline
-under crashes and faults with its invariants checked. Each
-subcommand registers a parser builder in ``_SUBCOMMANDS`` whose parser sets ``run``.
+triggers, orchestrations and activities). Each subcommand registers a parser builder in
+``_SUBCOMMANDS`` whose parser sets ``run``. ``run_command`` parses, sets up logging and runs:
+tools built on the devhost give their own parsers to it, so that every command logs alike.
 """
 
 from __future__ import annotations
@@ -19,9 +18,6 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from chaos.command import add_chaos
-from demo.command import add_demo
-from demo.console_command import add_demo_console
 from devhost.servicebus.process import ACTIVE_COUNTS_REQUEST
 from devhost.start_command import add_start
 
@@ -101,27 +97,28 @@ def _serve_stdin(broker: ServiceBusBroker) -> None:
 _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     _add_servicebus,
     add_start,
-    add_demo,
-    add_demo_console,
-    add_chaos,
 ]
+LOG_FORMAT = "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m devhost", description="Local devhost.")
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for add in _SUBCOMMANDS:
         add(subparsers)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
-    )
+def run_command(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
+    """Parse `argv` with `parser` (given a ``--log-level`` option here), log to standard
+    error in the devhost's key=value format at that level, and run what the parser's
+    ``run`` default names; its exit code."""
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr, format=LOG_FORMAT)
     run: Runner = args.run
     return run(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_command(build_parser(), argv)

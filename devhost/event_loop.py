@@ -1,4 +1,4 @@
-"""The event loop of the devhost's commands (``devhost start``, ``devhost demo``).
+"""The event loop of the devhost's commands (``devhost start``) and of tools built on it.
 
 The devhost does in Python what the Functions host does in .NET: every trigger listener,
 settlement, durable bookkeeping and HTTP call share one event loop, so the loop's own cost

@@ -158,7 +158,7 @@ class CommandRun:
 
 @pytest.fixture(scope="module")
 def command_run(tmp_path_factory: pytest.TempPathFactory) -> CommandRun:
-    """`python -m devhost demo` as `make demo` runs it, at ten orders without faults."""
+    """`python -m demo` as `make demo` runs it, at ten orders without faults."""
     root = tmp_path_factory.mktemp("demo-command")
     run = CommandRun(
         subprocess.CompletedProcess([], 0),
@@ -170,7 +170,6 @@ def command_run(tmp_path_factory: pytest.TempPathFactory) -> CommandRun:
         [
             sys.executable,
             "-m",
-            "devhost",
             "demo",
             "--orders",
             "10",
@@ -230,10 +229,10 @@ def test_the_command_without_faults_processes_every_order_and_exits_zero(
     key = json.loads((command_run.work_dir / "devhost" / "keys.json").read_text())["function"]
     makefile = (REPOSITORY / "Makefile").read_text(encoding="utf-8")
     assert "--work-dir $(DEMO_DIR)" in makefile
-    assert "\t$(BIN)/python -m devhost demo-console --work-dir $(DEMO_DIR)\n" in makefile
+    assert "\t$(BIN)/python -m demo.console --work-dir $(DEMO_DIR)\n" in makefile
     assert last[1] == (
-        "Operator console over this run's orders: `make console` (or python -m devhost "
-        f"demo-console --work-dir {command_run.work_dir}), then open "
+        "Operator console over this run's orders: `make console` (or python -m demo.console "
+        f"--work-dir {command_run.work_dir}), then open "
         f"http://127.0.0.1:7071/api/console?code={key}"
     )
 
@@ -246,10 +245,9 @@ def console(command_run: CommandRun) -> Iterator[str]:
         [
             sys.executable,
             "-m",
-            "devhost",
+            "demo.console",
             "--log-level",
             "WARNING",
-            "demo-console",
             "--work-dir",
             str(command_run.work_dir),
             "--http-port",
@@ -263,7 +261,7 @@ def console(command_run: CommandRun) -> Iterator[str]:
     )
     try:
         lines = child_process.first_lines(process, 1, CONSOLE_READY_SECONDS)
-        assert lines, f"demo-console did not say where the console is (exit {process.poll()})"
+        assert lines, f"demo.console did not say where the console is (exit {process.poll()})"
         yield lines[0].rsplit(" ", 1)[1]
     finally:
         child_process.stop(process)

@@ -37,7 +37,7 @@ def run_demo(
     faults: str = "none",
     environ: dict[str, str] | None = None,
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    """`python -m devhost demo` as a user runs it, with no pipeline settings but `environ`'s."""
+    """`python -m demo` as a user runs it, with no pipeline settings but `environ`'s."""
     outside = {
         name: value
         for name, value in os.environ.items()
@@ -47,7 +47,6 @@ def run_demo(
         [
             sys.executable,
             "-m",
-            "devhost",
             "demo",
             "--orders",
             str(orders),

@@ -1,7 +1,7 @@
 """What a local pipeline run takes from the environment over its local defaults.
 
 The store's settings (STATE_STORE, CosmosConnection*, COSMOS_*) and the workflow's
-(ORDER_STEPS, AGENT_TRANSPORT), so `ORDER_STEPS=ship-order python -m devhost demo` runs the
+(ORDER_STEPS, AGENT_TRANSPORT), so `ORDER_STEPS=ship-order python -m demo` runs the
 one-step workflow; nothing else of the environment becomes an app setting.
 """
 

@@ -1,4 +1,4 @@
-"""``python -m devhost demo-console``: the operator console over a finished demo's data (E8, C2).
+"""``python -m demo.console``: the operator console over a finished demo's data (E8, C2).
 
 ``make demo`` keeps its run in ``.devhost/demo`` (``--work-dir``): the SQLite stores, the
 devhost's data (orchestration histories, function keys) and the broker's journal (dead
@@ -17,10 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from devhost import event_loop
+from devhost.cli import run_command
 
 SETTINGS_FILE = "settings.json"
 BROKER_JOURNAL = "servicebus.sqlite"
@@ -56,7 +57,7 @@ def keep_settings(work_dir: Path, values: Mapping[str, str]) -> bool:
 def command_line(work_dir: Path, port: int = DEFAULT_HTTP_PORT) -> str:
     """How to run this command over ``work_dir`` (what the demo prints)."""
     port_option = "" if port == DEFAULT_HTTP_PORT else f" --http-port {port}"
-    return f"python -m devhost demo-console --work-dir {work_dir}{port_option}"
+    return f"python -m demo.console --work-dir {work_dir}{port_option}"
 
 
 def where_to_open(work_dir: Path | None, port: int = DEFAULT_HTTP_PORT) -> list[str]:
@@ -64,7 +65,7 @@ def where_to_open(work_dir: Path | None, port: int = DEFAULT_HTTP_PORT) -> list[
     if work_dir is None:
         return [
             "Operator console: the run's data was in a temporary directory and is gone; run "
-            "with --work-dir DIR to keep it, then: python -m devhost demo-console --work-dir DIR"
+            "with --work-dir DIR to keep it, then: python -m demo.console --work-dir DIR"
         ]
     settings_path = work_dir / SETTINGS_FILE
     if not settings_path.is_file():
@@ -83,10 +84,9 @@ def where_to_open(work_dir: Path | None, port: int = DEFAULT_HTTP_PORT) -> list[
     ]
 
 
-def add_demo_console(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "demo-console",
-        help="serve the operator console over a finished demo's data",
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m demo.console",
         description=(
             "Start the embedded broker and the devhost with the app over the stores, histories "
             "and messages a demo run kept in --work-dir, print the operator console's URL and "
@@ -103,13 +103,18 @@ def add_demo_console(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         "--http-port", type=int, default=DEFAULT_HTTP_PORT, help="port of the console"
     )
     parser.set_defaults(run=run_demo_console)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_command(build_parser(), argv)
 
 
 def run_demo_console(args: argparse.Namespace) -> int:
     settings_path: Path = args.work_dir / SETTINGS_FILE
     if not settings_path.is_file():
         print(
-            f"demo-console: {settings_path} is missing: run `make demo` first (a demo on the "
+            f"demo.console: {settings_path} is missing: run `make demo` first (a demo on the "
             "SQLite store with --work-dir keeps its data there)",
             file=sys.stderr,
         )
@@ -118,7 +123,7 @@ def run_demo_console(args: argparse.Namespace) -> int:
     try:
         return event_loop.run(_serve(args.work_dir, args.http_port, values))
     except (RuntimeError, ValueError, OSError) as error:
-        print(f"demo-console: {error}", file=sys.stderr)
+        print(f"demo.console: {error}", file=sys.stderr)
         return 2
 
 
@@ -162,3 +167,7 @@ async def _serve(work_dir: Path, port: int, values: dict[str, str]) -> int:
         return await serve_until_stopped(host, ready)
     finally:
         broker.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
