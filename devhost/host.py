@@ -28,8 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from azure.durable_functions.models.utils import http_utils
-
 from devhost import telemetry
 from devhost.clock import Clock, RealClock, VirtualClock
 from devhost.durable import DurableEngine
@@ -44,6 +42,7 @@ from devhost.invocation import (
 )
 from devhost.language_workers import LanguageWorkers
 from devhost.schedule_monitor import ScheduleMonitor
+from devhost.sdk_compat import close_durable_http_session
 from devhost.settings import AppSettings
 from devhost.triggers.http import HttpTriggerServer
 from devhost.triggers.servicebus import ServiceBusTrigger
@@ -317,7 +316,7 @@ class DevHost:
         if self.management is not None:
             await self.management.stop()
         # The Durable SDK keeps one aiohttp session per process; it belongs to this loop.
-        await http_utils._close_session()
+        await close_durable_http_session()
         self._restore_environment()
         if self._exports_telemetry:
             telemetry.shutdown()

@@ -56,6 +56,7 @@ from devhost.invocation import (
     default_thread_count,
     materialized,
 )
+from devhost.sdk_compat import patch_durable_replay_helpers
 from devhost.settings import AppSettings
 from devhost.worker_frames import FRAME_HEADER, decode_payload, encode_frame
 
@@ -95,13 +96,10 @@ def _zulu() -> dt.tzinfo | None:
 
 
 def remember_sdk_pure_functions() -> None:
-    history_module = importlib.import_module("azure.durable_functions.models.history.HistoryEvent")
-    executor_module = importlib.import_module(
-        "azure.durable_functions.models.TaskOrchestrationExecutor"
+    patch_durable_replay_helpers(
+        functools.lru_cache(maxsize=SDK_MEMO_SIZE)(history_timestamp),
+        functools.lru_cache(maxsize=64)(namedtuple),
     )
-    parse = functools.lru_cache(maxsize=SDK_MEMO_SIZE)(history_timestamp)
-    setattr(history_module, "dt_parse", parse)  # noqa: B010 - the module's own global
-    setattr(executor_module, "namedtuple", functools.lru_cache(maxsize=64)(namedtuple))  # noqa: B010
 
 
 class LanguageWorker:

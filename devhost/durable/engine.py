@@ -26,7 +26,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from azure.functions._durable_functions import df_dumps
 from azure.functions.decorators.function_app import Function
 
 from devhost.clock import Clock, RealClock, VirtualClock
@@ -75,6 +74,7 @@ from devhost.durable.workers import (
     OrchestratorRunner,
 )
 from devhost.invocation import FunctionError
+from devhost.sdk_compat import df_dumps
 from devhost.telemetry import host_span
 
 logger = logging.getLogger(__name__)

@@ -50,7 +50,6 @@ from typing import Any, TypeVar
 
 from azure.functions.servicebus import ServiceBusMessage as FunctionMessage
 from azure.servicebus import ServiceBusReceivedMessage, ServiceBusReceiveMode
-from azure.servicebus._pyamqp.constants import LinkState
 from azure.servicebus.aio import AutoLockRenewer, ServiceBusClient, ServiceBusReceiver
 from azure.servicebus.amqp import AmqpMessageBodyType
 from azure.servicebus.exceptions import (
@@ -65,6 +64,7 @@ from azure.servicebus.exceptions import (
 from devhost.host_config import ServiceBusOptions
 from devhost.indexing import IndexedFunction
 from devhost.invocation import FunctionInvoker
+from devhost.sdk_compat import receiver_fault, receiver_handler
 from devhost.settings import AppSettings, SettingsError
 from devhost.telemetry import carrier_of_message
 from devhost.triggers.settlement import (
@@ -192,32 +192,6 @@ def _text(value: Any) -> Any:
 
 def _iso(value: dt.datetime | None) -> str | None:
     return value.isoformat() if value else None
-
-
-def receiver_fault(receiver: ServiceBusReceiver, handler: object) -> str | None:
-    """Why an open receiver can no longer receive, or None while it can.
-
-    ``handler`` is the SDK's AMQP client (``receiver._handler``) the receiver had when it
-    opened. The checks read azure-servicebus's private state (7.x, pyamqp transport): after an
-    error the SDK closes the handler and clears ``_running``, and only reopens it on the next
-    call; a handler that shut down while ``_running`` stayed set makes every receive return an
-    empty batch at once, without an error; a handler the SDK swapped (an open from another
-    operation) delivers on a link whose delivery ids the earlier messages do not belong to.
-    """
-    if receiver._shutdown.is_set():
-        return "the receiver was closed"
-    current = getattr(receiver, "_handler", None)
-    if not getattr(receiver, "_running", True) or current is None:
-        return "the SDK shut the receiver's handler down after an error"
-    if current is not handler:
-        return "the SDK reopened the receiver on a new link"
-    if getattr(current, "_shutdown", False):
-        return "the receiver's AMQP client shut down"
-    link = getattr(current, "_link", None)
-    state = getattr(link, "state", LinkState.ATTACHED)
-    if link is not None and (state != LinkState.ATTACHED or getattr(link, "_error", None)):
-        return f"the receive link is {getattr(state, 'name', state)}"
-    return None
 
 
 def restart_delay(attempt: int) -> float:
@@ -403,7 +377,7 @@ class ServiceBusTrigger:
         renewer = AutoLockRenewer(
             max_lock_renewal_duration=self._options.max_auto_lock_renewal.total_seconds()
         )
-        link = _Link(client, receiver, renewer, getattr(receiver, "_handler", None), self._now())
+        link = _Link(client, receiver, renewer, receiver_handler(receiver), self._now())
         self._link = link
         if self._opened_once:
             log.info(

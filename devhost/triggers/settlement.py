@@ -28,8 +28,6 @@ from typing import Any
 
 import grpc
 from azure.servicebus import ServiceBusReceivedMessage
-from azure.servicebus._pyamqp._encode import encode_payload
-from azure.servicebus._pyamqp.types import TYPE, VALUE, AMQPTypes
 from azure.servicebus.exceptions import ServiceBusError
 from azurefunctions.extensions.base import Datum
 from azurefunctions.extensions.bindings.protos import settlement_pb2_grpc
@@ -41,6 +39,7 @@ from google.protobuf import empty_pb2
 
 from devhost.indexing import IndexedFunction
 from devhost.invocation import DeferredArgument
+from devhost.sdk_compat import TYPE, VALUE, AMQPTypes, encode_payload
 
 LOCK_TOKEN_MARKER = b"x-opt-lock-token"
 SETTLE_TIMEOUT_SECONDS = 60.0
