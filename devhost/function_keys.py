@@ -4,6 +4,9 @@ On Azure an HTTP function with ``authLevel`` ``function`` answers 401 unless the
 carries a function key or the master key, in the ``x-functions-key`` header or the ``code``
 query parameter; ``admin`` takes the master key only; ``anonymous`` takes anything. The
 devhost does the same, so a caller that forgot its key fails here as it would on Azure.
+The Durable extension's webhooks on the HTTP port (``/runtime/webhooks/durabletask/``) take
+its system key, ``durabletask_extension``, or the master key; the host puts the system key in
+the management URLs it gives the durableClient binding, as Azure does.
 
 The keys: the settings DEVHOST_FUNCTION_KEY and DEVHOST_MASTER_KEY (local.settings.json or
 the environment) when set; otherwise ``<data>/keys.json``, created with random keys on the
@@ -18,7 +21,7 @@ import json
 import os
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 KEYS_FILE = "keys.json"
@@ -26,14 +29,16 @@ FUNCTION_KEY_SETTING = "DEVHOST_FUNCTION_KEY"
 MASTER_KEY_SETTING = "DEVHOST_MASTER_KEY"
 KEY_HEADER = "x-functions-key"
 KEY_QUERY = "code"
+DURABLE_EXTENSION_KEY = "durabletask_extension"
 
 
 @dataclass(frozen=True)
 class FunctionKeys:
-    """The host's default function key and its master key."""
+    """The host's default function key, its master key and the Durable extension's key."""
 
     function: str
     master: str
+    durable_extension: str = field(default_factory=lambda: secrets.token_urlsafe(32))
 
     @classmethod
     def load(cls, data_dir: Path, settings: Mapping[str, str]) -> FunctionKeys:
@@ -49,6 +54,7 @@ class FunctionKeys:
             master=settings.get(MASTER_KEY_SETTING)
             or stored.get("master")
             or secrets.token_urlsafe(32),
+            durable_extension=stored.get(DURABLE_EXTENSION_KEY) or secrets.token_urlsafe(32),
         )
         if stored != keys.to_dict():
             data_dir.mkdir(parents=True, exist_ok=True)
@@ -61,10 +67,18 @@ class FunctionKeys:
     def read(cls, data_dir: Path) -> FunctionKeys:
         """The keys a running devhost wrote to ``<data_dir>/keys.json``."""
         stored = json.loads((data_dir / KEYS_FILE).read_text(encoding="utf-8"))
-        return cls(function=stored["function"], master=stored["master"])
+        return cls(
+            function=stored["function"],
+            master=stored["master"],
+            durable_extension=stored[DURABLE_EXTENSION_KEY],
+        )
 
     def to_dict(self) -> dict[str, str]:
-        return {"function": self.function, "master": self.master}
+        return {
+            "function": self.function,
+            "master": self.master,
+            DURABLE_EXTENSION_KEY: self.durable_extension,
+        }
 
     def allows(self, auth_level: str, presented: str | None) -> bool:
         """Whether a request presenting `presented` may call a function of `auth_level`."""
@@ -75,3 +89,9 @@ class FunctionKeys:
             return False
         accepted = [self.master] if level == "admin" else [self.function, self.master]
         return any(hmac.compare_digest(presented, key) for key in accepted)
+
+    def allows_durable_webhooks(self, presented: str | None) -> bool:
+        """Whether a request presenting `presented` may call the Durable webhooks."""
+        return presented is not None and any(
+            hmac.compare_digest(presented, key) for key in (self.durable_extension, self.master)
+        )

@@ -122,9 +122,9 @@ class DevHost:
         )
         self.management = ManagementApi(self.engine, task_hub=config.durable_task.hub_name)
         await self.management.start()
-        client_binding = self.management.client_binding_json()
+        management = self.management
         app_root = str(self.options.app_root.resolve())
-        bindings = {"durableClient": lambda: client_binding}
+        bindings = {"durableClient": management.client_binding_json}
         # HTTP requests cannot travel to a worker process: HTTP functions run here.
         self._http_invoker = FunctionInvoker(app_root, input_bindings=bindings)
         self._invoker = (
@@ -140,8 +140,10 @@ class DevHost:
             self._http_invoker,
             keys=self.keys,
             route_prefix=config.route_prefix,
+            extra_routes=management.webhook_routes(self.keys),
         )
         await self.http.start(port=self.options.http_port)
+        management.serve_webhooks_at(f"http://127.0.0.1:{self.http.port}")
         for function in self._of_type("timerTrigger"):
             timer = TimerTrigger(function, self._invoker, self.clock, self._monitor)
             self._timers.append(timer)

@@ -11,8 +11,11 @@ aiohttp calls to those URLs.  This server answers them on 127.0.0.1 (ephemeral p
 * ``POST   {rpc}instances/{id}/terminate?reason=``             terminate
 * ``DELETE {rpc}instances/{id}``                               purge_instance_history
 
-``{rpc}`` is ``/durabletask/``; the same routes also answer under the public webhook prefix
-``/runtime/webhooks/durabletask/`` that ``create_check_status_response`` links to.
+``{rpc}`` is ``/durabletask/``, the extension's loopback endpoint the SDK calls. The same
+routes answer under the public webhook prefix ``/runtime/webhooks/durabletask/`` that
+``create_check_status_response`` links to: as on Azure, the host serves those on its HTTP
+port too (``webhook_routes``), behind the extension's system key, and the binding's
+management URLs point there with that key (``client_binding_json``).
 Status codes follow the extension, because the SDK maps them to its exceptions. The
 ``traceparent`` / ``tracestate`` headers the SDK sends with start_new are kept with the
 instance as the parent of its episodes and activities (C9).
@@ -21,6 +24,7 @@ instance as the parent of its episodes and activities (C9).
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -29,12 +33,14 @@ from devhost.durable.engine import DurableEngine
 from devhost.durable.history import parse_timestamp
 from devhost.durable.registry import UnknownFunctionError
 from devhost.durable.status import DurableClientError, RuntimeStatus
+from devhost.function_keys import KEY_HEADER, KEY_QUERY, FunctionKeys
 from devhost.telemetry import carrier_of_headers
 
 RPC_PREFIX = "/durabletask/"
 WEBHOOK_PREFIX = "/runtime/webhooks/durabletask/"
 DEFAULT_TASK_HUB = "DevHostHub"
 _INSTANCE_ID_PLACEHOLDER = "INSTANCEID"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class ManagementApi:
@@ -48,6 +54,9 @@ class ManagementApi:
         self.host = host
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
+        self._webhooks_key: str | None = None
+        self._webhooks_base_url: str | None = None
+        self._binding: str | None = None
 
     @property
     def base_url(self) -> str:
@@ -59,16 +68,7 @@ class ManagementApi:
         """Listen on an ephemeral port of ``host``."""
         app = web.Application()
         for prefix in (RPC_PREFIX, WEBHOOK_PREFIX):
-            app.router.add_post(prefix + "orchestrators/{name}", self._start_new)
-            app.router.add_post(prefix + "orchestrators/{name}/{instance_id}", self._start_new)
-            app.router.add_post(
-                prefix + "instances/{instance_id}/raiseEvent/{event}", self._raise_event
-            )
-            app.router.add_post(prefix + "instances/{instance_id}/terminate", self._terminate)
-            app.router.add_get(prefix + "instances/", self._query)
-            app.router.add_get(prefix + "instances", self._query)
-            app.router.add_get(prefix + "instances/{instance_id}", self._get_status)
-            app.router.add_delete(prefix + "instances/{instance_id}", self._purge)
+            app.add_routes(self._routes(prefix, lambda handler: handler))
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, 0)
@@ -80,11 +80,61 @@ class ManagementApi:
             await self._runner.cleanup()
             self._runner = None
             self._port = None
+            self._binding = None
+
+    def webhook_routes(self, keys: FunctionKeys) -> list[web.RouteDef]:
+        """The webhook routes for the host's HTTP server: each answers 401 unless the request
+        carries the Durable extension's key or the master key (``code`` or the header).
+        Once that server listens, ``serve_webhooks_at`` points the management URLs there."""
+        self._webhooks_key = keys.durable_extension
+
+        def guarded(handler: Handler) -> Handler:
+            async def check_key(request: web.Request) -> web.StreamResponse:
+                presented = request.headers.get(KEY_HEADER) or request.query.get(KEY_QUERY)
+                if not keys.allows_durable_webhooks(presented):
+                    return web.Response(status=401)
+                return await handler(request)
+
+            return check_key
+
+        return self._routes(WEBHOOK_PREFIX, guarded)
+
+    def _routes(self, prefix: str, wrap: Callable[[Handler], Handler]) -> list[web.RouteDef]:
+        return [
+            web.post(prefix + "orchestrators/{name}", wrap(self._start_new)),
+            web.post(prefix + "orchestrators/{name}/{instance_id}", wrap(self._start_new)),
+            web.post(
+                prefix + "instances/{instance_id}/raiseEvent/{event}", wrap(self._raise_event)
+            ),
+            web.post(prefix + "instances/{instance_id}/terminate", wrap(self._terminate)),
+            web.get(prefix + "instances/", wrap(self._query)),
+            web.get(prefix + "instances", wrap(self._query)),
+            web.get(prefix + "instances/{instance_id}", wrap(self._get_status)),
+            web.delete(prefix + "instances/{instance_id}", wrap(self._purge)),
+        ]
+
+    def serve_webhooks_at(self, http_base_url: str) -> None:
+        """The host's HTTP server serves ``webhook_routes`` at `http_base_url`
+        (``http://127.0.0.1:7071``): the management URLs point there, with the key."""
+        if self._webhooks_key is None:
+            raise RuntimeError("webhook_routes was not given to the HTTP server")
+        self._webhooks_base_url = http_base_url
+        self._binding = None
 
     def client_binding_json(self) -> str:
-        """The durableClient binding value the host passes to functions."""
-        webhooks = self.base_url + WEBHOOK_PREFIX.rstrip("/")
+        """The durableClient binding value the host passes to functions: the SDK calls the
+        loopback endpoint (``rpcBaseUrl``); the management URLs it hands out point at the
+        host's HTTP port with the extension's key once ``serve_webhooks_at`` said where,
+        else at this server's own port."""
+        if self._binding is None:
+            self._binding = self._new_client_binding_json()
+        return self._binding
+
+    def _new_client_binding_json(self) -> str:
+        webhooks = (self._webhooks_base_url or self.base_url) + WEBHOOK_PREFIX.rstrip("/")
         query = f"?taskHub={self.task_hub}&connection=Storage"
+        if self._webhooks_base_url is not None:
+            query += f"&{KEY_QUERY}={self._webhooks_key}"
         instance = f"{webhooks}/instances/{_INSTANCE_ID_PLACEHOLDER}"
         return json.dumps(
             {
@@ -100,10 +150,8 @@ class ManagementApi:
                     "id": _INSTANCE_ID_PLACEHOLDER,
                     "statusQueryGetUri": f"{instance}{query}",
                     "sendEventPostUri": f"{instance}/raiseEvent/{{eventName}}{query}",
-                    "terminatePostUri": f"{instance}/terminate?reason={{text}}"
-                    f"&taskHub={self.task_hub}&connection=Storage",
-                    "rewindPostUri": f"{instance}/rewind?reason={{text}}"
-                    f"&taskHub={self.task_hub}&connection=Storage",
+                    "terminatePostUri": f"{instance}/terminate?reason={{text}}&{query[1:]}",
+                    "rewindPostUri": f"{instance}/rewind?reason={{text}}&{query[1:]}",
                     "purgeHistoryDeleteUri": f"{instance}{query}",
                     "restartPostUri": f"{instance}/restart{query}",
                 },

@@ -107,6 +107,44 @@ async def test_service_bus_http_and_durable_client_work_together(
     }
 
 
+async def test_the_status_links_an_http_starter_returns_answer_on_the_http_port_with_their_key(
+    host: DevHost,
+) -> None:
+    """As on Azure, the Durable webhooks are on the host's HTTP port behind the extension's
+    key, and create_check_status_response links there: a quickstart's next step works."""
+    assert host.http is not None
+    assert host.keys is not None
+    base = f"http://127.0.0.1:{host.http.port}"
+    async with aiohttp.ClientSession(timeout=HTTP_TIMEOUT) as session:
+        async with session.post(f"{base}/api/jobs", data="job-7") as response:
+            assert response.status == 202
+            links = await response.json()
+        status_uri = links["statusQueryGetUri"]
+        assert status_uri.startswith(f"{base}/runtime/webhooks/durabletask/instances/job-7?")
+        assert f"code={host.keys.durable_extension}" in status_uri
+        await eventually_true(lambda: waiting_for_approval(host, "job-7"), "job-7 waits")
+        # A running instance's status answers 202, as the extension's does until it ends.
+        async with session.get(status_uri) as response:
+            assert response.status == 202
+            assert (await response.json())["runtimeStatus"] == "Running"
+        # Without the key, the webhooks answer 401, as the host's do.
+        async with session.get(status_uri.split("?")[0]) as response:
+            assert response.status == 401
+
+        approve = links["sendEventPostUri"].replace("{eventName}", "Approval")
+        async with session.post(approve, json="bob") as response:
+            assert response.status == 202
+
+        async def completed() -> bool:
+            async with session.get(status_uri) as response:
+                return bool((await response.json())["runtimeStatus"] == "Completed")
+
+        await eventually_true(completed, "job-7 completes through its webhook links")
+        async with session.get(status_uri) as response:
+            assert response.status == 200
+            assert (await response.json())["output"]["by"] == "bob"
+
+
 @pytest.mark.parametrize("host", [1], indirect=True, ids=["language-worker"])
 async def test_start_returns_once_the_workers_loaded_the_app_and_the_listeners_are_open(
     host: DevHost,

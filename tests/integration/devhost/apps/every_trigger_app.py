@@ -2,7 +2,8 @@
 
 A Service Bus message starts a job orchestration; the orchestration calls an activity, then
 races an approval event against a ten-minute durable timer. HTTP endpoints read a job's
-status and approve it; a timer trigger ticks every thirty seconds.
+status and approve it, and one starts a job as the Durable quickstart does, answering with
+the status links of create_check_status_response; a timer trigger ticks every thirty seconds.
 """
 
 import datetime as dt
@@ -40,6 +41,16 @@ def job_flow(context: df.DurableOrchestrationContext) -> Any:
 @app.activity_trigger(input_name="value")
 def double(value: int) -> int:
     return value * 2
+
+
+@app.route(route="jobs", methods=["POST"])
+@app.durable_client_input(client_name="client")
+async def start_job(
+    req: func.HttpRequest, client: df.DurableOrchestrationClient
+) -> func.HttpResponse:
+    job = req.get_body().decode()
+    await client.start_new("job_flow", instance_id=job, client_input={"value": len(job)})
+    return client.create_check_status_response(req, job)
 
 
 @app.route(route="jobs/{job}", methods=["GET"])
