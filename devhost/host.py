@@ -58,7 +58,7 @@ LISTENING_BOUND_SECONDS = 30.0
 
 @dataclass(frozen=True)
 class HostOptions:
-    app: str = "function_app:app"
+    app: str = "function_app"
     app_root: Path = Path(".")
     data_dir: Path = Path(".devhost")
     http_port: int = 7071

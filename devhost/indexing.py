@@ -68,26 +68,43 @@ class IndexedFunction:
 
 
 def load_app(spec: str, app_root: Path) -> FunctionRegister:
-    """Import ``module:attribute`` from ``app_root`` and return the FunctionApp it names."""
+    """Import the module of ``module[:attribute]`` from ``app_root`` and return its FunctionApp.
+
+    Without an attribute, the app is the module's one top-level FunctionApp (or DFApp),
+    whatever its name, as the Python worker finds it
+    (``azure_functions_runtime.loader.index_function_app``); more than one, or none, is the
+    worker's error. The module comes from ``app_root`` even when the current directory or
+    an earlier load holds a module of the same name.
+    """
     module_name, _, attribute = spec.partition(":")
-    attribute = attribute or "app"
     root = str(app_root.resolve())
-    if root not in sys.path:
-        sys.path.insert(0, root)
+    if root in sys.path:
+        sys.path.remove(root)
+    sys.path.insert(0, root)
+    loaded = sys.modules.get(module_name)
+    if loaded is not None and not _is_under(getattr(loaded, "__file__", None), root):
+        del sys.modules[module_name]
+        loaded = None
     try:
         # A second load in one process (tests starting several hosts) gets a fresh app:
         # get_functions() may be called only once per app object.
-        loaded = sys.modules.get(module_name)
         module = importlib.reload(loaded) if loaded else importlib.import_module(module_name)
     except Exception as error:
         detail = "".join(traceback.format_exception_only(error)).strip()
         raise IndexingError(f"cannot import {module_name!r} from {root}: {detail}") from error
+    apps = [value for value in vars(module).values() if isinstance(value, FunctionRegister)]
+    if not attribute:
+        if not apps:
+            # The worker's rule and message, as for what follows.
+            raise IndexingError(
+                f"Could not find top level function app instances in {module_name}.py."
+            )
+        attribute = next(name for name, value in vars(module).items() if value is apps[0])
     app = getattr(module, attribute, None)
     if not isinstance(app, FunctionRegister):
         raise IndexingError(
             f"{module_name}.{attribute} is {type(app).__name__}, not a FunctionApp or DFApp"
         )
-    apps = [value for value in vars(module).values() if isinstance(value, FunctionRegister)]
     if len(apps) > 1:
         # The worker's rule and message (azure_functions_runtime.loader.index_function_app).
         raise IndexingError(
@@ -95,6 +112,10 @@ def load_app(spec: str, app_root: Path) -> FunctionRegister:
             "instances are defined."
         )
     return app
+
+
+def _is_under(path: str | None, root: str) -> bool:
+    return path is not None and Path(path).resolve().is_relative_to(root)
 
 
 def index_app(app: FunctionRegister, settings: AppSettings) -> list[IndexedFunction]:

@@ -1,6 +1,6 @@
 """``python -m devhost start``: run a Functions app locally until stopped.
 
-    python -m devhost start --app function_app:app [--app-root .] [--data .devhost]
+    python -m devhost start [--app function_app[:app]] [--app-root .] [--data .devhost]
                             [--http-port 7071] [--broker-config servicebus.config.json
                             [--broker-port 5672] [--broker-data .devhost/servicebus.sqlite]]
                             [--telemetry-export telemetry.jsonl|console]
@@ -39,7 +39,12 @@ def add_start(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="run a Functions app's triggers, orchestrations and activities locally",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    parser.add_argument("--app", default="function_app:app", help="module:attribute of the app")
+    parser.add_argument(
+        "--app",
+        default="function_app",
+        help="the app's module (default function_app, as the Python worker's "
+        "function_app.py), optionally :attribute; without one, its one top-level FunctionApp",
+    )
     parser.add_argument(
         "--app-root", default=".", help="folder holding the app, host.json and local.settings.json"
     )

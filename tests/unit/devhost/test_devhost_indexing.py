@@ -1,8 +1,10 @@
 """Indexing an app the way the Python worker does, with errors that name function and cause."""
 
 import re
+import sys
 import textwrap
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -181,3 +183,61 @@ def test_binding_names_the_host_refuses_are_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(IndexingError, match="The binding name my_timer is invalid"):
         index_app(load_app(spec, tmp_path), AppSettings({}))
+
+
+@pytest.fixture(autouse=True)
+def _own_function_app_module() -> Iterator[None]:
+    """The function_app module these tests load is theirs alone: whatever the process had
+    under that name before is back afterwards."""
+    before = sys.modules.get("function_app")
+    yield
+    sys.modules.pop("function_app", None)
+    if before is not None:
+        sys.modules["function_app"] = before
+
+
+def _function_app(root: Path, variable: str, function: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "function_app.py").write_text(
+        textwrap.dedent(
+            f"""
+            import azure.functions as func
+            {variable} = func.FunctionApp(http_auth_level=func.AuthLevel.ANONYMOUS)
+
+            @{variable}.route(route="{function}")
+            def {function}(req: func.HttpRequest) -> func.HttpResponse: ...
+            """
+        ),
+        encoding="utf-8",
+    )
+    return root
+
+
+def test_without_an_attribute_the_module_s_one_app_is_found_whatever_its_name(
+    tmp_path: Path,
+) -> None:
+    # Microsoft's Durable samples name theirs myApp; the Python worker finds it all the same.
+    root = _function_app(tmp_path / "sample", "myApp", "hello")
+    functions = index_app(load_app("function_app", root), AppSettings({}))
+    assert [f.name for f in functions] == ["hello"]
+
+
+def test_the_app_root_s_module_is_loaded_over_one_of_the_same_name_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Started from another app's folder (on sys.path first, as `python -m` puts it), or after
+    another app's function_app.py was loaded, the devhost still indexes --app-root's."""
+    here = _function_app(tmp_path / "current-directory", "app", "from_cwd")
+    sample = _function_app(tmp_path / "sample", "app", "from_sample")
+    monkeypatch.syspath_prepend(str(here))
+    assert [f.name for f in index_app(load_app("function_app", here), AppSettings({}))] == [
+        "from_cwd"
+    ]
+    loaded = index_app(load_app("function_app", sample), AppSettings({}))
+    assert [f.name for f in loaded] == ["from_sample"]
+
+
+def test_a_module_without_an_app_gets_the_worker_s_error(tmp_path: Path) -> None:
+    (tmp_path / "function_app.py").write_text("VALUE = 1\n", encoding="utf-8")
+    with pytest.raises(IndexingError, match="Could not find top level function app instances"):
+        load_app("function_app", tmp_path)
