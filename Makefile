@@ -10,7 +10,7 @@ CHECKOV := checkov==3.3.30
 
 setup: $(VENV)/.installed node_modules/.installed $(IAC_VENV)/.installed chromium
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-worker.txt
+$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-worker.txt devhost/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements-dev.txt

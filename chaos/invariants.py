@@ -39,10 +39,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from devhost.durable.history import EventType
+
 from demo.client import Workload
 from demo.evidence import Evidence, ServiceLedger, gather
 from demo.report import FINAL_STATES, lost_orders
-from devhost.durable.history import EventType
 from domain.contracts import AlertKind, OrderStatus
 from domain.records import (
     InstanceId,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from devhost import child_process
+
 from simulators.services import SERVICES, FaultPlan
 from simulators.services.declarations import declaration
 

@@ -34,6 +34,9 @@ from typing import Any
 
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient
+from devhost.durable.history import HistoryEvent
+from devhost.durable.store import DurableStore
+from devhost.servicebus.process import BrokerProcess
 
 import bootstrap
 from chaos.invariants import (
@@ -58,9 +61,6 @@ from demo.pipeline import (
 )
 from demo.report import FINAL_STATES, percentile
 from demo.run import peek_all
-from devhost.durable.history import HistoryEvent
-from devhost.durable.store import DurableStore
-from devhost.servicebus.process import BrokerProcess
 from domain.agent_messages import AgentOperation
 from domain.ports import StoreMetrics
 from domain.records import ProcessState, StateRecord, parse_utc

@@ -20,8 +20,9 @@ import json
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
-from demo.pipeline import REPOSITORY
 from devhost.indexing import load_app
+
+from demo.pipeline import REPOSITORY
 
 SCHEDULER = "scheduler"
 AGENTS = "agents"

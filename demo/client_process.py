@@ -27,8 +27,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
-from demo.client import ClientLog, DemoClient, Workload
 from devhost import event_loop, telemetry
+
+from demo.client import ClientLog, DemoClient, Workload
 
 PROGRESS_SECONDS = 0.1
 STOP_BOUND_SECONDS = 30.0

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from devhost import event_loop
 from devhost.cli import run_command
+
 from simulators.services import PRESET_NAMES
 
 
@@ -99,8 +100,9 @@ def run_demo_command(args: argparse.Namespace) -> int:
     _quiet_cosmos_sdk()
     if args.backend != "cosmos":
         return _run(args, {} if args.backend is None else {"STATE_STORE": args.backend})
-    from adapters.cosmos_connection import CONNECTION_SETTING
     from devhost.cosmos_server import CosmosServer
+
+    from adapters.cosmos_connection import CONNECTION_SETTING
 
     try:
         server = CosmosServer().start()

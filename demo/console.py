@@ -73,8 +73,9 @@ def where_to_open(work_dir: Path | None, port: int = DEFAULT_HTTP_PORT) -> list[
             "Operator console: this run's state store did not outlive it (only a run on the "
             "SQLite store keeps its orders for the console)"
         ]
-    from demo.pipeline import HOST_DATA_DIR
     from devhost.function_keys import FunctionKeys
+
+    from demo.pipeline import HOST_DATA_DIR
 
     values = json.loads(settings_path.read_text(encoding="utf-8"))
     keys = FunctionKeys.load(work_dir / HOST_DATA_DIR, values)
@@ -128,13 +129,14 @@ def run_demo_console(args: argparse.Namespace) -> int:
 
 
 async def _serve(work_dir: Path, port: int, values: dict[str, str]) -> int:
-    from demo.pipeline import BROKER_CONFIG, HOST_DATA_DIR, REPOSITORY, STORES_DIR
     from devhost.clock import RealClock
     from devhost.host import DevHost, HostOptions
     from devhost.servicebus.config import load_config
     from devhost.servicebus.server import ServiceBusBroker
     from devhost.settings import AppSettings
     from devhost.start_command import SERVICE_BUS_CONNECTION, serve_until_stopped
+
+    from demo.pipeline import BROKER_CONFIG, HOST_DATA_DIR, REPOSITORY, STORES_DIR
 
     broker = ServiceBusBroker(load_config(BROKER_CONFIG), data_path=work_dir / BROKER_JOURNAL)
     broker.start()

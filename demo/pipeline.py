@@ -29,16 +29,16 @@ from pathlib import Path
 
 from azure.core.exceptions import AzureError
 from azure.cosmos.exceptions import CosmosResourceNotFoundError
-
-import bootstrap
-from adapters.cosmos_connection import CONNECTION_SETTING, connect
-from config import Settings, SettingsError
 from devhost.clock import Clock, RealClock
 from devhost.host import DevHost, HostOptions
 from devhost.servicebus.config import load_config
 from devhost.servicebus.process import BrokerProcess
 from devhost.servicebus.server import ServiceBusBroker
 from devhost.settings import AppSettings
+
+import bootstrap
+from adapters.cosmos_connection import CONNECTION_SETTING, connect
+from config import Settings, SettingsError
 from domain.ports import StoreError
 from simulators.fulfilment import FaultPlan, FulfilmentService
 from simulators.services import SimulatedServices

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from azure.servicebus import ServiceBusReceivedMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
+from devhost.telemetry import CONSOLE, EXPORT_SETTING
 
 import bootstrap
 from demo import metrics
@@ -42,7 +43,6 @@ from demo.evidence import ServiceLedger, gather
 from demo.pipeline import DEMO_REPLY_QUEUE, Pipeline, local_pipeline
 from demo.report import FINAL_STATES, DemoReport, lost_orders, percentile
 from demo.showcase import STEP_SERVICES, FaultMix, fault_mix
-from devhost.telemetry import CONSOLE, EXPORT_SETTING
 from domain.ports import StoreMetrics
 from domain.records import StateRecord
 from simulators.services import FaultKind

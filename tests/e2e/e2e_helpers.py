@@ -24,16 +24,16 @@ from typing import Any
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusReceiveMode
 from azure.servicebus import ServiceBusSubQueue as SubQueue
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver, ServiceBusSender
+from devhost.durable.history import EventType
+from devhost.durable.status import OrchestrationStatus
+from devhost.testing import eventually_true
 
 import bootstrap
 from demo.pipeline import DEMO_REPLY_QUEUE, Pipeline, local_pipeline
-from devhost.durable.history import EventType
-from devhost.durable.status import OrchestrationStatus
 from domain.contracts import Order
 from domain.records import StateRecord
 from simulators.fulfilment import FaultPlan
 from simulators.services import Role, SimulatedServices
-from tests.support.waiting import eventually_true
 
 ORDERS = "orders"
 AGENT_REQUESTS = "agent-requests"

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from devhost.testing import eventually
 
 import bootstrap
 from domain.agent_messages import AgentOutcome, AgentResponse
@@ -43,7 +44,6 @@ from tests.e2e.e2e_helpers import (
     running_step_pipeline,
     scheduled_activities,
 )
-from tests.support.waiting import eventually
 
 RESPONSE_FUNCTION = "receive_agent_response"
 STEP_AGENT_FUNCTIONS = ("stock_agent", "payment_agent", "shipping_agent")

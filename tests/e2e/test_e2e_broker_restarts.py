@@ -26,6 +26,10 @@ from pathlib import Path
 import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusReceiveMode
 from azure.servicebus.aio import ServiceBusClient
+from devhost.host import DevHost, HostOptions
+from devhost.servicebus.process import BrokerProcess
+from devhost.settings import AppSettings
+from devhost.testing import eventually, eventually_true
 
 import bootstrap
 from config import Settings
@@ -38,13 +42,9 @@ from demo.pipeline import (
     sample_settings,
 )
 from demo.report import FINAL_STATES
-from devhost.host import DevHost, HostOptions
-from devhost.servicebus.process import BrokerProcess
-from devhost.settings import AppSettings
 from domain.ports import StateStore, StoreMetrics
 from simulators.fulfilment import FaultPlan, FulfilmentService
 from tests.e2e.e2e_helpers import STEP_SERVICES, order_body
-from tests.support.waiting import eventually, eventually_true
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

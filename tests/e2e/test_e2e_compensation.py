@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from devhost.testing import eventually
 
 import bootstrap
 from domain.records import ProcessState, StateRecord, StepState
@@ -31,7 +32,6 @@ from tests.e2e.e2e_helpers import (
     side_effects_against_compensation,
 )
 from tests.support.cosmos_server import CosmosServer
-from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
 

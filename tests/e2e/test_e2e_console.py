@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from devhost.function_keys import FunctionKeys
+from devhost.testing import eventually_true
 
 from demo.pipeline import REPOSITORY
-from devhost.function_keys import FunctionKeys
 from domain.dead_letters import resubmitted_message_id
 from domain.records import ProcessState
 from simulators.services import FaultKind, FaultPlan, FaultRule
@@ -31,7 +32,6 @@ from tests.e2e.e2e_helpers import (
     running_step_pipeline,
     side_effects_against_compensation,
 )
-from tests.support.waiting import eventually_true
 
 HTTP_TIMEOUT = aiohttp.ClientTimeout(total=20)
 CLI_TIMEOUT_SECONDS = 60.0

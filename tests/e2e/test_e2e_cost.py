@@ -15,6 +15,8 @@ paid whether or not orders flow, so they are counted apart: queries that served 
 
 from pathlib import Path
 
+from devhost.testing import eventually
+
 import bootstrap
 from domain.ports import OperationKind
 from domain.workflow import DEFAULT_ORDER_STEPS
@@ -26,7 +28,6 @@ from tests.e2e.e2e_helpers import (
     order_body,
     running_pipeline,
 )
-from tests.support.waiting import eventually
 
 STEPS = len(DEFAULT_ORDER_STEPS)
 STATUSES = 1 + STEPS + 1  # received, in-progress per step, completed

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 from azure.functions.timer import TimerRequest
+from devhost.testing import eventually_true
 
 import bootstrap
 from domain.dead_letters import MAX_DELIVERY_COUNT_EXCEEDED
 from services.dead_letters import discard_dead_letter, list_dead_letters, resubmit_dead_letter
 from tests.e2e.e2e_helpers import ALERTS, E2E, ORDERS, REPLIES, order_body, running_pipeline
-from tests.support.waiting import eventually_true
 
 GONE_REPLIES = "gone-replies"
 """On REPLY_QUEUES, yet no such queue exists: every delivery of a submission naming it fails

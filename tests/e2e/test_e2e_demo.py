@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from devhost import child_process
 
 from demo.client import Workload
 from demo.run import DemoOptions, run_demo
 from demo.showcase import SCRIPTED_PATHS
-from devhost import child_process
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 STEPS = ("reserve-stock", "charge-payment", "ship-order")

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from azure.functions.timer import TimerRequest
+from devhost.testing import eventually
 
 import bootstrap
 from domain.agent_messages import AgentOutcome, AgentResponse
@@ -32,7 +33,6 @@ from tests.e2e.e2e_helpers import (
     running_step_pipeline,
     scheduled_activities,
 )
-from tests.support.waiting import eventually
 
 FINAL_WRITES = {"finish_steps", "fail_step"}
 ENDED_WITHOUT_WRITING = {"timed-out", "gave-up"}

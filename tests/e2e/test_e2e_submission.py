@@ -9,8 +9,10 @@ replies do with them.
 import asyncio
 from pathlib import Path
 
-from demo.metrics import read as read_metrics
 from devhost.telemetry import EXPORT_SETTING
+from devhost.testing import eventually
+
+from demo.metrics import read as read_metrics
 from domain.records import ProcessState
 from observability.metrics import (
     BACKLOG_UNFINISHED,
@@ -31,7 +33,6 @@ from tests.e2e.e2e_helpers import (
     running_pipeline,
     running_step_pipeline,
 )
-from tests.support.waiting import eventually
 
 
 async def test_s2_the_same_order_sent_twice_is_one_order_received_once(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from azure.core.settings import settings as azure_settings
 from azure.servicebus.aio import ServiceBusClient
+from devhost.telemetry import EXPORT_SETTING
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -30,7 +31,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from demo.pipeline import local_pipeline
-from devhost.telemetry import EXPORT_SETTING
 from tests.e2e.e2e_helpers import E2E, order_body
 
 STEPS = ("reserve-stock", "charge-payment", "ship-order")

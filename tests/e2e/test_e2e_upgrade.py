@@ -24,6 +24,11 @@ from typing import TextIO
 import pytest
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
+from devhost.host import DevHost, HostOptions
+from devhost.servicebus.config import load_config
+from devhost.servicebus.server import ServiceBusBroker
+from devhost.settings import AppSettings
+from devhost.testing import eventually
 
 import bootstrap
 from adapters.sqlite_store import open_sqlite_stores
@@ -34,15 +39,10 @@ from demo.pipeline import (
     REPOSITORY,
     sample_settings,
 )
-from devhost.host import DevHost, HostOptions
-from devhost.servicebus.config import load_config
-from devhost.servicebus.server import ServiceBusBroker
-from devhost.settings import AppSettings
 from domain.ports import StateStore, StoreMetrics
 from domain.records import WORKFLOW_ONE_STEP, WORKFLOW_STEPS, ProcessState, StateRecord
 from simulators.fulfilment import FaultKind, FaultPlan, FaultRule, FulfilmentService
 from tests.e2e.e2e_helpers import order_body
-from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.timeout(240)
 

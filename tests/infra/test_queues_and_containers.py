@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+from devhost.servicebus.config import QueueSettings, parse_config, parse_duration
+
 from adapters.cosmos_containers import cosmos_layout
 from bootstrap import cosmos_options
 from config import Settings
-from devhost.servicebus.config import QueueSettings, parse_config, parse_duration
 from tests.infra.app_settings import expected_app_settings
 from tests.infra.bicep import (
     APP,

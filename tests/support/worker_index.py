@@ -20,7 +20,6 @@ from typing import Any
 def index(app_dir: Path, script_file: str) -> dict[str, Any]:
     from azure_functions_runtime import handle_event
     from azure_functions_runtime.bindings import meta
-
     from devhost.function_rpc import protos
 
     handle_event.protos = protos

@@ -10,6 +10,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from devhost.durable.history import EventType, execution_started, new_event
+
 from chaos.invariants import (
     QueueMessage,
     check,
@@ -18,7 +20,6 @@ from chaos.invariants import (
     stale_state_writes,
 )
 from demo.client import Outgoing, Workload
-from devhost.durable.history import EventType, execution_started, new_event
 from domain.records import CompletedStep, ProcessState, StateRecord, format_utc
 from domain.transitions import new_record
 

@@ -3,6 +3,8 @@ that has already listed the app's functions (the SDK allows one listing per app 
 
 from __future__ import annotations
 
+from devhost.indexing import load_app
+
 from chaos.topology import (
     AGENT_TRIGGERS,
     AGENTS,
@@ -13,7 +15,6 @@ from chaos.topology import (
     triggered_functions,
 )
 from demo.pipeline import REPOSITORY
-from devhost.indexing import load_app
 
 
 def disabled(settings: dict[str, str]) -> set[str]:

@@ -16,11 +16,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+from devhost.host_config import HostConfig, parse_timespan
+from devhost.servicebus.config import parse_duration
+
 from adapters.message_settlement import SETTLEMENT_DEADLINE_SECONDS
 from adapters.servicebus_publisher import OPEN_TIMEOUT_SECONDS, SEND_TIMEOUT_SECONDS
 from config import Settings
-from devhost.host_config import HostConfig, parse_timespan
-from devhost.servicebus.config import parse_duration
 from domain.workflow import step_list
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,10 +10,9 @@ import json
 import pytest
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
+from devhost.testing import eventually, eventually_true, queue, running_broker
 
 from demo.client import DemoClient
-from tests.support.broker import queue, running_broker
-from tests.support.waiting import eventually, eventually_true
 
 pytestmark = pytest.mark.asyncio
 

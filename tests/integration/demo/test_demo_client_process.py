@@ -11,10 +11,9 @@ import time
 import pytest
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
+from devhost.testing import eventually, queue, running_broker
 
 from demo.client_process import ClientProcess, ClientSpec
-from tests.support.broker import queue, running_broker
-from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.asyncio
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-
 from devhost.clock import VirtualClock
 from devhost.host import DevHost, HostOptions
 from devhost.host_config import HostConfigError
 from devhost.settings import AppSettings
+
 from tests.integration.durable.conftest import START
 
 pytestmark = pytest.mark.asyncio

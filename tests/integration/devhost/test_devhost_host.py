@@ -15,14 +15,12 @@ import aiohttp
 import pytest
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
-
 from devhost.clock import VirtualClock
 from devhost.durable import RuntimeStatus
 from devhost.host import DevHost, HostOptions
 from devhost.servicebus.server import ServiceBusBroker
 from devhost.settings import AppSettings
-from tests.support.broker import queue, running_broker
-from tests.support.waiting import eventually, eventually_true
+from devhost.testing import eventually, eventually_true, queue, running_broker
 
 APPS = Path(__file__).parent / "apps"
 START = dt.datetime(2030, 1, 1, 0, 0, 5, tzinfo=dt.UTC)

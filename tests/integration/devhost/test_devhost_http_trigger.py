@@ -7,7 +7,6 @@ from pathlib import Path
 import aiohttp
 import azure.functions as func
 import pytest
-
 from devhost.function_keys import FunctionKeys
 from devhost.indexing import index_app
 from devhost.invocation import FunctionInvoker

@@ -19,15 +19,14 @@ import azure.functions as func
 import pytest
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
-
 from devhost.host import DevHost, HostOptions
 from devhost.host_config import ServiceBusOptions
 from devhost.indexing import index_app
 from devhost.invocation import FunctionInvoker
 from devhost.servicebus.process import BrokerProcess
 from devhost.settings import AppSettings
+from devhost.testing import eventually
 from devhost.triggers.servicebus import ServiceBusTrigger
-from tests.support.waiting import eventually
 
 APP_ROOT = Path(__file__).parent / "apps" / "restarts"
 QUEUES = ("plain-jobs", "sdk-jobs", "single")

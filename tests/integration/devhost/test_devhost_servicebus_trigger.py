@@ -18,15 +18,13 @@ from azurefunctions.extensions.bindings.servicebus import (
     ServiceBusMessageActions,
     ServiceBusReceivedMessage,
 )
-
 from devhost.host_config import ServiceBusOptions
 from devhost.indexing import IndexedFunction, index_app
 from devhost.invocation import FunctionInvoker
 from devhost.servicebus.server import ServiceBusBroker
 from devhost.settings import AppSettings
+from devhost.testing import eventually, eventually_true, queue, running_broker
 from devhost.triggers.servicebus import ServiceBusTrigger
-from tests.support.broker import queue, running_broker
-from tests.support.waiting import eventually, eventually_true
 
 TIMEOUT = 15
 

@@ -24,18 +24,17 @@ from azurefunctions.extensions.bindings.servicebus import ServiceBusMessageActio
 from azurefunctions.extensions.bindings.servicebus import (
     ServiceBusReceivedMessage as SdkMessage,
 )
-
-from adapters import message_settlement
-from adapters.message_settlement import Outcome
 from devhost.host_config import ServiceBusOptions
 from devhost.indexing import index_app
 from devhost.invocation import FunctionInvoker
 from devhost.servicebus.server import ServiceBusBroker
 from devhost.settings import AppSettings
+from devhost.testing import eventually, queue, running_broker
 from devhost.triggers.servicebus import ServiceBusTrigger
 from devhost.triggers.settlement import SettlementService
-from tests.support.broker import queue, running_broker
-from tests.support.waiting import eventually
+
+from adapters import message_settlement
+from adapters.message_settlement import Outcome
 
 pytestmark = pytest.mark.timeout(60)
 

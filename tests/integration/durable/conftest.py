@@ -9,8 +9,8 @@ from functools import cache
 
 import pytest_asyncio
 from azure.functions.decorators.function_app import Function
-
 from devhost.durable import DurableEngine, VirtualClock
+
 from tests.integration.durable.apps import semantics_app
 
 START = dt.datetime(2030, 1, 1, 8, 0, tzinfo=dt.UTC)

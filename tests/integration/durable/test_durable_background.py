@@ -5,10 +5,10 @@ runnable and when the next timer is due)."""
 from __future__ import annotations
 
 import pytest
-
 from devhost.durable import DurableEngine, RealClock, RuntimeStatus, VirtualClock
+from devhost.testing import eventually
+
 from tests.integration.durable.conftest import EngineFactory
-from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.asyncio
 

@@ -4,7 +4,6 @@ orchestrator code."""
 from __future__ import annotations
 
 import pytest
-
 from devhost.durable import DurableEngine, RuntimeStatus
 from devhost.durable.history import EventType
 

@@ -14,9 +14,9 @@ import azure.functions as func
 import pytest
 import pytest_asyncio
 from azure.durable_functions.models.utils import http_utils
-
 from devhost.durable import DurableEngine, RuntimeStatus
 from devhost.durable.management_http import ManagementApi
+
 from tests.integration.durable.conftest import EngineFactory, semantics_functions
 
 pytestmark = pytest.mark.asyncio

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 from azure.functions.decorators.function_app import Function
-
 from devhost.durable import DurableEngine, RuntimeStatus, VirtualClock
 from devhost.durable.history import EventType
+from devhost.testing import eventually_sync
+
 from tests.integration.durable.apps import crash_app
-from tests.support.waiting import eventually_sync
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 

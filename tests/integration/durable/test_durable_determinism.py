@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
 from devhost.durable import DurableEngine, RuntimeStatus
+
 from tests.integration.durable.apps.semantics_app import CODE_VERSION
 
 pytestmark = pytest.mark.asyncio

@@ -9,11 +9,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from devhost.durable import RuntimeStatus
+from devhost.testing import eventually
+
 from tests.integration.durable.apps.semantics_app import ATTEMPTS, RELEASES
 from tests.integration.durable.conftest import EngineFactory
-from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.asyncio
 

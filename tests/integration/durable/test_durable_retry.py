@@ -7,9 +7,9 @@ import datetime as dt
 import uuid
 
 import pytest
-
 from devhost.durable import DurableEngine, RuntimeStatus
 from devhost.durable.history import EventType, parse_timestamp
+
 from tests.integration.durable.apps.semantics_app import ATTEMPTS
 
 pytestmark = pytest.mark.asyncio

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from devhost.durable import DurableEngine, RuntimeStatus
 
 pytestmark = pytest.mark.asyncio

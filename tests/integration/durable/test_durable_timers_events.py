@@ -8,9 +8,9 @@ import datetime as dt
 import logging
 
 import pytest
-
 from devhost.durable import DurableEngine, InstanceNotFoundError, RuntimeStatus, VirtualClock
 from devhost.durable.history import EventType
+
 from tests.integration.durable.conftest import START
 
 pytestmark = pytest.mark.asyncio

@@ -17,15 +17,15 @@ from typing import Any
 
 import aiohttp
 import pytest
-
 from devhost.clock import VirtualClock
 from devhost.durable import DurableEngine, EngineStalledError, OrchestrationStatus, RuntimeStatus
 from devhost.durable.history import EventType
 from devhost.durable.versioning import VERSION_MISMATCH_OUTPUT, Versioning
 from devhost.host import DevHost, HostOptions
 from devhost.settings import AppSettings
+from devhost.testing import eventually, eventually_true
+
 from tests.integration.durable.conftest import START
-from tests.support.waiting import eventually, eventually_true
 
 pytestmark = pytest.mark.asyncio
 

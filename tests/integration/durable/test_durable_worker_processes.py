@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-
 from devhost.durable import DurableEngine, RuntimeStatus
 from devhost.durable.history import EventType
 from devhost.language_workers import LanguageWorkers
+
 from tests.integration.durable.conftest import EngineFactory
 
 pytestmark = pytest.mark.asyncio

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 from azure.servicebus import ServiceBusClient
-
 from devhost.servicebus.server import ServiceBusBroker
+
 from tests.integration.servicebus.sb_helpers import broker_config
 
 

@@ -7,7 +7,6 @@ from typing import Any
 
 from azure.servicebus import ServiceBusReceivedMessage, ServiceBusReceiver
 from azure.servicebus.aio import ServiceBusReceiver as AsyncServiceBusReceiver
-
 from devhost.servicebus.config import BrokerConfig, parse_config
 
 RECEIVE_BOUND_SECONDS = 20.0

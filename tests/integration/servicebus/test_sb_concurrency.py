@@ -15,8 +15,8 @@ from collections.abc import Callable
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient as AsyncServiceBusClient
-
 from devhost.servicebus.server import ServiceBusBroker
+
 from tests.integration.servicebus.sb_helpers import SEND_TIMEOUT_SECONDS
 
 pytestmark = pytest.mark.timeout(180)

@@ -20,12 +20,13 @@ from pathlib import Path
 import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient
+from devhost.servicebus.server import ServiceBusBroker
+from devhost.testing import queue, running_broker
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from adapters.servicebus_dead_letters import ServiceBusDeadLetterQueues
 from adapters.servicebus_publisher import ServiceBusPublisher
 from adapters.sqlite_store import SqliteStateStore
-from devhost.servicebus.server import ServiceBusBroker
 from domain.dead_letters import MAX_DELIVERY_COUNT_EXCEEDED, RESUBMITTED_FROM_PROPERTY
 from domain.ports import DeadLetterBusy
 from observability.metrics import DEADLETTERS
@@ -37,7 +38,6 @@ from services.dead_letters import (
     resubmit_dead_letter,
     watch_dead_letters,
 )
-from tests.support.broker import queue, running_broker
 from tests.support.metric_points import points, total
 
 pytestmark = pytest.mark.asyncio

@@ -18,10 +18,10 @@ from azure.servicebus.exceptions import (
     MessagingEntityNotFoundError,
     ServiceBusError,
 )
+from devhost.servicebus.server import ServiceBusBroker
 from proton import Delivery, Message
 from proton.utils import BlockingConnection
 
-from devhost.servicebus.server import ServiceBusBroker
 from tests.integration.servicebus.sb_helpers import (
     SEND_TIMEOUT_SECONDS,
     body_text,

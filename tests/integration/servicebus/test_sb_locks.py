@@ -13,8 +13,8 @@ import textwrap
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
 from azure.servicebus.exceptions import MessageLockLostError
-
 from devhost.servicebus.server import ServiceBusBroker
+
 from tests.integration.servicebus.sb_helpers import (
     SEND_TIMEOUT_SECONDS,
     body_text,

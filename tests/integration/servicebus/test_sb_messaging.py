@@ -15,8 +15,8 @@ from azure.servicebus import (
 )
 from azure.servicebus.aio import ServiceBusClient as AsyncServiceBusClient
 from azure.servicebus.amqp import AmqpAnnotatedMessage, AmqpMessageBodyType
-
 from devhost.servicebus.server import ServiceBusBroker
+
 from tests.integration.servicebus.sb_helpers import (
     SEND_TIMEOUT_SECONDS,
     body_text,

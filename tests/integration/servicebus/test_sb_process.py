@@ -11,9 +11,8 @@ import textwrap
 from pathlib import Path
 
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
-
 from devhost.servicebus.process import BrokerProcess
-from tests.support.waiting import eventually_sync
+from devhost.testing import eventually_sync
 
 REPOSITORY = Path(__file__).resolve().parents[3]
 CONFIG = REPOSITORY / "servicebus.config.json"

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus.exceptions import MessagingEntityNotFoundError, ServiceBusError
+from devhost.servicebus.process import BrokerProcess
+from devhost.testing import queue, running_broker
 
 from adapters.servicebus_publisher import ServiceBusPublisher
-from devhost.servicebus.process import BrokerProcess
 from domain.outgoing_messages import OutgoingMessage
-from tests.support.broker import queue, running_broker
 
 pytestmark = pytest.mark.asyncio
 

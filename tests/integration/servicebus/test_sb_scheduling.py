@@ -13,8 +13,8 @@ from azure.servicebus import (
     ServiceBusSubQueue,
 )
 from azure.servicebus.aio import ServiceBusClient as AsyncServiceBusClient
-
 from devhost.servicebus.server import ServiceBusBroker
+
 from tests.integration.servicebus.sb_helpers import (
     SEND_TIMEOUT_SECONDS,
     body_text,

@@ -19,8 +19,8 @@ from azure.servicebus import (
     ServiceBusReceiver,
     ServiceBusSubQueue,
 )
-
 from devhost.servicebus.server import BrokerError, ServiceBusBroker
+
 from tests.integration.servicebus.sb_helpers import (
     SEND_TIMEOUT_SECONDS,
     TEST_CONFIG,

@@ -6,8 +6,6 @@ import struct
 import uuid
 
 import pytest
-from proton import Message, symbol, timestamp
-
 from devhost.servicebus.wire_codec import (
     DeadLetterInfo,
     MalformedMessage,
@@ -15,6 +13,7 @@ from devhost.servicebus.wire_codec import (
     parse_message,
     split_transfer,
 )
+from proton import Message, symbol, timestamp
 
 
 def _data_section(content: bytes) -> bytes:

@@ -7,6 +7,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from devhost.testing import eventually
 
 from simulators.fulfilment import (
     PRESETS,
@@ -17,7 +18,6 @@ from simulators.fulfilment import (
     Operation,
 )
 from tests.integration.simulators.fulfilment_calls import TIMEOUT, post_fulfilment
-from tests.support.waiting import eventually
 
 ITEMS = [{"sku": "sku-1", "quantity": 1}]
 

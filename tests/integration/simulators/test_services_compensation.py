@@ -8,6 +8,7 @@ from collections import Counter
 
 import aiohttp
 import pytest
+from devhost.testing import eventually
 
 from simulators.services import (
     PAYMENT,
@@ -26,7 +27,6 @@ from tests.integration.simulators.fulfilment_calls import (
     post_compensation,
     put_faults,
 )
-from tests.support.waiting import eventually
 
 by_name = pytest.mark.parametrize("step", [STOCK, PAYMENT, SHIPPING], ids=lambda s: s.name)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from devhost.testing import eventually
 
 from simulators.fulfilment import FulfilmentService
 from simulators.services import (
@@ -32,7 +33,6 @@ from tests.integration.simulators.fulfilment_calls import (
     post_compensation_by_key,
     post_fulfilment,
 )
-from tests.support.waiting import eventually
 
 every_service = pytest.mark.parametrize("step", list(SERVICES.values()), ids=lambda s: s.name)
 

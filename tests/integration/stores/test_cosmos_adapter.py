@@ -23,13 +23,13 @@ from azure.cosmos.exceptions import (
     CosmosAccessConditionFailedError,
     CosmosResourceNotFoundError,
 )
+from devhost import cosmos_server as cosmos_server_module
 
 import bootstrap
 from adapters import deadline_index
 from adapters.cosmos_connection import CosmosOptions
 from adapters.cosmos_store import CosmosOrderStore, CosmosStateStore, open_cosmos_stores
 from config import Settings, SettingsError
-from devhost import cosmos_server as cosmos_server_module
 from domain import transitions
 from domain.ports import OperationKind, PreconditionFailed, StoreMetrics, StoreUnavailable
 from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord
@@ -489,8 +489,12 @@ def test_state_store_cosmos_switches_the_app_to_cosmos(
 def test_without_the_npm_server_the_cosmos_tests_fail_saying_run_make_setup(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(cosmos_server_module, "PACKAGE_DIR", tmp_path / "not-installed")
-    with pytest.raises(CosmosServerMissing, match="run make setup"):
+    # Started from a folder with no node_modules above it, the server is not found.
+    monkeypatch.chdir(tmp_path)
+    assert cosmos_server_module.node_modules_with(cosmos_server_module.PACKAGE) is None
+    with pytest.raises(
+        CosmosServerMissing, match=r"npm install @vercel/cosmosdb-server.*make setup"
+    ):
         CosmosServer().start()
 
 

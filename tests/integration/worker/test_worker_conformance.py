@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from config import Settings, declarations
 from devhost.indexing import IndexingError, index_app, load_app
 from devhost.settings import AppSettings
+
+from config import Settings, declarations
 
 ROOT = Path(__file__).resolve().parents[3]
 WORKER_INDEX = ROOT / "tests" / "support" / "worker_index.py"

@@ -16,14 +16,14 @@ import grpc
 import pytest
 from azurefunctions.extensions.bindings.protos.settlement_pb2_grpc import SettlementStub
 from azurefunctions.extensions.bindings.servicebus import ServiceBusMessageActions
+from devhost.servicebus.config import parse_duration
+from devhost.triggers.settlement import SETTLE_TIMEOUT_SECONDS
 
 from adapters.message_settlement import (
     SETTLEMENT_DEADLINE_SECONDS,
     ExtensionShapeError,
     with_deadline,
 )
-from devhost.servicebus.config import parse_duration
-from devhost.triggers.settlement import SETTLE_TIMEOUT_SECONDS
 
 REPOSITORY = Path(__file__).resolve().parents[3]
 CALLS = {"complete": "Complete", "abandon": "Abandon", "deadletter": "Deadletter"}

@@ -6,7 +6,6 @@ import datetime as dt
 
 import pytest
 from dateutil.parser import parse as dateutil_parse
-
 from devhost.durable.history import format_timestamp
 from devhost.language_worker import history_timestamp
 

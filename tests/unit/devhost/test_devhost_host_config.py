@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from devhost.host_config import DEFAULT_TASK_HUB, HostConfig, HostConfigError, parse_timespan
 
 

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from devhost.indexing import IndexingError, index_app, load_app
 from devhost.settings import AppSettings, SettingsError
 

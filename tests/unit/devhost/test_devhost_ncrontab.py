@@ -3,7 +3,6 @@
 import datetime as dt
 
 import pytest
-
 from devhost.ncrontab import CronSchedule, ScheduleError
 
 UTC = dt.UTC

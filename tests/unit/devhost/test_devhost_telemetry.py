@@ -9,12 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-
 from devhost.telemetry import (
     CONSOLE,
     JsonLines,
@@ -23,6 +17,11 @@ from devhost.telemetry import (
     carrier_of_message,
     host_span,
 )
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 HEX_TRACE_ID = re.compile(r"[0-9a-f]{32}")
 HEX_SPAN_ID = re.compile(r"[0-9a-f]{16}")

@@ -7,14 +7,13 @@ from pathlib import Path
 
 import azure.functions as func
 import pytest
-
 from devhost.clock import VirtualClock
 from devhost.indexing import IndexedFunction, index_app
 from devhost.invocation import FunctionInvoker
 from devhost.schedule_monitor import ScheduleMonitor
 from devhost.settings import AppSettings
+from devhost.testing import eventually
 from devhost.triggers.timer import TimerTrigger
-from tests.support.waiting import eventually
 
 START = dt.datetime(2030, 1, 1, 0, 0, 1, tzinfo=dt.UTC)
 

@@ -7,7 +7,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-
 from devhost.servicebus.config import BrokerConfig, QueueSettings
 from devhost.servicebus.entities import Namespace
 from devhost.servicebus.journal import Journal

@@ -7,7 +7,6 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import pytest
-
 from devhost.servicebus.config import BrokerConfig, QueueSettings
 from devhost.servicebus.entities import (
     BrokerMessage,

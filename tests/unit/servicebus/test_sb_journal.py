@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-
 from devhost.servicebus.config import BrokerConfig, QueueSettings
 from devhost.servicebus.entities import BrokerMessage, MessageState, Namespace, Queue
 from devhost.servicebus.journal import JournalError, SqliteJournal

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-
-from config import Settings
 from devhost.servicebus.config import parse_config
 from devhost.servicebus.entities import Namespace
+
+from config import Settings
 
 if TYPE_CHECKING:
     from tests.unit.servicebus.conftest import FakeClock

@@ -16,8 +16,11 @@ the adapter (which speaks plain Cosmos DB and nothing else):
   evaluates the predicate as written with the server's own query engine.
 Both wrap a handler module's export, which the server looks up on every request.
 
-If node or the package is missing, `CosmosServer.start` raises `CosmosServerMissing` with
-the command that installs it (`make setup`); the tests fail with that message, never skip.
+The package is looked for in the `node_modules` of the current directory or the nearest
+folder above it that has one (as node resolves it), so a project installs it with `npm
+install @vercel/cosmosdb-server` in its own root. If node or the package is missing,
+`CosmosServer.start` raises `CosmosServerMissing` with that command; the tests fail with that
+message, never skip.
 The server keeps everything in memory: stopping it discards every database.
 """
 
@@ -32,15 +35,23 @@ from types import TracebackType
 
 from devhost import child_process
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "@vercel/cosmosdb-server"
-PACKAGE_DIR = REPO_ROOT / "node_modules" / "@vercel" / "cosmosdb-server"
 EMULATOR_KEY = (
     "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XyHK8A=="
 )
 """The Cosmos DB emulator's well-known key; that server accepts any key."""
 
 READY_BOUND_SECONDS = 30.0
+
+
+def node_modules_with(package: str, start: Path | None = None) -> Path | None:
+    """The first ``node_modules`` holding `package`, from `start` (the current directory) up."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        modules = folder / "node_modules"
+        if (modules / package / "package.json").is_file():
+            return modules
+    return None
 
 MISSING_ITEM_IS_404 = """
 const readDocument = require("@vercel/cosmosdb-server/lib/handler/read-document");
@@ -123,18 +134,20 @@ class CosmosServer:
 
     def start(self) -> CosmosServer:
         node = shutil.which("node")
-        if node is None or not (PACKAGE_DIR / "package.json").is_file():
+        modules = node_modules_with(PACKAGE)
+        if node is None or modules is None:
             raise CosmosServerMissing(
-                f"the Cosmos DB API server needs node and the npm package {PACKAGE} under "
-                f"{REPO_ROOT / 'node_modules'}: run make setup (it runs npm ci at the repo root)"
+                f"the Cosmos DB API server needs node and the npm package {PACKAGE} in the "
+                f"node_modules of {Path.cwd()} or a folder above it: run `npm install {PACKAGE}` "
+                "in the project's root (in this repository: make setup)"
             )
         self._process = subprocess.Popen(
             [node, "-e", SERVE],
-            cwd=REPO_ROOT,
+            cwd=modules.parent,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
-            env={**os.environ, "NODE_PATH": str(REPO_ROOT / "node_modules")},
+            env={**os.environ, "NODE_PATH": str(modules)},
         )
         self.port = self._read_port(self._process)
         return self

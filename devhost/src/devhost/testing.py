@@ -1,8 +1,21 @@
-"""Bounded waits on conditions: the suite's only way to wait for something to happen."""
+"""Helpers for tests of a Functions app under the devhost: bounded waits on a condition and
+an embedded broker with the queues a test names.
+
+A test waits for something to happen only through ``eventually`` (and its forms), which
+fail naming what they waited for; never through a sleep. The pytest plugin
+(``devhost.pytest_plugin``, registered on install) adds the ``virtual_clock`` fixture.
+"""
+
+from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from devhost.servicebus.config import parse_config
+from devhost.servicebus.server import ServiceBusBroker
 
 DEFAULT_BOUND_SECONDS = 20.0
 
@@ -40,3 +53,17 @@ async def eventually_true(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {bound:.0f}s waiting for: {what}")
         await asyncio.sleep(0.05)
+
+
+def queue(name: str, **properties: Any) -> dict[str, Any]:
+    """A queue of the emulator's Config.json: its name and its ``Properties``."""
+    return {"Name": name, "Properties": properties}
+
+
+@contextmanager
+def running_broker(queues: Sequence[dict[str, Any]]) -> Iterator[ServiceBusBroker]:
+    """The embedded broker on a free loopback port with `queues`, stopped on exit; its
+    ``connection_string`` is what the app's ``ServiceBusConnection`` setting takes."""
+    document = {"UserConfig": {"Namespaces": [{"Name": "tests", "Queues": list(queues)}]}}
+    with ServiceBusBroker(parse_config(document)) as broker:
+        yield broker
