@@ -16,7 +16,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from devhost.host_config import HostConfig, parse_timespan
+import pytest
+from devhost.host_config import HostConfig, HostConfigError, parse_timespan
 from devhost.servicebus.config import parse_duration
 
 from adapters.message_settlement import SETTLEMENT_DEADLINE_SECONDS
@@ -111,3 +112,17 @@ def test_the_host_and_the_worker_export_opentelemetry_and_the_devhost_accepts_it
     # Application Insights; the devhost reads the same host.json and ignores the setting.
     assert host_json()["telemetryMode"] == "OpenTelemetry"
     assert HostConfig.load(ROOT, sample()).durable_task.hub_name == sample()["TASKHUB_NAME"]
+
+
+def test_the_apps_host_json_loads_with_the_sample_settings_and_not_without() -> None:
+    sample = json.loads((ROOT / "local.settings.sample.json").read_text(encoding="utf-8"))
+    config = HostConfig.load(ROOT, sample["Values"])
+    assert config.durable_task.hub_name == sample["Values"]["TASKHUB_NAME"]
+    assert config.durable_task.storage_provider == "AzureManaged"
+    without = {
+        name: value
+        for name, value in sample["Values"].items()
+        if name != "DURABLE_TASK_SCHEDULER_CONNECTION_STRING"
+    }
+    with pytest.raises(HostConfigError, match="DURABLE_TASK_SCHEDULER_CONNECTION_STRING"):
+        HostConfig.load(ROOT, without)

@@ -53,6 +53,7 @@ def node_modules_with(package: str, start: Path | None = None) -> Path | None:
             return modules
     return None
 
+
 MISSING_ITEM_IS_404 = """
 const readDocument = require("@vercel/cosmosdb-server/lib/handler/read-document");
 const readMissingAsServerError = readDocument.default;

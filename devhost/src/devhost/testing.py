@@ -67,3 +67,21 @@ def running_broker(queues: Sequence[dict[str, Any]]) -> Iterator[ServiceBusBroke
     document = {"UserConfig": {"Namespaces": [{"Name": "tests", "Queues": list(queues)}]}}
     with ServiceBusBroker(parse_config(document)) as broker:
         yield broker
+
+
+BROKER_CLOCK_START_MS = 1_700_000_000_000
+
+
+class BrokerClock:
+    """The embedded broker's queue model on a clock that moves only when told to: pass it
+    as ``Namespace(config, clock=BrokerClock())`` and ``tick`` through lock durations, time
+    to live and scheduled times at once (milliseconds since the epoch)."""
+
+    def __init__(self, now: int = BROKER_CLOCK_START_MS) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+    def tick(self, ms: int) -> None:
+        self.now += ms

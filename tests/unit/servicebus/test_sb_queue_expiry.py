@@ -6,16 +6,13 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 from devhost.servicebus.config import parse_config
 from devhost.servicebus.entities import Namespace
+from devhost.testing import BrokerClock
 
 from config import Settings
-
-if TYPE_CHECKING:
-    from tests.unit.servicebus.conftest import FakeClock
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIG = parse_config(json.loads((ROOT / "servicebus.config.json").read_text(encoding="utf-8")))
@@ -25,12 +22,17 @@ A_MONTH_MS = int(timedelta(days=30).total_seconds() * 1000)
 A_MINUTE_MS = 60_000
 
 
+@pytest.fixture
+def clock() -> BrokerClock:
+    return BrokerClock()
+
+
 def waiting(namespace: Namespace, queue: str) -> int:
     return len(namespace.queue(queue).peek(1, 100))
 
 
 @pytest.mark.parametrize("queue", sorted(set(SETTINGS.consumed_queues)))
-def test_work_the_app_consumes_waits_a_month_for_it_s1(clock: FakeClock, queue: str) -> None:
+def test_work_the_app_consumes_waits_a_month_for_it_s1(clock: BrokerClock, queue: str) -> None:
     """An app that is down for a month still finds its submissions and agent messages: none of
     the queues it consumes expires a message on its own (their deadlines are the
     orchestrator's, E6)."""
@@ -46,7 +48,7 @@ def test_work_the_app_consumes_waits_a_month_for_it_s1(clock: FakeClock, queue: 
 
 
 def test_an_order_past_its_own_time_to_live_is_dead_lettered_not_dropped_s3(
-    clock: FakeClock,
+    clock: BrokerClock,
 ) -> None:
     """A client may give its order a time to live; once it passes, the order lands in the
     dead-letter sub-queue, where the watcher alerts an operator, instead of vanishing."""
@@ -67,7 +69,7 @@ def test_an_order_past_its_own_time_to_live_is_dead_lettered_not_dropped_s3(
 
 @pytest.mark.parametrize("queue", sorted(SETTINGS.reply_queues))
 def test_status_messages_nobody_reads_leave_the_reply_queue_r2(
-    clock: FakeClock, queue: str
+    clock: BrokerClock, queue: str
 ) -> None:
     """A client that stops reading cannot fill its reply queue (and so make the app's status
     sends fail): an unread status message expires after two weeks, and leaves no dead letter
