@@ -2,13 +2,17 @@
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
+# The source distribution of the pinned azure-functions-durable, whose samples-v2 the
+# devhost's tests run unchanged (devhost/tests/integration/samples); from PyPI, never committed.
+DURABLE_VERSION := $(shell sed -n 's/^azure-functions-durable==//p' requirements.txt)
+DURABLE_SAMPLES := .devhost/sdk-sources/azure_functions_durable-$(DURABLE_VERSION).tar.gz
 # checkov runs in a venv of its own: its dependency pins conflict with the app's.
 IAC_VENV := .venv-iac
 CHECKOV := checkov==3.3.30
 
 .PHONY: chromium setup test lint typecheck pytest bench bench-servicebus bench-pipeline demo chaos console servicebus clean
 
-setup: $(VENV)/.installed node_modules/.installed $(IAC_VENV)/.installed chromium
+setup: $(VENV)/.installed node_modules/.installed $(IAC_VENV)/.installed chromium $(DURABLE_SAMPLES)
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-worker.txt devhost/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +20,10 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-worker.tx
 	$(BIN)/pip install --quiet -r requirements-dev.txt
 	$(BIN)/pip install --quiet --no-deps --ignore-requires-python -r requirements-worker.txt
 	touch $@
+
+$(DURABLE_SAMPLES): requirements.txt | $(VENV)/.installed
+	$(BIN)/pip download --quiet --no-deps --no-binary :all: --dest $(dir $@) \
+		azure-functions-durable==$(DURABLE_VERSION)
 
 # checkov, the IaC scanner tests/infra runs over infra/ (its pin: CHECKOV above).
 $(IAC_VENV)/.installed: Makefile
