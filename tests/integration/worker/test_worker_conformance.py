@@ -65,8 +65,8 @@ ORDER_APP_FUNCTIONS = {
     "console_act_on_dead_letter": "httpTrigger",
     "watch_dead_letter_queues": "timerTrigger",
 }
-# Every app module the devhost's tests run (tests/**/apps/*_app.py).
-DEVHOST_TEST_APPS = sorted((ROOT / "tests").glob("**/apps/**/*_app.py"))
+# Every app module the devhost's own tests run (devhost/tests/**/*_app.py).
+DEVHOST_TEST_APPS = sorted((ROOT / "devhost" / "tests").rglob("*_app.py"))
 
 
 def worker_index(script: Path) -> dict[str, Any]:
@@ -153,6 +153,17 @@ def test_the_host_accepts_the_order_app_with_the_sample_settings() -> None:
     sample = json.loads((ROOT / "local.settings.sample.json").read_text(encoding="utf-8"))
     functions = index_app(load_app("function_app:app", ROOT), AppSettings(sample["Values"]))
     assert {f.name: f.trigger_type for f in functions} == ORDER_APP_FUNCTIONS
+
+
+def test_the_devhost_test_apps_are_found() -> None:
+    # An empty list would skip the check below without a failure.
+    assert {path.stem for path in DEVHOST_TEST_APPS} >= {
+        "every_trigger_app",
+        "restart_app",
+        "crash_app",
+        "semantics_app",
+        "versioning_app",
+    }
 
 
 @pytest.mark.parametrize("script", DEVHOST_TEST_APPS, ids=lambda path: path.stem)
