@@ -85,13 +85,18 @@ class FunctionKeys:
         level = auth_level.lower()
         if level == "anonymous":
             return True
-        if presented is None:
-            return False
         accepted = [self.master] if level == "admin" else [self.function, self.master]
-        return any(hmac.compare_digest(presented, key) for key in accepted)
+        return _matches(presented, accepted)
 
     def allows_durable_webhooks(self, presented: str | None) -> bool:
         """Whether a request presenting `presented` may call the Durable webhooks."""
-        return presented is not None and any(
-            hmac.compare_digest(presented, key) for key in (self.durable_extension, self.master)
-        )
+        return _matches(presented, [self.durable_extension, self.master])
+
+
+def presented_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
+    """The key a request carries: the ``x-functions-key`` header, else the ``code`` query."""
+    return headers.get(KEY_HEADER) or query.get(KEY_QUERY)
+
+
+def _matches(presented: str | None, accepted: list[str]) -> bool:
+    return presented is not None and any(hmac.compare_digest(presented, key) for key in accepted)

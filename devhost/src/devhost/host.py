@@ -143,7 +143,9 @@ class DevHost:
             extra_routes=management.webhook_routes(self.keys),
         )
         await self.http.start(port=self.options.http_port)
-        management.serve_webhooks_at(f"http://127.0.0.1:{self.http.port}")
+        management.serve_webhooks_at(
+            f"http://127.0.0.1:{self.http.port}", self.keys.durable_extension
+        )
         for function in self._of_type("timerTrigger"):
             timer = TimerTrigger(function, self._invoker, self.clock, self._monitor)
             self._timers.append(timer)

@@ -33,7 +33,7 @@ from devhost.durable.engine import DurableEngine
 from devhost.durable.history import parse_timestamp
 from devhost.durable.registry import UnknownFunctionError
 from devhost.durable.status import DurableClientError, RuntimeStatus
-from devhost.function_keys import KEY_HEADER, KEY_QUERY, FunctionKeys
+from devhost.function_keys import KEY_QUERY, FunctionKeys, presented_key
 from devhost.telemetry import carrier_of_headers
 
 RPC_PREFIX = "/durabletask/"
@@ -86,12 +86,10 @@ class ManagementApi:
         """The webhook routes for the host's HTTP server: each answers 401 unless the request
         carries the Durable extension's key or the master key (``code`` or the header).
         Once that server listens, ``serve_webhooks_at`` points the management URLs there."""
-        self._webhooks_key = keys.durable_extension
 
         def guarded(handler: Handler) -> Handler:
             async def check_key(request: web.Request) -> web.StreamResponse:
-                presented = request.headers.get(KEY_HEADER) or request.query.get(KEY_QUERY)
-                if not keys.allows_durable_webhooks(presented):
+                if not keys.allows_durable_webhooks(presented_key(request.headers, request.query)):
                     return web.Response(status=401)
                 return await handler(request)
 
@@ -113,12 +111,11 @@ class ManagementApi:
             web.delete(prefix + "instances/{instance_id}", wrap(self._purge)),
         ]
 
-    def serve_webhooks_at(self, http_base_url: str) -> None:
+    def serve_webhooks_at(self, http_base_url: str, key: str) -> None:
         """The host's HTTP server serves ``webhook_routes`` at `http_base_url`
-        (``http://127.0.0.1:7071``): the management URLs point there, with the key."""
-        if self._webhooks_key is None:
-            raise RuntimeError("webhook_routes was not given to the HTTP server")
+        (``http://127.0.0.1:7071``): the management URLs point there, carrying `key`."""
         self._webhooks_base_url = http_base_url
+        self._webhooks_key = key
         self._binding = None
 
     def client_binding_json(self) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 import azure.functions as func
 from aiohttp import web
 
-from devhost.function_keys import KEY_HEADER, KEY_QUERY, FunctionKeys
+from devhost.function_keys import FunctionKeys, presented_key
 from devhost.indexing import IndexedFunction
 from devhost.invocation import FunctionInvoker
 from devhost.telemetry import carrier_of_headers
@@ -127,8 +127,7 @@ class HttpTriggerServer:
             route_params = route.match(request.method, request.path)
             if route_params is not None:
                 level = str(route.function.trigger.get("authLevel") or "function")
-                presented = request.headers.get(KEY_HEADER) or request.query.get(KEY_QUERY)
-                if not self._keys.allows(level, presented):
+                if not self._keys.allows(level, presented_key(request.headers, request.query)):
                     return web.Response(status=401)
                 return await self._invoke(route, route_params, request)
         return web.Response(status=404, text="no function matches this route")
