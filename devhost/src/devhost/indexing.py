@@ -93,14 +93,10 @@ def load_app(spec: str, app_root: Path) -> FunctionRegister:
         detail = "".join(traceback.format_exception_only(error)).strip()
         raise IndexingError(f"cannot import {module_name!r} from {root}: {detail}") from error
     apps = [value for value in vars(module).values() if isinstance(value, FunctionRegister)]
-    if not attribute:
-        if not apps:
-            # The worker's rule and message, as for what follows.
-            raise IndexingError(
-                f"Could not find top level function app instances in {module_name}.py."
-            )
-        attribute = next(name for name, value in vars(module).items() if value is apps[0])
-    app = getattr(module, attribute, None)
+    if not attribute and not apps:
+        # The worker's rule and message, as for what follows.
+        raise IndexingError(f"Could not find top level function app instances in {module_name}.py.")
+    app = getattr(module, attribute, None) if attribute else apps[0]
     if not isinstance(app, FunctionRegister):
         raise IndexingError(
             f"{module_name}.{attribute} is {type(app).__name__}, not a FunctionApp or DFApp"
