@@ -23,13 +23,11 @@ def bound_reader() -> Iterator[InMemoryMetricReader]:
     """The app's instruments bound to an SDK provider that the caller reads."""
     memory = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[memory])
-    metrics.reset_gauges()
     metrics.bind(provider)
     try:
         yield memory
     finally:
         metrics.bind(None)
-        metrics.reset_gauges()
         provider.shutdown()
 
 
