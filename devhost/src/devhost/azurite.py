@@ -4,22 +4,18 @@
 An app whose functions read or write blobs through ``AzureWebJobsStorage`` (Microsoft's
 ``fan_in_fan_out`` Durable sample does) runs under the devhost against it unchanged: the
 connection string is Azurite's well-known development account, on a loopback port of its
-own. Azurite is looked for as the Cosmos DB API server is (``cosmos_server``): in the
-``node_modules`` of the current directory or above; ``npm install azurite`` installs it. It
-keeps its data in a folder of the caller's.
+own. The package is found as ``devhost.node_service`` finds one (``npm install azurite`` in
+the project's root). It keeps its data in a folder of the caller's.
 """
 
 from __future__ import annotations
 
-import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
-from types import TracebackType
 
-from devhost import child_process
-from devhost.cosmos_server import node_modules_with
+from devhost.node_service import NodeService, NodeServiceMissing
 
 PACKAGE = "azurite"
 ACCOUNT = "devstoreaccount1"
@@ -30,17 +26,21 @@ ACCOUNT_KEY = (
 READY_BOUND_SECONDS = 30.0
 
 
-class AzuriteMissing(RuntimeError):
+class AzuriteMissing(NodeServiceMissing):
     """node or the npm package is not installed where the devhost looks."""
 
 
-class Azurite:
+class Azurite(NodeService):
     """Azurite's blob service on 127.0.0.1, data in `location`."""
 
+    package = PACKAGE
+    title = "Azurite"
+    missing = AzuriteMissing
+
     def __init__(self, location: Path) -> None:
+        super().__init__()
         self.location = location
-        self.port: int | None = None
-        self._process: subprocess.Popen[str] | None = None
+        self._port = 0
 
     @property
     def connection_string(self) -> str:
@@ -52,25 +52,18 @@ class Azurite:
             f"BlobEndpoint=http://127.0.0.1:{self.port}/{ACCOUNT};"
         )
 
-    def start(self) -> Azurite:
-        node = shutil.which("node")
-        modules = node_modules_with(PACKAGE)
-        if node is None or modules is None:
-            raise AzuriteMissing(
-                f"Azurite needs node and the npm package {PACKAGE} in the node_modules of "
-                f"{Path.cwd()} or a folder above it: run `npm install {PACKAGE}` in the "
-                "project's root (in this repository: make setup)"
-            )
-        self.port = _free_port()
+    def _launch(self, node: str, modules: Path) -> subprocess.Popen[str]:
+        # Azurite prints nothing to wait for: it gets a free port and is ready once it listens.
+        self._port = _free_port()
         self.location.mkdir(parents=True, exist_ok=True)
-        self._process = subprocess.Popen(
+        return subprocess.Popen(
             [
                 node,
                 str(modules / PACKAGE / "dist" / "src" / "blob" / "main.js"),
                 "--blobHost",
                 "127.0.0.1",
                 "--blobPort",
-                str(self.port),
+                str(self._port),
                 "--location",
                 str(self.location),
                 "--silent",
@@ -80,37 +73,20 @@ class Azurite:
             stderr=subprocess.DEVNULL,
             text=True,
         )
-        self._wait_until_listening(self._process, self.port)
-        return self
 
-    def stop(self) -> None:
-        if self._process is not None:
-            child_process.stop(self._process)
-            self._process = None
-
-    def __enter__(self) -> Azurite:
-        return self.start()
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def _wait_until_listening(self, process: subprocess.Popen[str], port: int) -> None:
+    def _ready(self, process: subprocess.Popen[str]) -> int:
         deadline = time.monotonic() + READY_BOUND_SECONDS
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 raise RuntimeError(f"Azurite exited with code {process.returncode}")
             try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    return
+                with socket.create_connection(("127.0.0.1", self._port), timeout=1):
+                    return self._port
             except OSError:
                 time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"Azurite did not listen on port {port} within 30 s")
+        raise RuntimeError(
+            f"Azurite did not listen on port {self._port} within {READY_BOUND_SECONDS:.0f} s"
+        )
 
 
 def _free_port() -> int:

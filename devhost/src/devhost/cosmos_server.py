@@ -16,11 +16,9 @@ the adapter (which speaks plain Cosmos DB and nothing else):
   evaluates the predicate as written with the server's own query engine.
 Both wrap a handler module's export, which the server looks up on every request.
 
-The package is looked for in the `node_modules` of the current directory or the nearest
-folder above it that has one (as node resolves it), so a project installs it with `npm
-install @vercel/cosmosdb-server` in its own root. If node or the package is missing,
-`CosmosServer.start` raises `CosmosServerMissing` with that command; the tests fail with that
-message, never skip.
+The package is found as `devhost.node_service` finds one (`npm install
+@vercel/cosmosdb-server` in the project's root); without it `CosmosServer.start` raises
+`CosmosServerMissing` with that command.
 The server keeps everything in memory: stopping it discards every database.
 """
 
@@ -28,12 +26,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
-from types import TracebackType
 
 from devhost import child_process
+from devhost.node_service import NodeService, NodeServiceMissing
 
 PACKAGE = "@vercel/cosmosdb-server"
 EMULATOR_KEY = (
@@ -42,16 +39,6 @@ EMULATOR_KEY = (
 """The Cosmos DB emulator's well-known key; that server accepts any key."""
 
 READY_BOUND_SECONDS = 30.0
-
-
-def node_modules_with(package: str, start: Path | None = None) -> Path | None:
-    """The first ``node_modules`` holding `package`, from `start` (the current directory) up."""
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        modules = folder / "node_modules"
-        if (modules / package / "package.json").is_file():
-            return modules
-    return None
 
 
 MISSING_ITEM_IS_404 = """
@@ -111,16 +98,16 @@ server.listen(0, "127.0.0.1", () => {
 )
 
 
-class CosmosServerMissing(RuntimeError):
+class CosmosServerMissing(NodeServiceMissing):
     """node or the npm package is not installed."""
 
 
-class CosmosServer:
+class CosmosServer(NodeService):
     """One server process; use as a context manager or call `start`/`stop`."""
 
-    def __init__(self) -> None:
-        self._process: subprocess.Popen[str] | None = None
-        self.port: int | None = None
+    package = PACKAGE
+    title = "the Cosmos DB API server"
+    missing = CosmosServerMissing
 
     @property
     def endpoint(self) -> str:
@@ -133,16 +120,8 @@ class CosmosServer:
         """The `CosmosConnection` app setting for this server (key auth, as locally)."""
         return f"AccountEndpoint={self.endpoint};AccountKey={EMULATOR_KEY};"
 
-    def start(self) -> CosmosServer:
-        node = shutil.which("node")
-        modules = node_modules_with(PACKAGE)
-        if node is None or modules is None:
-            raise CosmosServerMissing(
-                f"the Cosmos DB API server needs node and the npm package {PACKAGE} in the "
-                f"node_modules of {Path.cwd()} or a folder above it: run `npm install {PACKAGE}` "
-                "in the project's root (in this repository: make setup)"
-            )
-        self._process = subprocess.Popen(
+    def _launch(self, node: str, modules: Path) -> subprocess.Popen[str]:
+        return subprocess.Popen(
             [node, "-e", SERVE],
             cwd=modules.parent,
             stdout=subprocess.PIPE,
@@ -150,32 +129,13 @@ class CosmosServer:
             text=True,
             env={**os.environ, "NODE_PATH": str(modules)},
         )
-        self.port = self._read_port(self._process)
-        return self
 
-    def _read_port(self, process: subprocess.Popen[str]) -> int:
+    def _ready(self, process: subprocess.Popen[str]) -> int:
         lines = child_process.first_lines(process, 1, READY_BOUND_SECONDS)
         if not lines or not lines[0]:
-            self.stop()
             raise RuntimeError(
                 f"{PACKAGE} did not report readiness within {READY_BOUND_SECONDS:.0f}s "
                 f"(exit code {process.poll()}); run it by hand: node -e with devhost/"
                 "cosmos_server.py SERVE"
             )
         return int(json.loads(lines[0])["port"])
-
-    def stop(self) -> None:
-        process, self._process = self._process, None
-        if process is not None:
-            child_process.stop(process)
-
-    def __enter__(self) -> CosmosServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()

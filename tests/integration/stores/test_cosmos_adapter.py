@@ -24,6 +24,7 @@ from azure.cosmos.exceptions import (
     CosmosResourceNotFoundError,
 )
 from devhost import cosmos_server as cosmos_server_module
+from devhost.node_service import node_modules_with
 
 import bootstrap
 from adapters import deadline_index
@@ -491,7 +492,7 @@ def test_without_the_npm_server_the_cosmos_tests_fail_saying_run_make_setup(
 ) -> None:
     # Started from a folder with no node_modules above it, the server is not found.
     monkeypatch.chdir(tmp_path)
-    assert cosmos_server_module.node_modules_with(cosmos_server_module.PACKAGE) is None
+    assert node_modules_with(cosmos_server_module.PACKAGE) is None
     with pytest.raises(
         CosmosServerMissing, match=r"npm install @vercel/cosmosdb-server.*make setup"
     ):
