@@ -8,7 +8,9 @@ time-skipping test server. A ten-minute timeout then costs milliseconds.
 Two ways to wait are offered because the waiters differ: a timer trigger simply sleeps until
 its next occurrence (``sleep_until``), while the durable engine's loop waits for new work OR
 its next timer, so it asks how long a real wait would help (``seconds_until``) and is woken
-when virtual time is moved (``on_change``).
+when virtual time is moved (``on_change``). ``SkippingClock`` is the third kind: real time
+that also jumps forward when told, for tests of a whole pipeline whose work must keep its
+order in time between the jumps.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import asyncio
 import datetime as dt
 import heapq
 import itertools
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -105,3 +108,52 @@ class VirtualClock:
 
     def advance(self, delta: dt.timedelta) -> None:
         self.advance_to(self._now + delta)
+
+
+class SkippingClock(VirtualClock):
+    """Real time that a test can also move forward: it runs at the machine's pace from
+    `start` and jumps (``advance_to``) when the test sees nothing left to happen before the
+    next wake-up, as Temporal's time-skipping test server does.
+
+    Unlike a frozen VirtualClock, work between two jumps takes the time it takes, so the
+    order of events shows in their timestamps; a wait that outlasts a jump still ends on
+    the machine's clock. Sleepers wake on whichever comes first.
+    """
+
+    def __init__(self, start: dt.datetime | None = None) -> None:
+        super().__init__(start or dt.datetime.now(UTC))
+        self._started = time.monotonic()
+        self._skipped = dt.timedelta()
+
+    def now(self) -> dt.datetime:
+        elapsed = dt.timedelta(seconds=time.monotonic() - self._started)
+        return self._now + elapsed + self._skipped
+
+    async def sleep_until(self, moment: dt.datetime) -> None:
+        while (remaining := (moment - self.now()).total_seconds()) > 0:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            heapq.heappush(self._sleepers, (moment, next(self._order), waiter))
+            try:
+                await asyncio.wait({waiter}, timeout=remaining)
+            finally:
+                # A sleeper that woke by the machine's clock leaves the queue of wake-ups.
+                waiter.cancel()
+
+    def seconds_until(self, moment: dt.datetime) -> float | None:
+        return max(0.0, (moment - self.now()).total_seconds())
+
+    def advance_to(self, moment: dt.datetime) -> None:
+        """Jump forward to `moment` (never back), wake due sleepers and tell the listeners."""
+        current = self.now()
+        if moment <= current:
+            return
+        self._skipped += moment - current
+        while self._sleepers and self._sleepers[0][0] <= moment:
+            _, _, waiter = heapq.heappop(self._sleepers)
+            if not waiter.done():
+                waiter.set_result(None)
+        for listener in self._listeners:
+            listener()
+
+    def advance(self, delta: dt.timedelta) -> None:
+        self.advance_to(self.now() + delta)

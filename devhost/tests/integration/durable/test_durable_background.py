@@ -1,12 +1,13 @@
 """The engine's background loop as a host drives it: real time by default, and
-virtual time that only a host-level scheduler moves (after asking whether anything is
-runnable and when the next timer is due)."""
+virtual time - frozen, or running and skipping - that a host-level scheduler moves (after
+asking whether anything is runnable and when the next timer is due)."""
 
 from __future__ import annotations
 
 import pytest
 from devhost_tests_support.durable import EngineFactory
 
+from devhost.clock import SkippingClock
 from devhost.durable import DurableEngine, RealClock, RuntimeStatus, VirtualClock
 from devhost.testing import eventually
 
@@ -18,8 +19,11 @@ def _is(engine: DurableEngine, instance_id: str, status: RuntimeStatus) -> bool:
     return record is not None and record.runtime_status == status.value
 
 
-async def test_host_moves_virtual_time_when_the_engine_is_idle(make_engine: EngineFactory) -> None:
-    clock = VirtualClock()
+@pytest.mark.parametrize("make_clock", [VirtualClock, SkippingClock], ids=["frozen", "skipping"])
+async def test_host_moves_virtual_time_when_the_engine_is_idle(
+    make_engine: EngineFactory, make_clock: type[VirtualClock]
+) -> None:
+    clock = make_clock()
     engine = make_engine(clock=clock)
     await engine.start()
     instance_id = await engine.start_new("race", input={"timeout_minutes": 15})
