@@ -283,9 +283,11 @@ def now() -> dt.datetime:
     return _clock()
 
 
-def use_clock(clock: Callable[[], dt.datetime]) -> None:
+def use_clock(clock: Callable[[], dt.datetime]) -> Callable[[], dt.datetime]:
+    """Make `clock` the app's time in this process; returns the clock it replaces."""
     global _clock
-    _clock = clock
+    previous, _clock = _clock, clock
+    return previous
 
 
 async def shutdown() -> None:

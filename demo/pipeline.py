@@ -166,8 +166,12 @@ async def local_pipeline(
     app's counters are then in the workers: ``app_usage``). ``broker_process``
     runs the broker as a child process (Service Bus is a service apart) instead of a thread.
     ``broker_data`` is the broker's SQLite journal: its messages (dead letters among them)
-    outlive the run there; without it they live in memory.
+    outlive the run there; without it they live in memory. ``clock`` (a VirtualClock in
+    tests) is the time of the host, of the app (``bootstrap.now``) and of the services'
+    ledgers, so it needs the app in this process.
     """
+    if clock is not None and worker_processes:
+        raise ValueError("a clock of the pipeline's own needs the app in this process")
     await asyncio.to_thread(work_dir.mkdir, parents=True, exist_ok=True)
     chosen = {**pipeline_settings_from(os.environ), **(settings or {})}
     scratch_database = None if "COSMOS_DATABASE" in chosen else _scratch_database(chosen)
@@ -178,9 +182,15 @@ async def local_pipeline(
     )
     await asyncio.to_thread(broker.start)
     fulfilment = FulfilmentService(
-        faults or FaultPlan.preset("none"), plans=service_faults, seed=seed
+        faults or FaultPlan.preset("none"),
+        plans=service_faults,
+        seed=seed,
+        now=None if clock is None else clock.now,
     )
     host: DevHost | None = None
+    # One time for the host, the app and the services: deadlines the app writes, the durable
+    # timers that race them and the ledgers' timestamps all follow `clock`.
+    app_clock = None if clock is None else bootstrap.use_clock(clock.now)
     try:
         await fulfilment.start()
         values = {
@@ -208,9 +218,14 @@ async def local_pipeline(
         await host.start()
         yield Pipeline(broker, fulfilment, host)
     finally:
+        # Calls a fault holds would keep their functions running, and the host's stop waiting
+        # for them, until the agents' own timeouts: they are answered first.
+        fulfilment.release_held()
         if host is not None:
             await host.stop()
         await bootstrap.shutdown()
+        if app_clock is not None:
+            bootstrap.use_clock(app_clock)
         await fulfilment.stop()
         await asyncio.to_thread(broker.stop)
         if scratch_database is not None:

@@ -7,7 +7,8 @@ and reads and configures the fulfilment service, served at the root;
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import datetime as dt
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
@@ -38,6 +39,7 @@ class FulfilmentService:
         host: str = LOOPBACK,
         port: int = 0,
         ledger_path: Path | None = None,
+        now: Callable[[], dt.datetime] | None = None,
     ) -> None:
         self.services = SimulatedServices(
             {**(plans or {}), FULFILMENT.name: plan or FaultPlan.preset("none")},
@@ -45,10 +47,15 @@ class FulfilmentService:
             host=host,
             port=port,
             ledger_path=ledger_path,
+            now=now,
         )
 
     async def start(self) -> None:
         await self.services.start()
+
+    def release_held(self) -> None:
+        """Answer every hung and delayed request now, and every later one a fault would hold."""
+        self.services.release_held()
 
     async def stop(self) -> None:
         """Release hung and delayed requests, stop serving, close the ledger file. Idempotent."""

@@ -134,6 +134,8 @@ class ServiceApi:
         self.faults = faults
         self._stopping = stopping
         self._requests = 0
+        self.held = 0
+        """Requests a hang or latency fault holds right now."""
 
     def routes(self) -> list[web.RouteDef]:
         prefix = self.service.path_prefix
@@ -326,10 +328,13 @@ class ServiceApi:
         # Hangs wait for shutdown only: a client that gives up disconnects, and the server
         # cancels this handler then (handler cancellation is on).
         delay = None if fault.kind is FaultKind.HANG else fault.delay_seconds
+        self.held += 1
         try:
             await asyncio.wait_for(self._stopping.wait(), delay)
         except TimeoutError:
             return None
+        finally:
+            self.held -= 1
         return error(
             503, "stopping", f"the {self.service.name} service is shutting down; retry later"
         )

@@ -140,7 +140,7 @@ class LedgerResult:
     tombstone: Tombstone | None = None
 
 
-def _utc_now() -> dt.datetime:
+def utc_now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
@@ -149,7 +149,7 @@ class Ledger:
         self,
         service: ServiceDeclaration,
         journal: LedgerJournal | None = None,
-        now: Callable[[], dt.datetime] = _utc_now,
+        now: Callable[[], dt.datetime] = utc_now,
     ) -> None:
         self.service = service
         self._journal = journal

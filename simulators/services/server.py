@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import signal
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -46,7 +47,7 @@ from simulators.services.declarations import SERVICES, declaration, preset_plans
 from simulators.services.faults import PRESET_NAMES, FaultPlan
 from simulators.services.injector import FaultInjector
 from simulators.services.journal import CorruptJournal, LedgerJournal
-from simulators.services.ledger import Ledger, SideEffect, Tombstone, restore_ledgers
+from simulators.services.ledger import Ledger, SideEffect, Tombstone, restore_ledgers, utc_now
 
 LOOPBACK = "127.0.0.1"
 # In-flight requests are released by the stopping event, so this only bounds a stuck client.
@@ -68,6 +69,7 @@ class SimulatedServices:
         host: str = LOOPBACK,
         port: int = 0,
         ledger_path: Path | None = None,
+        now: Callable[[], dt.datetime] | None = None,
     ) -> None:
         self._plans = {name: FaultPlan.preset("none") for name in SERVICES}
         for name, plan in (plans or {}).items():
@@ -77,6 +79,9 @@ class SimulatedServices:
         self._host = host
         self._requested_port = port
         self._ledger_path = ledger_path
+        # The ledgers' time (when a side effect happened, when a shipment is dispatched): the
+        # machine's, or the clock the app under test runs on.
+        self._now = now
         self._apis: dict[str, ServiceApi] = {}
         self._journal: LedgerJournal | None = None
         self._runner: web.AppRunner | None = None
@@ -87,7 +92,8 @@ class SimulatedServices:
         if self._runner is not None:
             raise RuntimeError("the simulated services are already running")
         journal = LedgerJournal(self._ledger_path) if self._ledger_path else None
-        ledgers = {name: Ledger(service, journal) for name, service in SERVICES.items()}
+        now = self._now or utc_now
+        ledgers = {name: Ledger(service, journal, now) for name, service in SERVICES.items()}
         if journal is not None:
             restore_ledgers(journal, ledgers)
         stopping = asyncio.Event()
@@ -121,6 +127,12 @@ class SimulatedServices:
         self._runner = runner
         self._port = _bound_port(runner)
 
+    def release_held(self) -> None:
+        """Answer every hung and delayed request now (503, "stopping"), and every later one
+        that a hang or latency fault would hold: what a shutdown does first."""
+        if self._stopping is not None:
+            self._stopping.set()
+
     async def stop(self) -> None:
         """Release hung and delayed requests, stop serving, close the ledger file. Idempotent."""
         if self._runner is None or self._stopping is None:
@@ -151,6 +163,11 @@ class SimulatedServices:
 
     def ledger_entries(self, service: str, order_id: str | None = None) -> list[SideEffect]:
         return self._running_api(service).ledger.entries(order_id)
+
+    def held_requests(self) -> int:
+        """Requests a hang or latency fault holds now, over every service: each keeps one
+        client waiting on its own timeout (a test on virtual time counts them as waiting)."""
+        return sum(api.held for api in self._apis.values())
 
     def tombstones(self, service: str, order_id: str | None = None) -> list[Tombstone]:
         """The keys ``service`` undid with nothing to undo (``GET {prefix}/ledger``)."""

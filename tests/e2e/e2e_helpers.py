@@ -17,13 +17,14 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusReceiveMode
 from azure.servicebus import ServiceBusSubQueue as SubQueue
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver, ServiceBusSender
+from devhost.clock import SkippingClock
 from devhost.durable.history import EventType
 from devhost.durable.status import OrchestrationStatus
 from devhost.testing import eventually_true
@@ -51,7 +52,7 @@ QUIET_TIMERS = {"DEADLETTER_WATCH_SCHEDULE": NEVER}
 """Timers the tests run themselves (`DevHost.invoke`) when they want them: the dead-letter
 watcher's alerts would otherwise join the operator alerts a test counts at a moment of the
 clock's choosing."""
-_WATCH_INTERVAL_SECONDS = 0.05
+_WATCH_INTERVAL_SECONDS = 0.01
 
 
 def order_body(
@@ -386,12 +387,15 @@ async def running_pipeline(
     *,
     faults: FaultPlan | None = None,
     settings: Mapping[str, str] | None = None,
+    virtual_time: bool = False,
 ) -> AsyncIterator[E2E]:
-    """The pipeline with a client; on a clean exit, no trigger listener may have died."""
+    """The pipeline with a client; on a clean exit, no trigger listener may have died.
+    ``virtual_time`` as in `running_step_pipeline`."""
     chosen = {**QUIET_TIMERS, **(settings or {})}
-    async with local_pipeline(work_dir, faults=faults, settings=chosen) as pipeline:
+    clock = _virtual_clock() if virtual_time else None
+    async with local_pipeline(work_dir, faults=faults, settings=chosen, clock=clock) as pipeline:
         client = ServiceBusClient.from_connection_string(pipeline.connection_string)
-        async with client:
+        async with client, _moving(pipeline, clock):
             e2e = E2E(pipeline, client)
             try:
                 yield e2e
@@ -416,25 +420,92 @@ async def running_step_pipeline(
     service_faults: Mapping[str, FaultPlan] | None = None,
     settings: Mapping[str, str] | None = None,
     worker_processes: int = 0,
+    virtual_time: bool = False,
 ) -> AsyncIterator[E2E]:
     """`running_pipeline` with fault plans for the step services, by service name (``stock``,
     ``payment``, ``shipping``); on a clean exit, no trigger listener may have died.
 
     ``worker_processes`` > 0 runs the app in that many language worker processes, each with
     this process's log level, logging to its standard error and exporting telemetry as the
-    settings say (the app's counters and metrics are then in the workers)."""
+    settings say (the app's counters and metrics are then in the workers).
+
+    ``virtual_time``: the host, the app and the services run on a SkippingClock, which jumps
+    to the next wake-up (a durable timer, the starter's or the supervisor's tick) as soon as
+    the pipeline has settled (`settled`): the waits for step deadlines cost no real time, and
+    the deadlines can be long enough that no healthy step outlives one on a slow machine."""
     chosen = {**QUIET_TIMERS, **(settings or {})}
+    clock = _virtual_clock() if virtual_time else None
     async with local_pipeline(
-        work_dir, service_faults=service_faults, settings=chosen, worker_processes=worker_processes
+        work_dir,
+        service_faults=service_faults,
+        settings=chosen,
+        worker_processes=worker_processes,
+        clock=clock,
     ) as pipeline:
         client = ServiceBusClient.from_connection_string(pipeline.connection_string)
-        async with client:
+        async with client, _moving(pipeline, clock):
             e2e = E2E(pipeline, client)
             try:
                 yield e2e
             finally:
                 await e2e.close()
         assert pipeline.host.listener_failures == []
+
+
+def _virtual_clock() -> SkippingClock:
+    """Time from the machine's now, at its pace, that `_moving` makes jump."""
+    return SkippingClock(datetime.now(UTC))
+
+
+LISTENED_QUEUES = (ORDERS, AGENT_REQUESTS, AGENT_RESPONSES, *STEP_AGENT_REQUESTS)
+"""The queues the app's functions listen to: a message in one is work about to happen."""
+VIRTUAL_STEP_REAL_SECONDS = 0.05
+"""Real time between two moves of virtual time: each state the pipeline settles in lasts at
+least this long, so the tests' watchers (which read every 0.01 s) see it."""
+_SETTLED_RECHECK_SECONDS = 0.02
+
+
+async def settled(pipeline: Pipeline) -> bool:
+    """Nothing can happen in the pipeline before virtual time moves: no orchestration work
+    runnable, no message waiting in a queue the app listens to, and each invocation in
+    flight waiting on a call a simulated service holds (a hang or a latency fault), whose
+    end the app's own timeout decides."""
+    host = pipeline.host
+    if host.has_runnable_orchestration_work():
+        return False
+    if host.invocations_in_flight() > pipeline.services.held_requests():
+        return False
+    counts = await pipeline.active_counts()
+    return all(counts.get(queue, 0) == 0 for queue in LISTENED_QUEUES)
+
+
+@contextlib.asynccontextmanager
+async def _moving(pipeline: Pipeline, clock: SkippingClock | None) -> AsyncIterator[None]:
+    """While the block runs, move `clock` to the host's next wake-up each time the pipeline
+    has settled, twice in a row a moment apart (a message between two functions is either in
+    a queue or in an invocation; the second look covers a call being released)."""
+    if clock is None:
+        yield
+        return
+
+    async def move() -> None:
+        host = pipeline.host
+        while True:
+            await asyncio.sleep(VIRTUAL_STEP_REAL_SECONDS)
+            if not await settled(pipeline):
+                continue
+            await asyncio.sleep(_SETTLED_RECHECK_SECONDS)
+            moment = host.next_wakeup()
+            if moment is not None and await settled(pipeline):
+                clock.advance_to(moment)
+
+    mover = asyncio.create_task(move())
+    try:
+        yield
+    finally:
+        mover.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await mover
 
 
 async def compensation_began_at(e2e: E2E, order_id: str) -> datetime:

@@ -36,12 +36,13 @@ from tests.support.cosmos_server import CosmosServer
 pytestmark = pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
 
 # Expired attempts and stalled compensations are recovered at once; the supervisor gives up
-# at the third expiry, without the longer wait of U5. A step or an undo has 3 s: room for a
-# healthy one on a loaded machine, and all that one that hangs costs.
+# at the third expiry, without the longer wait of U5. On skipping time (virtual_time) a
+# deadline passes at once when nothing is left to happen before it; a step or an undo has
+# 10 s, as in the local pipeline, more than a healthy one takes on a loaded machine.
 QUICK = {
-    "STEP_TIMEOUT_SECONDS": "3",
-    "COMPENSATION_TIMEOUT_SECONDS": "3",
-    "CLAIM_TIMEOUT_SECONDS": "6",
+    "STEP_TIMEOUT_SECONDS": "10",
+    "COMPENSATION_TIMEOUT_SECONDS": "10",
+    "CLAIM_TIMEOUT_SECONDS": "20",
     "RETRY_DELAY_SECONDS": "0",
     "MAX_FAILURES": "3",
     "LONG_WAIT_AFTER_FAILURES": "3",
@@ -106,7 +107,7 @@ async def test_c1_c2_a_declined_payment_releases_the_stock_and_ends_compensated(
     order = "o-declined"
     payment = every_time(FaultKind.PERMANENT, order, "charge")
     async with running_step_pipeline(
-        tmp_path, service_faults={"payment": payment}, settings=store_settings
+        tmp_path, service_faults={"payment": payment}, settings=store_settings, virtual_time=True
     ) as e2e:
         await e2e.submit(order_body(order), message_id=order)
 
@@ -172,7 +173,9 @@ async def test_c2_an_undo_that_cannot_be_done_ends_compensation_failed_and_stops
         "shipping": every_time(FaultKind.DISPATCHED, order, "ship"),
         "payment": every_time(FaultKind.PERMANENT, order, "charge"),
     }
-    async with running_step_pipeline(tmp_path, service_faults=faults, settings=settings) as e2e:
+    async with running_step_pipeline(
+        tmp_path, service_faults=faults, settings=settings, virtual_time=True
+    ) as e2e:
         await e2e.submit(order_body(order), message_id=order)
 
         replies = await e2e.statuses(order, "compensation-failed")
@@ -238,7 +241,7 @@ async def test_u4_c1_an_attempt_that_keeps_timing_out_is_given_up_and_compensate
     order = "o-no-answer"
     payment = every_time(FaultKind.HANG, order, "charge")
     async with running_step_pipeline(
-        tmp_path, service_faults={"payment": payment}, settings=QUICK
+        tmp_path, service_faults={"payment": payment}, settings=QUICK, virtual_time=True
     ) as e2e:
         await e2e.submit(order_body(order), message_id=order)
 
@@ -304,7 +307,9 @@ async def test_c2_a_stalled_compensation_is_resumed_where_it_stopped(tmp_path: P
             rules=(FaultRule(FaultKind.HANG, order_id=order, operation="release", times=1),)
         ),
     }
-    async with running_step_pipeline(tmp_path, service_faults=faults, settings=QUICK) as e2e:
+    async with running_step_pipeline(
+        tmp_path, service_faults=faults, settings=QUICK, virtual_time=True
+    ) as e2e:
         await e2e.submit(order_body(order), message_id=order)
 
         replies = await e2e.statuses(order, "compensated")

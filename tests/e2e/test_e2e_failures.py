@@ -38,11 +38,13 @@ FINAL_WRITES = {"finish_steps", "fail_step"}
 ENDED_WITHOUT_WRITING = {"timed-out", "gave-up"}
 
 # Expired attempts are recovered at once; the supervisor gives up at the third, without the
-# longer wait of U5 (which would start at the same count). A step has 5 s, room enough for a
-# healthy step on a loaded machine; the hang test needs no such room and uses 2 s.
+# longer wait of U5 (which would start at the same count). On skipping time (virtual_time) a
+# deadline passes at once when nothing is left to happen before it; 10 s, as in the local
+# pipeline, is more than a healthy step takes on a loaded machine. The hang test needs no such
+# room and uses 2 s, which also ends each hung call soon.
 QUICK_RECOVERY = {
-    "STEP_TIMEOUT_SECONDS": "5",
-    "CLAIM_TIMEOUT_SECONDS": "6",
+    "STEP_TIMEOUT_SECONDS": "10",
+    "CLAIM_TIMEOUT_SECONDS": "20",
     "RETRY_DELAY_SECONDS": "0",
     "MAX_FAILURES": "3",
     "LONG_WAIT_AFTER_FAILURES": "3",
@@ -76,7 +78,7 @@ async def test_e8_a_permanent_failure_ends_in_error_without_retries(
     caplog.set_level(logging.INFO, logger="app.supervisor")
     stock = faults_for(FaultRule(FaultKind.PERMANENT, order_id="o-perm", operation="reserve"))
     async with running_step_pipeline(
-        tmp_path, service_faults={"stock": stock}, settings=QUICK_RECOVERY
+        tmp_path, service_faults={"stock": stock}, settings=QUICK_RECOVERY, virtual_time=True
     ) as e2e:
         await e2e.submit(order_body("o-perm"), message_id="o-perm")
 
@@ -126,7 +128,7 @@ async def test_e6_u4_an_agent_that_never_answers_is_retried_then_given_up(
     stock = faults_for(FaultRule(FaultKind.HANG, order_id="o-hang", operation="reserve"))
     settings = {**QUICK_RECOVERY, "STEP_TIMEOUT_SECONDS": "2"}
     async with running_step_pipeline(
-        tmp_path, service_faults={"stock": stock}, settings=settings
+        tmp_path, service_faults={"stock": stock}, settings=settings, virtual_time=True
     ) as e2e:
         await e2e.submit(order_body("o-hang"), message_id="o-hang")
 
@@ -173,7 +175,7 @@ async def test_u4_a_fault_that_heals_after_the_first_attempt_completes_on_the_se
         FaultRule(FaultKind.TRANSIENT, order_id="o-heal", operation="charge", attempt=1)
     )
     async with running_step_pipeline(
-        tmp_path, service_faults={"payment": payment}, settings=QUICK_RECOVERY
+        tmp_path, service_faults={"payment": payment}, settings=QUICK_RECOVERY, virtual_time=True
     ) as e2e:
         await e2e.submit(order_body("o-heal"), message_id="o-heal")
 
@@ -217,7 +219,7 @@ async def test_d4_e5_e7_a_stale_attempt_changes_nothing_and_nothing_happens_twic
         FaultRule(FaultKind.LATENCY, order_id="o-stale", attempt=1, skip=1, delay_seconds=30),
     )
     async with running_step_pipeline(
-        tmp_path, service_faults={"shipping": shipping}, settings=QUICK_RECOVERY
+        tmp_path, service_faults={"shipping": shipping}, settings=QUICK_RECOVERY, virtual_time=True
     ) as e2e:
         await e2e.submit(order_body("o-stale"), message_id="o-stale")
 
@@ -308,7 +310,7 @@ async def test_u2_an_order_stuck_past_the_sweep_window_is_recovered_and_alerted_
     if catch_up_window_seconds is not None:
         settings["SUPERVISOR_CATCHUP_WINDOW_SECONDS"] = str(catch_up_window_seconds)
     async with running_step_pipeline(
-        tmp_path, service_faults={"stock": stock}, settings=settings
+        tmp_path, service_faults={"stock": stock}, settings=settings, virtual_time=True
     ) as e2e:
         host = e2e.pipeline.host
         await e2e.submit(order_body("o-late"), message_id="o-late")

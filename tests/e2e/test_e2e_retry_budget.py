@@ -11,10 +11,12 @@ from simulators.services import FaultKind, FaultPlan, FaultRule
 from tests.e2e.e2e_helpers import order_body, running_pipeline
 
 RETRY_BUDGET = 12
+# On skipping time (virtual_time) each deadline passes at once once nothing is left to happen
+# before it; 10 s, as in the local pipeline, is more than a healthy step takes.
 SETTINGS = {
-    "STEP_TIMEOUT_SECONDS": "3",
-    "CLAIM_TIMEOUT_SECONDS": "6",
-    "COMPENSATION_TIMEOUT_SECONDS": "5",
+    "STEP_TIMEOUT_SECONDS": "10",
+    "CLAIM_TIMEOUT_SECONDS": "20",
+    "COMPENSATION_TIMEOUT_SECONDS": "10",
     "RETRY_DELAY_SECONDS": "0",
     "MAX_FAILURES": "3",
     "LONG_WAIT_AFTER_FAILURES": "3",
@@ -32,7 +34,7 @@ async def test_calls_to_a_failing_service_never_exceed_the_retry_budget_c4(
     always_down = FaultPlan(
         rules=(FaultRule(FaultKind.TRANSIENT, order_id="o-budget", operation="charge"),)
     )
-    async with running_pipeline(tmp_path, settings=SETTINGS) as e2e:
+    async with running_pipeline(tmp_path, settings=SETTINGS, virtual_time=True) as e2e:
         e2e.pipeline.services.replace_fault_plan("payment", always_down)
         await e2e.submit(order_body("o-budget"), message_id="o-budget")
 

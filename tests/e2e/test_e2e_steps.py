@@ -37,11 +37,12 @@ ACTION_OF = {
 }
 ENDED_WITHOUT_WRITING = {"timed-out", "gave-up"}
 
-# A step has 3 s: room for a healthy step on a loaded machine, and soon enough for the
-# supervisor to retry an attempt whose step outlived it; the retry follows at once.
+# On skipping time (virtual_time) a step's deadline passes at once when nothing is left to
+# happen before it; 10 s, as in the local pipeline, is more than a healthy step takes on a
+# loaded machine. The supervisor's retry follows at once.
 QUICK = {
-    "STEP_TIMEOUT_SECONDS": "3",
-    "CLAIM_TIMEOUT_SECONDS": "6",
+    "STEP_TIMEOUT_SECONDS": "10",
+    "CLAIM_TIMEOUT_SECONDS": "20",
     "RETRY_DELAY_SECONDS": "0",
     "MAX_FAILURES": "3",
     "LONG_WAIT_AFTER_FAILURES": "3",
@@ -78,7 +79,7 @@ async def test_c8_a_lost_answer_is_asked_again_by_the_agent_and_charged_once(
         rules=(FaultRule(FaultKind.LOST_RESPONSE, order_id=order, operation="charge", times=1),)
     )
     async with running_step_pipeline(
-        tmp_path, service_faults={"payment": payment}, settings=QUICK
+        tmp_path, service_faults={"payment": payment}, settings=QUICK, virtual_time=True
     ) as e2e:
         await e2e.submit(order_body(order), message_id=order)
 
@@ -121,12 +122,12 @@ async def test_c10_c8_the_next_attempt_resumes_at_the_step_not_completed(tmp_pat
                 operation="charge",
                 attempt=1,
                 skip=1,
-                delay_seconds=30,
+                delay_seconds=300,
             ),
         )
     )
     async with running_step_pipeline(
-        tmp_path, service_faults={"payment": payment}, settings=QUICK
+        tmp_path, service_faults={"payment": payment}, settings=QUICK, virtual_time=True
     ) as e2e:
         await e2e.submit(order_body(order), message_id=order)
 
@@ -226,7 +227,9 @@ async def test_order_steps_of_one_step_run_that_step_alone(tmp_path: Path) -> No
     """ORDER_STEPS=ship-order: a new order's workflow is that one step; the app hears
     received, in-progress ship-order, completed, and only the shipping service is called."""
     order = "o-ship-only"
-    async with running_step_pipeline(tmp_path, settings={"ORDER_STEPS": "ship-order"}) as e2e:
+    async with running_step_pipeline(
+        tmp_path, settings={"ORDER_STEPS": "ship-order"}, virtual_time=True
+    ) as e2e:
         await e2e.submit(order_body(order), message_id=order)
 
         replies = await e2e.statuses(order, "completed")
