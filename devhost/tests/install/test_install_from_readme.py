@@ -6,7 +6,9 @@ environment runs the README's "Install" commands as written, with the copy for
 
 - ``devhost start`` (the console script) in the folder of Microsoft's ``function_chaining``
   sample, unchanged, and its quickstart: POST the starter, follow ``statusQueryGetUri``;
-- the README's test example ("Tests against the devhost"), as written, under pytest.
+- the README's test example ("Tests against the devhost"), as written, under pytest;
+- the distribution's own unit tests, with ``pytest`` in the copied folder as the README says
+  (its integration tests need the SDK's source distribution and npm packages beside it).
 
 Slow (a virtual environment is installed, from pip's cache after the first run); ``make
 test`` runs it.
@@ -74,7 +76,7 @@ def run(command: list[str], *, cwd: Path, env: dict[str, str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+def venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str], Path]:
     """A fresh virtual environment with the devhost installed as the README says, and the
     environment its processes run in: nothing of this process's (no PYTHONPATH to the
     repository), only pip's index settings."""
@@ -102,13 +104,13 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]
     pip = [str(root / "venv" / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
     for arguments in commands:
         run([*pip, "install", "--quiet", *arguments], cwd=root, env=environment)
-    return root / "venv", environment
+    return root / "venv", environment, devhost
 
 
 async def test_devhost_start_runs_microsofts_quickstart_from_a_fresh_install(
-    venv: tuple[Path, dict[str, str]], tmp_path: Path
+    venv: tuple[Path, dict[str, str], Path], tmp_path: Path
 ) -> None:
-    environment, env = venv
+    environment, env, _ = venv
     sample = extracted("function_chaining", tmp_path / "samples")
     devhost = (str(environment / "bin" / "devhost"),)
     with start_devhost(sample, tmp_path / "data", command=devhost, env=env) as port:
@@ -117,9 +119,9 @@ async def test_devhost_start_runs_microsofts_quickstart_from_a_fresh_install(
 
 
 def test_the_readme_test_example_passes_in_a_fresh_install(
-    venv: tuple[Path, dict[str, str]], tmp_path: Path
+    venv: tuple[Path, dict[str, str], Path], tmp_path: Path
 ) -> None:
-    environment, env = venv
+    environment, env, _ = venv
     (tmp_path / "test_readme_example.py").write_text(
         code_block("Tests against the devhost", "python"), encoding="utf-8"
     )
@@ -130,3 +132,17 @@ def test_the_readme_test_example_passes_in_a_fresh_install(
         env=env,
     )
     assert re.search(r"\b1 passed\b", out), out
+
+
+def test_the_distributions_unit_tests_pass_in_a_fresh_install(
+    venv: tuple[Path, dict[str, str], Path],
+) -> None:
+    """Among them: every devhost import is the standard library, the devhost or a declared
+    dependency of this environment, and the SDK internals it uses are where it expects."""
+    environment, env, devhost = venv
+    python = str(environment / "bin" / "python")
+    out = run(
+        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/unit"], cwd=devhost, env=env
+    )
+    assert re.search(r"\b\d+ passed\b", out), out
+    assert "failed" not in out, out
