@@ -381,19 +381,31 @@ def raised_events(status: OrchestrationStatus) -> list[dict[str, Any]]:
     ]
 
 
-@contextlib.asynccontextmanager
-async def running_pipeline(
+def running_pipeline(
     work_dir: Path,
     *,
     faults: FaultPlan | None = None,
     settings: Mapping[str, str] | None = None,
     virtual_time: bool = False,
-) -> AsyncIterator[E2E]:
+) -> contextlib.AbstractAsyncContextManager[E2E]:
     """The pipeline with a client; on a clean exit, no trigger listener may have died.
     ``virtual_time`` as in `running_step_pipeline`."""
+    return _running(work_dir, settings, virtual_time, faults=faults)
+
+
+@contextlib.asynccontextmanager
+async def _running(
+    work_dir: Path,
+    settings: Mapping[str, str] | None,
+    virtual_time: bool,
+    **pipeline_options: Any,
+) -> AsyncIterator[E2E]:
+    """`local_pipeline` with `pipeline_options`, the tests' quiet timers and a client."""
     chosen = {**QUIET_TIMERS, **(settings or {})}
     clock = _virtual_clock() if virtual_time else None
-    async with local_pipeline(work_dir, faults=faults, settings=chosen, clock=clock) as pipeline:
+    async with local_pipeline(
+        work_dir, settings=chosen, clock=clock, **pipeline_options
+    ) as pipeline:
         client = ServiceBusClient.from_connection_string(pipeline.connection_string)
         async with client, _moving(pipeline, clock):
             e2e = E2E(pipeline, client)
@@ -413,15 +425,14 @@ STEP_AGENT_REQUESTS = (STOCK_REQUESTS, PAYMENT_REQUESTS, SHIPPING_REQUESTS)
 STEP_SERVICES = ("stock", "payment", "shipping")
 
 
-@contextlib.asynccontextmanager
-async def running_step_pipeline(
+def running_step_pipeline(
     work_dir: Path,
     *,
     service_faults: Mapping[str, FaultPlan] | None = None,
     settings: Mapping[str, str] | None = None,
     worker_processes: int = 0,
     virtual_time: bool = False,
-) -> AsyncIterator[E2E]:
+) -> contextlib.AbstractAsyncContextManager[E2E]:
     """`running_pipeline` with fault plans for the step services, by service name (``stock``,
     ``payment``, ``shipping``); on a clean exit, no trigger listener may have died.
 
@@ -433,23 +444,13 @@ async def running_step_pipeline(
     to the next wake-up (a durable timer, the starter's or the supervisor's tick) as soon as
     the pipeline has settled (`settled`): the waits for step deadlines cost no real time, and
     the deadlines can be long enough that no healthy step outlives one on a slow machine."""
-    chosen = {**QUIET_TIMERS, **(settings or {})}
-    clock = _virtual_clock() if virtual_time else None
-    async with local_pipeline(
+    return _running(
         work_dir,
+        settings,
+        virtual_time,
         service_faults=service_faults,
-        settings=chosen,
         worker_processes=worker_processes,
-        clock=clock,
-    ) as pipeline:
-        client = ServiceBusClient.from_connection_string(pipeline.connection_string)
-        async with client, _moving(pipeline, clock):
-            e2e = E2E(pipeline, client)
-            try:
-                yield e2e
-            finally:
-                await e2e.close()
-        assert pipeline.host.listener_failures == []
+    )
 
 
 def _virtual_clock() -> SkippingClock:
