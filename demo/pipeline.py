@@ -172,6 +172,7 @@ async def local_pipeline(
     """
     if clock is not None and worker_processes:
         raise ValueError("a clock of the pipeline's own needs the app in this process")
+    clock = clock or RealClock()
     await asyncio.to_thread(work_dir.mkdir, parents=True, exist_ok=True)
     chosen = {**pipeline_settings_from(os.environ), **(settings or {})}
     scratch_database = None if "COSMOS_DATABASE" in chosen else _scratch_database(chosen)
@@ -185,12 +186,12 @@ async def local_pipeline(
         faults or FaultPlan.preset("none"),
         plans=service_faults,
         seed=seed,
-        now=None if clock is None else clock.now,
+        now=clock.now,
     )
     host: DevHost | None = None
     # One time for the host, the app and the services: deadlines the app writes, the durable
     # timers that race them and the ledgers' timestamps all follow `clock`.
-    app_clock = None if clock is None else bootstrap.use_clock(clock.now)
+    app_clock = bootstrap.use_clock(clock.now)
     try:
         await fulfilment.start()
         values = {
@@ -211,7 +212,7 @@ async def local_pipeline(
             app_root=REPOSITORY,
             data_dir=work_dir / HOST_DATA_DIR,
             http_port=0,
-            clock=clock or RealClock(),
+            clock=clock,
             worker_processes=worker_processes,
         )
         host = DevHost(options, AppSettings(values))
@@ -224,8 +225,7 @@ async def local_pipeline(
         if host is not None:
             await host.stop()
         await bootstrap.shutdown()
-        if app_clock is not None:
-            bootstrap.use_clock(app_clock)
+        bootstrap.use_clock(app_clock)
         await fulfilment.stop()
         await asyncio.to_thread(broker.stop)
         if scratch_database is not None:

@@ -16,7 +16,7 @@ from typing import Any, Self
 
 from simulators.services.declarations import FULFILMENT
 from simulators.services.faults import FaultPlan
-from simulators.services.ledger import SideEffect, Tombstone
+from simulators.services.ledger import SideEffect, Tombstone, utc_now
 from simulators.services.server import LOOPBACK, SimulatedServices, SimulatedServicesThread
 
 
@@ -39,7 +39,7 @@ class FulfilmentService:
         host: str = LOOPBACK,
         port: int = 0,
         ledger_path: Path | None = None,
-        now: Callable[[], dt.datetime] | None = None,
+        now: Callable[[], dt.datetime] = utc_now,
     ) -> None:
         self.services = SimulatedServices(
             {**(plans or {}), FULFILMENT.name: plan or FaultPlan.preset("none")},

@@ -69,7 +69,7 @@ class SimulatedServices:
         host: str = LOOPBACK,
         port: int = 0,
         ledger_path: Path | None = None,
-        now: Callable[[], dt.datetime] | None = None,
+        now: Callable[[], dt.datetime] = utc_now,
     ) -> None:
         self._plans = {name: FaultPlan.preset("none") for name in SERVICES}
         for name, plan in (plans or {}).items():
@@ -92,8 +92,7 @@ class SimulatedServices:
         if self._runner is not None:
             raise RuntimeError("the simulated services are already running")
         journal = LedgerJournal(self._ledger_path) if self._ledger_path else None
-        now = self._now or utc_now
-        ledgers = {name: Ledger(service, journal, now) for name, service in SERVICES.items()}
+        ledgers = {name: Ledger(service, journal, self._now) for name, service in SERVICES.items()}
         if journal is not None:
             restore_ledgers(journal, ledgers)
         stopping = asyncio.Event()
@@ -137,7 +136,7 @@ class SimulatedServices:
         """Release hung and delayed requests, stop serving, close the ledger file. Idempotent."""
         if self._runner is None or self._stopping is None:
             return
-        self._stopping.set()
+        self.release_held()
         await self._runner.cleanup()
         if self._journal is not None:
             self._journal.close()
