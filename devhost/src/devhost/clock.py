@@ -99,15 +99,19 @@ class VirtualClock:
         if moment <= self._now:
             return
         self._now = moment.astimezone(UTC)
-        while self._sleepers and self._sleepers[0][0] <= self._now:
+        self._moved_to(self._now)
+
+    def advance(self, delta: dt.timedelta) -> None:
+        self.advance_to(self.now() + delta)
+
+    def _moved_to(self, moment: dt.datetime) -> None:
+        """Wake the sleepers due by `moment`, then tell the listeners that time moved."""
+        while self._sleepers and self._sleepers[0][0] <= moment:
             _, _, waiter = heapq.heappop(self._sleepers)
             if not waiter.done():
                 waiter.set_result(None)
         for listener in self._listeners:
             listener()
-
-    def advance(self, delta: dt.timedelta) -> None:
-        self.advance_to(self._now + delta)
 
 
 class SkippingClock(VirtualClock):
@@ -148,12 +152,4 @@ class SkippingClock(VirtualClock):
         if moment <= current:
             return
         self._skipped += moment - current
-        while self._sleepers and self._sleepers[0][0] <= moment:
-            _, _, waiter = heapq.heappop(self._sleepers)
-            if not waiter.done():
-                waiter.set_result(None)
-        for listener in self._listeners:
-            listener()
-
-    def advance(self, delta: dt.timedelta) -> None:
-        self.advance_to(self.now() + delta)
+        self._moved_to(moment)
