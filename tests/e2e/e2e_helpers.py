@@ -458,8 +458,6 @@ def _virtual_clock() -> SkippingClock:
     return SkippingClock(datetime.now(UTC))
 
 
-LISTENED_QUEUES = (ORDERS, AGENT_REQUESTS, AGENT_RESPONSES, *STEP_AGENT_REQUESTS)
-"""The queues the app's functions listen to: a message in one is work about to happen."""
 VIRTUAL_STEP_REAL_SECONDS = 0.05
 """Real time between two moves of virtual time: each state the pipeline settles in lasts at
 least this long, so the tests' watchers (which read every 0.01 s) see it."""
@@ -477,7 +475,7 @@ async def settled(pipeline: Pipeline) -> bool:
     if host.invocations_in_flight() > pipeline.services.held_requests():
         return False
     counts = await pipeline.active_counts()
-    return all(counts.get(queue, 0) == 0 for queue in LISTENED_QUEUES)
+    return all(counts.get(queue, 0) == 0 for queue in host.listened_queues())
 
 
 @contextlib.asynccontextmanager

@@ -282,6 +282,11 @@ class DevHost:
             1 for timer in self._timers if timer.firing
         )
 
+    def listened_queues(self) -> list[str]:
+        """The queues the Service Bus triggers receive from: a message in one is an
+        invocation about to start."""
+        return [listener.queue for listener in self._service_bus]
+
     def next_wakeup(self) -> dt.datetime | None:
         moments = [
             self.clock.next_wakeup() if isinstance(self.clock, VirtualClock) else None,

@@ -227,3 +227,9 @@ async def test_a_function_disabled_by_its_app_setting_does_not_trigger(
         assert broker.active_counts()["jobs"] == 1
     finally:
         await running.stop()
+
+
+async def test_the_host_names_the_queues_its_triggers_listen_to(host: DevHost) -> None:
+    """A test that moves time itself checks these for waiting messages: the names are the
+    resolved binding expressions (``%JOBS_QUEUE%``), one per Service Bus trigger."""
+    assert host.listened_queues() == ["jobs"]
