@@ -75,6 +75,16 @@ def order_body(
     )
 
 
+def record_summary(order_id: str, record: StateRecord | None) -> str:
+    """What an operator would read of one order's record, for a failure message."""
+    if record is None:
+        return f"{order_id}: no record"
+    return (
+        f"{order_id}: {record.process_state.value} after {record.failure_count} failed attempts,"
+        f" last error {record.last_error!r}"
+    )
+
+
 @dataclass(frozen=True)
 class Delivered:
     """A message as a receiving app or operator sees it."""

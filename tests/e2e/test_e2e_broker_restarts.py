@@ -44,7 +44,7 @@ from demo.pipeline import (
 from demo.report import FINAL_STATES
 from domain.ports import StateStore, StoreMetrics
 from simulators.fulfilment import FaultPlan, FulfilmentService
-from tests.e2e.e2e_helpers import STEP_SERVICES, order_body
+from tests.e2e.e2e_helpers import STEP_SERVICES, order_body, record_summary
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -120,15 +120,11 @@ async def submit(connection_string: str, order_ids: list[str]) -> None:
 
 def not_processed(states: StateStore, finished: dict[str, str]) -> list[str]:
     """What an operator would read of each order that did not end Processed."""
-    found = []
-    for order_id, state in sorted(finished.items()):
-        record = states.get(order_id)
-        if state != "Processed" and record is not None:
-            found.append(
-                f"{order_id}: {state} after {record.failure_count} failed attempts,"
-                f" last error {record.last_error!r}"
-            )
-    return found
+    return [
+        record_summary(order_id, states.get(order_id))
+        for order_id, state in sorted(finished.items())
+        if state != "Processed"
+    ]
 
 
 async def final_states(states: StateStore, order_ids: list[str]) -> dict[str, str]:

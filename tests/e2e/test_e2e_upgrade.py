@@ -16,10 +16,10 @@ import signal
 import subprocess
 import sys
 import tarfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from io import BytesIO
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, TypeVar
 
 import pytest
 from azure.servicebus import ServiceBusMessage
@@ -42,9 +42,12 @@ from demo.pipeline import (
 from domain.ports import StateStore, StoreMetrics
 from domain.records import WORKFLOW_ONE_STEP, WORKFLOW_STEPS, ProcessState, StateRecord
 from simulators.fulfilment import FaultKind, FaultPlan, FaultRule, FulfilmentService
-from tests.e2e.e2e_helpers import order_body
+from tests.e2e.e2e_helpers import order_body, record_summary
 
-pytestmark = pytest.mark.timeout(240)
+T = TypeVar("T")
+
+# A backstop only: every stage below has its own bound, so a stall fails naming its stage.
+pytestmark = pytest.mark.timeout(480)
 
 VERSION_1_COMMIT = "d4b7f99ca40b43481e129a21e055fa807073f88c"
 """The last commit whose app knew only the one-step workflow."""
@@ -62,6 +65,16 @@ APP_FILES = (
 )
 OLD_ORDERS = [f"o-v1-{index}" for index in range(12)]
 SETTLE_SECONDS = 120
+STAGE_BOUND_SECONDS = 60.0
+SDK_TIMEOUT_SECONDS = 30.0
+
+
+async def within(work: Awaitable[T], stage: str, bound: float = STAGE_BOUND_SECONDS) -> T:
+    """`work`'s result, or a failure that names the stage that did not finish in time."""
+    try:
+        return await asyncio.wait_for(work, bound)
+    except TimeoutError:
+        pytest.fail(f"{stage} did not finish within {bound:.0f}s")
 
 
 def version_1_app(target: Path) -> Path:
@@ -140,7 +153,8 @@ def records(states: StateStore, order_ids: list[str]) -> dict[str, StateRecord |
 async def submit(broker: ServiceBusBroker, order_ids: list[str]) -> None:
     async with ServiceBusClient.from_connection_string(broker.connection_string) as client:
         sender = client.get_queue_sender("orders")
-        async with sender:
+        await within(sender.__aenter__(), "opening the orders sender", SDK_TIMEOUT_SECONDS)
+        try:
             await sender.send_messages(
                 [
                     ServiceBusMessage(
@@ -148,8 +162,19 @@ async def submit(broker: ServiceBusBroker, order_ids: list[str]) -> None:
                     )
                     for order_id in order_ids
                 ],
-                timeout=30,
+                timeout=SDK_TIMEOUT_SECONDS,
             )
+        finally:
+            await within(sender.close(), "closing the orders sender", SDK_TIMEOUT_SECONDS)
+
+
+def unfinished(found: dict[str, StateRecord | None]) -> str:
+    """The orders not Processed, each as an operator would read its record."""
+    return "; ".join(
+        record_summary(order_id, record)
+        for order_id, record in found.items()
+        if record is None or record.process_state is not ProcessState.PROCESSED
+    )
 
 
 async def test_orders_in_flight_during_an_upgrade_finish_on_the_workflow_they_started_c7(
@@ -162,7 +187,10 @@ async def test_orders_in_flight_during_an_upgrade_finish_on_the_workflow_they_st
     old_log = (tmp_path / "version-1.log").open("w", encoding="utf-8")
     old_host = start_devhost(old_app, data_dir, values, old_log)
     try:
-        ready = await asyncio.to_thread(old_host.stdout.readline) if old_host.stdout else ""
+        assert old_host.stdout is not None
+        ready = await within(
+            asyncio.to_thread(old_host.stdout.readline), "starting the version-1 devhost"
+        )
         assert ready.startswith("devhost ready"), (tmp_path / "version-1.log").read_text()
         await submit(broker, OLD_ORDERS)
 
@@ -186,18 +214,20 @@ async def test_orders_in_flight_during_an_upgrade_finish_on_the_workflow_they_st
         HostOptions(app="function_app:app", app_root=REPOSITORY, data_dir=data_dir, http_port=0),
         AppSettings(values),
     )
-    await new_host.start()
+    everyone = [*OLD_ORDERS, "o-v2"]
     try:
+        await within(new_host.start(), "starting the current app's devhost")
         await submit(broker, ["o-v2"])
-        everyone = [*OLD_ORDERS, "o-v2"]
 
         def all_processed() -> bool:
-            return all(
-                r is not None and r.process_state is ProcessState.PROCESSED
-                for r in records(states, everyone).values()
-            )
+            return not unfinished(records(states, everyone))
 
-        await eventually(all_processed, "every order Processed after the upgrade", SETTLE_SECONDS)
+        try:
+            await eventually(
+                all_processed, "every order Processed after the upgrade", SETTLE_SECONDS
+            )
+        except AssertionError as timed_out:
+            raise AssertionError(f"{timed_out}: {unfinished(records(states, everyone))}") from None
         final = records(states, everyone)
         for order_id in OLD_ORDERS:
             record = final[order_id]
@@ -212,10 +242,12 @@ async def test_orders_in_flight_during_an_upgrade_finish_on_the_workflow_they_st
         assert services.ledger_entries("o-v2") == []
         assert new_host.listener_failures == []
     finally:
-        await new_host.stop()
-        await bootstrap.shutdown()
-        states.close()
-        orders.close()
+        try:
+            await within(new_host.stop(), "stopping the current app's devhost")
+        finally:
+            await within(bootstrap.shutdown(), "closing the app's clients")
+            states.close()
+            orders.close()
 
 
 def test_the_version_1_app_is_the_one_step_app() -> None:
