@@ -89,7 +89,8 @@ console: setup
 # send + receive + complete rate (goal 2,000 msgs/s) and the fault-free pipeline, one-step
 # (ORDER_STEPS=ship-order) and three-step workflow, at 1k and 5k orders (goals: three-step
 # >= 0.5 x one-step orders/s, 5k >= 0.9 x 1k; about 15 minutes). Pass options with ARGS,
-# e.g. `make bench-pipeline ARGS="--runs 1"` or `ARGS="--workflows three-step --sizes 1000"`.
+# e.g. `make bench-pipeline ARGS="--runs 1"` or `ARGS="--workflows three-step --sizes 1000"`;
+# `ARGS="--sizes 1000 --agents servicebus,activity"` compares the two agent shapes (E1).
 bench: setup
 	$(BIN)/python -m bench
 

@@ -5,8 +5,11 @@ each size (default: the one-step and the three-step workflow, at 1,000 and 5,000
 several runs per size, every run in its own subprocess. A workflow is the ORDER_STEPS the
 run's environment sets: `ship-order` for the one-step workflow, `reserve-stock,
 charge-payment,ship-order` for the three-step one; at each size the runs alternate between
-the workflows, so a slow minute of the shared machine falls on both. AGENT_TRANSPORT and the
-store settings of the caller's environment pass through to every run.
+the workflows, so a slow minute of the shared machine falls on both. `--agents` names the
+agent shapes (E1) to measure, each run's AGENT_TRANSPORT: `servicebus` (the request/response
+queue pair, the default) and/or `activity`; with both, the runs alternate between them too,
+and the ratios are given per shape. The store settings of the caller's environment pass
+through to every run.
 
 A run's peak RSS is the largest total resident memory of the demo process and its descendants
 (the language worker, the broker and the client app run as child processes), sampled from
@@ -20,8 +23,8 @@ orders/s over one-step orders/s at each size (aim >= 0.5 at 1,000 orders) and ea
 workflow's throughput(largest size) / throughput(smallest size) (aim >= 0.9).
 
     python -m bench.pipeline_throughput [--workflows one-step,three-step] [--sizes 1000,5000]
-                                        [--runs 3] [--seed 1] [--backend sqlite|cosmos]
-                                        [--settle-seconds S]
+                                        [--agents servicebus,activity] [--runs 3] [--seed 1]
+                                        [--backend sqlite|cosmos] [--settle-seconds S]
 
 The stores are the embedded SQLite ones unless `--backend cosmos` (then the demo starts a
 local Cosmos DB API server, a Node child process whose memory the peak RSS includes).
@@ -47,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.figures import REPO_ROOT, Spread, machine, markdown_table, verdict
+from domain.policies import AGENT_TRANSPORT_ACTIVITY, AGENT_TRANSPORT_SERVICEBUS
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ class Workflow:
 ONE_STEP = Workflow("one-step", ("ship-order",))
 THREE_STEP = Workflow("three-step", ("reserve-stock", "charge-payment", "ship-order"))
 WORKFLOWS = {workflow.name: workflow for workflow in (ONE_STEP, THREE_STEP)}
+AGENT_SHAPES = (AGENT_TRANSPORT_SERVICEBUS, AGENT_TRANSPORT_ACTIVITY)
 
 # The aims: three steps cost at most twice one step's throughput at this size, and the
 # three-step workflow keeps 90% of its throughput from the smallest size to the largest.
@@ -115,9 +120,11 @@ class PipelineRun:
 
 @dataclass(frozen=True)
 class SetSummary:
-    """One workflow at one size: medians over its runs, and the highest peak RSS."""
+    """One workflow with one agent shape at one size: medians over its runs, and the highest
+    peak RSS."""
 
     workflow: Workflow
+    agents: str
     orders: int
     throughput: Spread
     p50_ms: float
@@ -131,12 +138,13 @@ class SetSummary:
     """The most valid orders of one run that did not end Processed."""
 
     @classmethod
-    def of(cls, workflow: Workflow, runs: Sequence[PipelineRun]) -> SetSummary:
+    def of(cls, workflow: Workflow, agents: str, runs: Sequence[PipelineRun]) -> SetSummary:
         def median(values: Sequence[float]) -> float:
             return Spread.of(values).median
 
         return cls(
             workflow=workflow,
+            agents=agents,
             orders=runs[0].orders,
             throughput=Spread.of([run.orders_per_second for run in runs]),
             p50_ms=median([run.p50_ms for run in runs]),
@@ -172,12 +180,15 @@ def demo_command(orders: int, settings: DemoSettings, report: Path) -> list[str]
     return command
 
 
-def demo_environment(workflow: Workflow, environ: Mapping[str, str]) -> dict[str, str]:
-    """The caller's environment with the workflow's ORDER_STEPS, which the demo takes."""
-    return {**environ, "ORDER_STEPS": ",".join(workflow.steps)}
+def demo_environment(workflow: Workflow, agents: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """The caller's environment with the workflow's ORDER_STEPS and the agent shape's
+    AGENT_TRANSPORT, which the demo's app takes."""
+    return {**environ, "ORDER_STEPS": ",".join(workflow.steps), "AGENT_TRANSPORT": agents}
 
 
-def run_once(workflow: Workflow, orders: int, settings: DemoSettings, label: str) -> PipelineRun:
+def run_once(
+    workflow: Workflow, agents: str, orders: int, settings: DemoSettings, label: str
+) -> PipelineRun:
     """One demo run in its own process; its report and the process's peak RSS."""
     bound = (
         STARTUP_ALLOWANCE_SECONDS
@@ -191,7 +202,7 @@ def run_once(workflow: Workflow, orders: int, settings: DemoSettings, label: str
             process = subprocess.Popen(
                 demo_command(orders, settings, report_path),
                 cwd=REPO_ROOT,
-                env=demo_environment(workflow, os.environ),
+                env=demo_environment(workflow, agents, os.environ),
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
@@ -204,7 +215,7 @@ def run_once(workflow: Workflow, orders: int, settings: DemoSettings, label: str
                 f"its output ends with:\n{_tail(log_path)}"
             )
         report = json.loads(report_path.read_text(encoding="utf-8"))
-        check_correct(report, workflow, label, _tail(log_path))
+        check_correct(report, workflow, agents, label, _tail(log_path))
         if exit_code != 0:
             raise BenchError(f"{label}: the demo exited with code {exit_code}:\n{_tail(log_path)}")
     return _run_from_report(report, usage)
@@ -285,8 +296,11 @@ def sample_tree(root: int) -> dict[int, tuple[int, int]]:
     return {pid: usage[pid] for pid in tree if pid in usage}
 
 
-def check_correct(report: dict[str, Any], workflow: Workflow, label: str, log_tail: str) -> None:
-    """Raise BenchError unless the run was correct and ran the workflow's steps.
+def check_correct(
+    report: dict[str, Any], workflow: Workflow, agents: str, label: str, log_tail: str
+) -> None:
+    """Raise BenchError unless the run was correct and ran the workflow's steps through the
+    agent shape asked for.
 
     Correct: no lost or stuck order, no side effect performed twice, and no other broken
     invariant the report names (``broken_invariants``, when the report has it).
@@ -318,6 +332,9 @@ def check_correct(report: dict[str, Any], workflow: Workflow, label: str, log_ta
             f"{label}: the orders ran the steps {', '.join(ran)}, not the {workflow.name} "
             f"workflow's {', '.join(workflow.steps)}"
         )
+    shape = (report.get("settings") or {}).get("agent_transport")
+    if shape is not None and shape != agents:
+        raise BenchError(f"{label}: the agents ran as {shape!r}, not as {agents!r}")
 
 
 def _run_from_report(report: dict[str, Any], usage: TreeUsage) -> PipelineRun:
@@ -364,6 +381,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--sizes", default="1000,5000", help="comma-separated order counts, one size per set"
     )
+    parser.add_argument(
+        "--agents",
+        default=os.environ.get("AGENT_TRANSPORT", AGENT_TRANSPORT_SERVICEBUS),
+        help=(
+            "comma-separated agent shapes (E1) to measure, each run's AGENT_TRANSPORT: "
+            f"{' and/or '.join(AGENT_SHAPES)} (default: AGENT_TRANSPORT of this environment, "
+            f"else {AGENT_TRANSPORT_SERVICEBUS})"
+        ),
+    )
     parser.add_argument("--runs", type=int, default=3, help="runs per workflow and size")
     parser.add_argument("--seed", type=int, default=1, help="workload seed, the same every run")
     parser.add_argument(
@@ -397,32 +423,41 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         )
     # In the table's order, whatever the order given.
     args.workflows = [workflow for name, workflow in WORKFLOWS.items() if name in names]
+    shapes = [shape.strip() for shape in args.agents.split(",") if shape.strip()]
+    if not shapes or any(shape not in AGENT_SHAPES for shape in shapes):
+        parser.error(f"--agents must name some of {', '.join(AGENT_SHAPES)}, got {args.agents!r}")
+    args.agents = [shape for shape in AGENT_SHAPES if shape in shapes]
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     workflows: list[Workflow] = args.workflows
+    shapes: list[str] = args.agents
     described = "; ".join(f"{w.name} ({','.join(w.steps)})" for w in workflows)
     print(
         f"Order pipeline, faults none: workflows {described}; "
         f"sizes {', '.join(f'{s:,}' for s in args.sizes)}, runs per size: {args.runs}, "
-        f"seed {args.seed}, stores {args.backend}, "
-        f"agents {os.environ.get('AGENT_TRANSPORT', 'servicebus')}; {machine()}",
+        f"seed {args.seed}, stores {args.backend}, agents {', '.join(shapes)}; {machine()}",
         flush=True,
     )
     settings = DemoSettings(args.seed, args.backend, args.settle_seconds)
+    sets = [(shape, workflow) for shape in shapes for workflow in workflows]
     summaries: list[SetSummary] = []
     try:
         for orders in args.sizes:
-            runs: dict[str, list[PipelineRun]] = {workflow.name: [] for workflow in workflows}
+            runs: dict[tuple[str, str], list[PipelineRun]] = {
+                (shape, workflow.name): [] for shape, workflow in sets
+            }
             for run in range(1, args.runs + 1):
-                for workflow in workflows:
-                    label = f"{workflow.name}, {orders:,} orders, run {run}/{args.runs}"
-                    result = run_once(workflow, orders, settings, label)
-                    runs[workflow.name].append(result)
+                for shape, workflow in sets:
+                    label = (
+                        f"{workflow.name}, agents {shape}, {orders:,} orders, run {run}/{args.runs}"
+                    )
+                    result = run_once(workflow, shape, orders, settings, label)
+                    runs[(shape, workflow.name)].append(result)
                     print(f"  {label}: {describe(result)}", flush=True)
-            summaries += [SetSummary.of(w, runs[w.name]) for w in workflows]
+            summaries += [SetSummary.of(w, a, runs[(a, w.name)]) for a, w in sets]
     except BenchError as exc:
         print(f"pipeline benchmark failed: {exc}", file=sys.stderr)
         return 1
@@ -433,7 +468,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             "pipeline benchmark: fault-free orders were given up on (ended Error, Compensated "
             "or CompensationFailed) in "
-            + ", ".join(f"{s.workflow.name} at {s.orders:,} orders" for s in gave_up)
+            + ", ".join(
+                f"{s.workflow.name} (agents {s.agents}) at {s.orders:,} orders" for s in gave_up
+            )
             + "; those figures are not a fault-free pipeline's",
             file=sys.stderr,
         )
@@ -461,6 +498,7 @@ def summary(summaries: Sequence[SetSummary]) -> str:
     rows = [
         [
             s.workflow.name,
+            s.agents,
             f"{s.orders:,}",
             str(s.throughput.runs),
             f"{s.throughput.median:.1f}",
@@ -478,6 +516,7 @@ def summary(summaries: Sequence[SetSummary]) -> str:
     ]
     headers = [
         "workflow",
+        "agents",
         "orders",
         "runs",
         "median orders/s",
@@ -502,8 +541,9 @@ def ratio_lines(summaries: Sequence[SetSummary]) -> list[str]:
     An aim is met only when no set behind its ratio gave up on a fault-free order: such a
     set's orders/s counts orders that did not complete.
     """
-    by_set = {(s.workflow.name, s.orders): s for s in summaries}
+    by_set = {(s.agents, s.workflow.name, s.orders): s for s in summaries}
     sizes = sorted({s.orders for s in summaries})
+    shapes = [shape for shape in AGENT_SHAPES if any(s.agents == shape for s in summaries)]
 
     def judged(ratio: float, goal: float, sets: Sequence[SetSummary]) -> str:
         gave_up = sum(s.gave_up for s in sets)
@@ -512,40 +552,48 @@ def ratio_lines(summaries: Sequence[SetSummary]) -> list[str]:
         return verdict(ratio >= goal)
 
     lines = []
-    for orders in sizes:
-        one, three = by_set.get((ONE_STEP.name, orders)), by_set.get((THREE_STEP.name, orders))
-        if one is None or three is None:
-            continue
-        ratio = three.throughput.median / one.throughput.median
-        aim = (
-            f"aim >= {STEP_COST_GOAL}: {judged(ratio, STEP_COST_GOAL, [one, three])}"
-            if orders == STEP_COST_SIZE
-            else f"the aim of >= {STEP_COST_GOAL} is at {STEP_COST_SIZE:,} orders"
-        )
-        lines.append(
-            f"Step cost at {orders:,} orders: three-step / one-step orders/s = "
-            f"{three.throughput.median:.1f} / {one.throughput.median:.1f} = {ratio:.2f} ({aim})"
-        )
-    for workflow in (ONE_STEP, THREE_STEP):
-        measured = [by_set[(workflow.name, o)] for o in sizes if (workflow.name, o) in by_set]
-        if len(measured) < 2:
-            continue
-        smallest, largest = measured[0], measured[-1]
-        ratio = largest.throughput.median / smallest.throughput.median
-        lines.append(
-            f"Scaling of {workflow.name}: throughput({largest.orders:,}) / "
-            f"throughput({smallest.orders:,}) = {ratio:.2f} (aim >= {SCALING_GOAL}): "
-            f"{judged(ratio, SCALING_GOAL, [smallest, largest])}"
-        )
-    for orders in sizes:
-        one_step = by_set.get((ONE_STEP.name, orders))
-        if one_step is not None:
-            median = one_step.throughput.median
-            lines.append(
-                f"One-step at {orders:,} orders: {median:.1f} orders/s (the one-step pipeline's "
-                f"earlier aim, {ONE_STEP_THROUGHPUT_GOAL:.0f} orders/s: "
-                f"{judged(median, ONE_STEP_THROUGHPUT_GOAL, [one_step])})"
+    for shape in shapes:
+        agents = f", agents {shape}"
+        for orders in sizes:
+            one = by_set.get((shape, ONE_STEP.name, orders))
+            three = by_set.get((shape, THREE_STEP.name, orders))
+            if one is None or three is None:
+                continue
+            ratio = three.throughput.median / one.throughput.median
+            aim = (
+                f"aim >= {STEP_COST_GOAL}: {judged(ratio, STEP_COST_GOAL, [one, three])}"
+                if orders == STEP_COST_SIZE
+                else f"the aim of >= {STEP_COST_GOAL} is at {STEP_COST_SIZE:,} orders"
             )
+            lines.append(
+                f"Step cost at {orders:,} orders{agents}: three-step / one-step orders/s = "
+                f"{three.throughput.median:.1f} / {one.throughput.median:.1f} = {ratio:.2f} "
+                f"({aim})"
+            )
+        for workflow in (ONE_STEP, THREE_STEP):
+            measured = [
+                by_set[(shape, workflow.name, o)]
+                for o in sizes
+                if (shape, workflow.name, o) in by_set
+            ]
+            if len(measured) < 2:
+                continue
+            smallest, largest = measured[0], measured[-1]
+            ratio = largest.throughput.median / smallest.throughput.median
+            lines.append(
+                f"Scaling of {workflow.name}{agents}: throughput({largest.orders:,}) / "
+                f"throughput({smallest.orders:,}) = {ratio:.2f} (aim >= {SCALING_GOAL}): "
+                f"{judged(ratio, SCALING_GOAL, [smallest, largest])}"
+            )
+        for orders in sizes:
+            one_step = by_set.get((shape, ONE_STEP.name, orders))
+            if one_step is not None:
+                median = one_step.throughput.median
+                lines.append(
+                    f"One-step at {orders:,} orders{agents}: {median:.1f} orders/s (the one-step "
+                    f"pipeline's earlier aim, {ONE_STEP_THROUGHPUT_GOAL:.0f} orders/s: "
+                    f"{judged(median, ONE_STEP_THROUGHPUT_GOAL, [one_step])})"
+                )
     return lines
 
 

@@ -310,6 +310,7 @@ async def _report(
             "seed": options.seed,
             "state_store": app.settings.state_store,
             "order_steps": list(app.settings.order_steps),
+            "agent_transport": app.settings.agent_transport,
             "max_failures": app.settings.max_failures,
         },
     )

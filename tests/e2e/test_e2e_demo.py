@@ -203,6 +203,9 @@ def test_the_command_without_faults_processes_every_order_and_exits_zero(
     assert set(report) >= REQUIRED_KEYS
     assert (report["orders"], report["lost"], report["stuck"]) == (10, 0, 0)
     assert report["final_states"] == {"Processed": 10}
+    # What the benchmark checks a run by: the steps and the agent shape that ran.
+    settings = report["settings"]
+    assert (settings["order_steps"], settings["agent_transport"]) == (list(STEPS), "servicebus")
     assert report["status_messages"] == {"received": 10, "in-progress": 30, "completed": 10}
     assert report["in_progress_by_step"] == {step: 10 for step in STEPS}
     assert report["compensations"] == {"started": 0, "completed": 0, "failed": 0}
