@@ -48,6 +48,7 @@ from azure.servicebus import (
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
 from azure.servicebus.exceptions import MessageAlreadySettled, MessageLockLostError
 
+from adapters.servicebus_closing import close_quietly
 from domain.dead_letters import (
     DEAD_LETTER_PROPERTIES,
     RESUBMITTED_FROM_PROPERTY,
@@ -124,8 +125,8 @@ class ServiceBusDeadLetterQueues(DeadLetterQueues):
     async def close(self) -> None:
         peekers, self._peekers = list(self._peekers.values()), {}
         for receiver, _ in peekers:
-            await _close_quietly(receiver)
-        await self._client.close()
+            await close_quietly(receiver, "receiver")
+        await close_quietly(self._client, "client")
 
     async def _kept_peek(
         self, queue: str, start: int, count: int, *, dead_letters: bool
@@ -147,7 +148,7 @@ class ServiceBusDeadLetterQueues(DeadLetterQueues):
             except BaseException:
                 if self._peekers.get(key, (None,))[0] is receiver:
                     del self._peekers[key]
-                await _close_quietly(receiver)
+                await close_quietly(receiver, "receiver")
                 raise
 
     # -- the conditional action ---------------------------------------------------------------
@@ -288,15 +289,6 @@ class ServiceBusDeadLetterQueues(DeadLetterQueues):
             receive_mode=receive_mode,
             prefetch_count=0,
         )
-
-
-async def _close_quietly(receiver: ServiceBusReceiver) -> None:
-    """Close a receiver, bounded: one whose connection died may never answer."""
-    try:
-        async with asyncio.timeout(5.0):
-            await receiver.close()
-    except Exception as error:
-        log.debug("closing a service bus receiver", error=type(error).__name__, detail=str(error))
 
 
 def _sequence(message: ServiceBusReceivedMessage) -> int:

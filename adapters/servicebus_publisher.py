@@ -37,15 +37,15 @@ from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
 from azure.servicebus.exceptions import MessageSizeExceededError
 
 from adapters.identity_connection import async_credential, identity_choice
+from adapters.servicebus_closing import close_quietly
 from domain.outgoing_messages import OutgoingMessage
 from domain.ports import MessagePublisher
 from observability import logs
 
 CONNECTION_SETTING = "ServiceBusConnection"
 SEND_TIMEOUT_SECONDS = 30.0
-# Bounds on opening a sender's link (the SDK retries inside it) and on closing a failed one.
+# A bound on opening a sender's link (the SDK retries inside it).
 OPEN_TIMEOUT_SECONDS = 30.0
-CLOSE_TIMEOUT_SECONDS = 5.0
 
 log = logs.get_logger("app.servicebus_publisher")
 
@@ -98,7 +98,7 @@ class ServiceBusPublisher(MessagePublisher):
     async def close(self) -> None:
         await asyncio.gather(*(writer.close() for writer in self._writers.values()))
         self._writers.clear()
-        await self._client.close()
+        await close_quietly(self._client, "client")
 
 
 class _QueueWriter:
@@ -180,7 +180,7 @@ class _QueueWriter:
             error=type(error).__name__,
             detail=str(error),
         )
-        await _close_quietly(sender)
+        await close_quietly(sender, "sender")
 
     async def close(self) -> None:
         self._task.cancel()
@@ -190,17 +190,7 @@ class _QueueWriter:
             if not done.done():
                 done.set_exception(RuntimeError("the publisher closed before sending"))
         if self._sender is not None:
-            await _close_quietly(self._sender)
-
-
-async def _close_quietly(sender: ServiceBusSender) -> None:
-    """Close a sender, bounded: closing a link whose connection died may wait for frames that
-    never come, or raise; either way the sender is done with."""
-    try:
-        async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS):
-            await sender.close()
-    except Exception as error:
-        log.debug("closing a service bus sender", error=type(error).__name__, detail=str(error))
+            await close_quietly(self._sender, "sender")
 
 
 def _to_service_bus(message: OutgoingMessage) -> ServiceBusMessage:

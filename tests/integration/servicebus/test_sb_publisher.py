@@ -1,11 +1,14 @@
 """The app's publisher against the broker through the real SDK (R2, E4): sends that wait
 together arrive each with its own id, a queue that cannot be reached fails its own sends,
-not the others, and sends fail while the broker is down and work again once it is back."""
+not the others, sends fail while the broker is down and work again once it is back, and
+closing does not wait on a broker that stopped answering."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,8 @@ pytestmark = pytest.mark.asyncio
 TIMEOUT_SECONDS = 10.0
 # A send to a broker that is down fails once the SDK's own retries (about 6 s) are spent.
 DOWN_SEND_BOUND_SECONDS = 30.0
+# Each sender and then the connection get a few seconds (servicebus_closing) to close.
+CLOSE_BOUND_SECONDS = 30.0
 
 
 def message(queue_name: str, message_id: str) -> OutgoingMessage:
@@ -117,3 +122,29 @@ async def test_sends_fail_while_the_broker_is_down_and_work_once_it_is_back(
         "before",
     ]
     assert publisher.sent == {"replies": 4}
+
+
+async def test_closing_returns_while_the_broker_answers_nothing(tmp_path: Path) -> None:
+    """A shutdown must not hang on a broker that stopped answering: the publisher's links
+    and its connection are closed within their bound, whatever the peer does."""
+    config = tmp_path / "servicebus.config.json"
+    namespace = {"Name": "publisher", "Queues": [queue("replies")]}
+    config.write_text(json.dumps({"UserConfig": {"Namespaces": [namespace]}}), encoding="utf-8")
+    broker = BrokerProcess(config)
+    broker.start()
+    pid = broker.pid
+    assert pid is not None
+    try:
+        publisher = ServiceBusPublisher(
+            ServiceBusClient.from_connection_string(broker.connection_string)
+        )
+        await asyncio.wait_for(publisher.send(message("replies", "sent")), TIMEOUT_SECONDS)
+        # Frozen, not dead: the connection stays open and no frame ever comes back.
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            await asyncio.wait_for(publisher.close(), CLOSE_BOUND_SECONDS)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    finally:
+        broker.stop()
+    assert publisher.sent == {"replies": 1}
