@@ -17,7 +17,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,19 @@ QUIET_TIMERS = {"DEADLETTER_WATCH_SCHEDULE": NEVER}
 watcher's alerts would otherwise join the operator alerts a test counts at a moment of the
 clock's choosing."""
 _WATCH_INTERVAL_SECONDS = 0.01
+
+QUICK_RECOVERY = {
+    "STEP_TIMEOUT_SECONDS": "10",
+    "CLAIM_TIMEOUT_SECONDS": "20",
+    "RETRY_DELAY_SECONDS": "0",
+    "MAX_FAILURES": "3",
+    "LONG_WAIT_AFTER_FAILURES": "3",
+}
+"""Settings of the tests whose attempts expire (``virtual_time``): an expired attempt is
+retried at once and the supervisor gives up at the third, without U5's longer wait (which
+would start at the same count). On skipping time a deadline passes as soon as nothing is
+left to happen before it, so a step's 10 s (the local pipeline's) cost no real time and are
+more than a healthy step takes on a loaded machine."""
 
 
 def order_body(
@@ -412,7 +425,8 @@ async def _running(
 ) -> AsyncIterator[E2E]:
     """`local_pipeline` with `pipeline_options`, the tests' quiet timers and a client."""
     chosen = {**QUIET_TIMERS, **(settings or {})}
-    clock = _virtual_clock() if virtual_time else None
+    # The machine's time at its pace, which `_moving` makes jump.
+    clock = SkippingClock() if virtual_time else None
     async with local_pipeline(
         work_dir, settings=chosen, clock=clock, **pipeline_options
     ) as pipeline:
@@ -461,11 +475,6 @@ def running_step_pipeline(
         service_faults=service_faults,
         worker_processes=worker_processes,
     )
-
-
-def _virtual_clock() -> SkippingClock:
-    """Time from the machine's now, at its pace, that `_moving` makes jump."""
-    return SkippingClock(datetime.now(UTC))
 
 
 VIRTUAL_STEP_REAL_SECONDS = 0.05

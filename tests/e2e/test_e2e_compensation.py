@@ -25,6 +25,7 @@ from simulators.services import FaultKind, FaultPlan, FaultRule, SideEffectKind
 from tests.e2e.e2e_helpers import (
     ALERTS,
     E2E,
+    QUICK_RECOVERY,
     compensation_began_at,
     order_body,
     running_step_pipeline,
@@ -35,18 +36,8 @@ from tests.support.cosmos_server import CosmosServer
 
 pytestmark = pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
 
-# Expired attempts and stalled compensations are recovered at once; the supervisor gives up
-# at the third expiry, without the longer wait of U5. On skipping time (virtual_time) a
-# deadline passes at once when nothing is left to happen before it; a step or an undo has
-# 10 s, as in the local pipeline, more than a healthy one takes on a loaded machine.
-QUICK = {
-    "STEP_TIMEOUT_SECONDS": "10",
-    "COMPENSATION_TIMEOUT_SECONDS": "10",
-    "CLAIM_TIMEOUT_SECONDS": "20",
-    "RETRY_DELAY_SECONDS": "0",
-    "MAX_FAILURES": "3",
-    "LONG_WAIT_AFTER_FAILURES": "3",
-}
+# Stalled compensations are recovered as expired attempts are: an undo has a step's 10 s.
+QUICK = {**QUICK_RECOVERY, "COMPENSATION_TIMEOUT_SECONDS": "10"}
 
 # How an attempt ends when its step outlives the deadline: the timer first, or the agent's
 # "gave up" answer first (E6); either way it writes nothing.

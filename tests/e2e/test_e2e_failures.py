@@ -26,6 +26,7 @@ from tests.e2e.e2e_helpers import (
     AGENT_RESPONSES,
     ALERTS,
     E2E,
+    QUICK_RECOVERY,
     REPLIES,
     STEP_SERVICES,
     order_body,
@@ -36,19 +37,6 @@ from tests.e2e.e2e_helpers import (
 
 FINAL_WRITES = {"finish_steps", "fail_step"}
 ENDED_WITHOUT_WRITING = {"timed-out", "gave-up"}
-
-# Expired attempts are recovered at once; the supervisor gives up at the third, without the
-# longer wait of U5 (which would start at the same count). On skipping time (virtual_time) a
-# deadline passes at once when nothing is left to happen before it; 10 s, as in the local
-# pipeline, is more than a healthy step takes on a loaded machine. The hang test needs no such
-# room and uses 2 s, which also ends each hung call soon.
-QUICK_RECOVERY = {
-    "STEP_TIMEOUT_SECONDS": "10",
-    "CLAIM_TIMEOUT_SECONDS": "20",
-    "RETRY_DELAY_SECONDS": "0",
-    "MAX_FAILURES": "3",
-    "LONG_WAIT_AFTER_FAILURES": "3",
-}
 
 
 def faults_for(*rules: FaultRule) -> FaultPlan:
@@ -126,6 +114,7 @@ async def test_e6_u4_an_agent_that_never_answers_is_retried_then_given_up(
     step completed, the order goes to Error with an `order-error` alert and a `failed`
     status, and no later step is ever asked."""
     stock = faults_for(FaultRule(FaultKind.HANG, order_id="o-hang", operation="reserve"))
+    # No room for a healthy step is needed here: 2 s instead of 10 also ends each hung call soon.
     settings = {**QUICK_RECOVERY, "STEP_TIMEOUT_SECONDS": "2"}
     async with running_step_pipeline(
         tmp_path, service_faults={"stock": stock}, settings=settings, virtual_time=True

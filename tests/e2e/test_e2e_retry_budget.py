@@ -8,18 +8,12 @@ from pathlib import Path
 
 from domain.records import ProcessState
 from simulators.services import FaultKind, FaultPlan, FaultRule
-from tests.e2e.e2e_helpers import order_body, running_pipeline
+from tests.e2e.e2e_helpers import QUICK_RECOVERY, order_body, running_pipeline
 
 RETRY_BUDGET = 12
-# On skipping time (virtual_time) each deadline passes at once once nothing is left to happen
-# before it; 10 s, as in the local pipeline, is more than a healthy step takes.
 SETTINGS = {
-    "STEP_TIMEOUT_SECONDS": "10",
-    "CLAIM_TIMEOUT_SECONDS": "20",
+    **QUICK_RECOVERY,
     "COMPENSATION_TIMEOUT_SECONDS": "10",
-    "RETRY_DELAY_SECONDS": "0",
-    "MAX_FAILURES": "3",
-    "LONG_WAIT_AFTER_FAILURES": "3",
     "RETRY_BUDGET": str(RETRY_BUDGET),
     "AGENT_DELIVERY_ATTEMPTS": "2",
 }

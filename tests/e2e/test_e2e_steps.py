@@ -19,6 +19,7 @@ from tests.e2e.e2e_helpers import (
     AGENT_REQUESTS,
     AGENT_RESPONSES,
     E2E,
+    QUICK_RECOVERY,
     STEP_AGENT_REQUESTS,
     STEP_SERVICES,
     compensation_began_at,
@@ -36,17 +37,6 @@ ACTION_OF = {
     "shipping": SideEffectKind.SHIPMENT,
 }
 ENDED_WITHOUT_WRITING = {"timed-out", "gave-up"}
-
-# On skipping time (virtual_time) a step's deadline passes at once when nothing is left to
-# happen before it; 10 s, as in the local pipeline, is more than a healthy step takes on a
-# loaded machine. The supervisor's retry follows at once.
-QUICK = {
-    "STEP_TIMEOUT_SECONDS": "10",
-    "CLAIM_TIMEOUT_SECONDS": "20",
-    "RETRY_DELAY_SECONDS": "0",
-    "MAX_FAILURES": "3",
-    "LONG_WAIT_AFTER_FAILURES": "3",
-}
 
 
 def steps_of(record: StateRecord) -> list[tuple[str, StepState, str | None]]:
@@ -79,7 +69,7 @@ async def test_c8_a_lost_answer_is_asked_again_by_the_agent_and_charged_once(
         rules=(FaultRule(FaultKind.LOST_RESPONSE, order_id=order, operation="charge", times=1),)
     )
     async with running_step_pipeline(
-        tmp_path, service_faults={"payment": payment}, settings=QUICK, virtual_time=True
+        tmp_path, service_faults={"payment": payment}, settings=QUICK_RECOVERY, virtual_time=True
     ) as e2e:
         await e2e.submit(order_body(order), message_id=order)
 
@@ -127,7 +117,7 @@ async def test_c10_c8_the_next_attempt_resumes_at_the_step_not_completed(tmp_pat
         )
     )
     async with running_step_pipeline(
-        tmp_path, service_faults={"payment": payment}, settings=QUICK, virtual_time=True
+        tmp_path, service_faults={"payment": payment}, settings=QUICK_RECOVERY, virtual_time=True
     ) as e2e:
         await e2e.submit(order_body(order), message_id=order)
 
