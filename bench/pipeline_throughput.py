@@ -536,64 +536,65 @@ def summary(summaries: Sequence[SetSummary]) -> str:
 
 
 def ratio_lines(summaries: Sequence[SetSummary]) -> list[str]:
-    """Each ratio the aims name, and whether it is met.
+    """Each ratio the aims name, and whether it is met, per agent shape.
 
     An aim is met only when no set behind its ratio gave up on a fault-free order: such a
     set's orders/s counts orders that did not complete.
     """
-    by_set = {(s.agents, s.workflow.name, s.orders): s for s in summaries}
+    return [
+        line
+        for shape in AGENT_SHAPES
+        for line in _ratio_lines_of(shape, [s for s in summaries if s.agents == shape])
+    ]
+
+
+def _judged(ratio: float, goal: float, sets: Sequence[SetSummary]) -> str:
+    gave_up = sum(s.gave_up for s in sets)
+    if gave_up:
+        return f"NOT met: {gave_up:,} fault-free orders given up on"
+    return verdict(ratio >= goal)
+
+
+def _ratio_lines_of(shape: str, summaries: Sequence[SetSummary]) -> list[str]:
+    """The ratios of the sets of one agent shape."""
+    by_set = {(s.workflow.name, s.orders): s for s in summaries}
     sizes = sorted({s.orders for s in summaries})
-    shapes = [shape for shape in AGENT_SHAPES if any(s.agents == shape for s in summaries)]
-
-    def judged(ratio: float, goal: float, sets: Sequence[SetSummary]) -> str:
-        gave_up = sum(s.gave_up for s in sets)
-        if gave_up:
-            return f"NOT met: {gave_up:,} fault-free orders given up on"
-        return verdict(ratio >= goal)
-
+    agents = f", agents {shape}"
     lines = []
-    for shape in shapes:
-        agents = f", agents {shape}"
-        for orders in sizes:
-            one = by_set.get((shape, ONE_STEP.name, orders))
-            three = by_set.get((shape, THREE_STEP.name, orders))
-            if one is None or three is None:
-                continue
-            ratio = three.throughput.median / one.throughput.median
-            aim = (
-                f"aim >= {STEP_COST_GOAL}: {judged(ratio, STEP_COST_GOAL, [one, three])}"
-                if orders == STEP_COST_SIZE
-                else f"the aim of >= {STEP_COST_GOAL} is at {STEP_COST_SIZE:,} orders"
-            )
+    for orders in sizes:
+        one, three = by_set.get((ONE_STEP.name, orders)), by_set.get((THREE_STEP.name, orders))
+        if one is None or three is None:
+            continue
+        ratio = three.throughput.median / one.throughput.median
+        aim = (
+            f"aim >= {STEP_COST_GOAL}: {_judged(ratio, STEP_COST_GOAL, [one, three])}"
+            if orders == STEP_COST_SIZE
+            else f"the aim of >= {STEP_COST_GOAL} is at {STEP_COST_SIZE:,} orders"
+        )
+        lines.append(
+            f"Step cost at {orders:,} orders{agents}: three-step / one-step orders/s = "
+            f"{three.throughput.median:.1f} / {one.throughput.median:.1f} = {ratio:.2f} ({aim})"
+        )
+    for workflow in (ONE_STEP, THREE_STEP):
+        measured = [by_set[(workflow.name, o)] for o in sizes if (workflow.name, o) in by_set]
+        if len(measured) < 2:
+            continue
+        smallest, largest = measured[0], measured[-1]
+        ratio = largest.throughput.median / smallest.throughput.median
+        lines.append(
+            f"Scaling of {workflow.name}{agents}: throughput({largest.orders:,}) / "
+            f"throughput({smallest.orders:,}) = {ratio:.2f} (aim >= {SCALING_GOAL}): "
+            f"{_judged(ratio, SCALING_GOAL, [smallest, largest])}"
+        )
+    for orders in sizes:
+        one_step = by_set.get((ONE_STEP.name, orders))
+        if one_step is not None:
+            median = one_step.throughput.median
             lines.append(
-                f"Step cost at {orders:,} orders{agents}: three-step / one-step orders/s = "
-                f"{three.throughput.median:.1f} / {one.throughput.median:.1f} = {ratio:.2f} "
-                f"({aim})"
+                f"One-step at {orders:,} orders{agents}: {median:.1f} orders/s (the one-step "
+                f"pipeline's earlier aim, {ONE_STEP_THROUGHPUT_GOAL:.0f} orders/s: "
+                f"{_judged(median, ONE_STEP_THROUGHPUT_GOAL, [one_step])})"
             )
-        for workflow in (ONE_STEP, THREE_STEP):
-            measured = [
-                by_set[(shape, workflow.name, o)]
-                for o in sizes
-                if (shape, workflow.name, o) in by_set
-            ]
-            if len(measured) < 2:
-                continue
-            smallest, largest = measured[0], measured[-1]
-            ratio = largest.throughput.median / smallest.throughput.median
-            lines.append(
-                f"Scaling of {workflow.name}{agents}: throughput({largest.orders:,}) / "
-                f"throughput({smallest.orders:,}) = {ratio:.2f} (aim >= {SCALING_GOAL}): "
-                f"{judged(ratio, SCALING_GOAL, [smallest, largest])}"
-            )
-        for orders in sizes:
-            one_step = by_set.get((shape, ONE_STEP.name, orders))
-            if one_step is not None:
-                median = one_step.throughput.median
-                lines.append(
-                    f"One-step at {orders:,} orders{agents}: {median:.1f} orders/s (the one-step "
-                    f"pipeline's earlier aim, {ONE_STEP_THROUGHPUT_GOAL:.0f} orders/s: "
-                    f"{judged(median, ONE_STEP_THROUGHPUT_GOAL, [one_step])})"
-                )
     return lines
 
 
