@@ -22,6 +22,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -75,11 +76,21 @@ def run(command: list[str], *, cwd: Path, env: dict[str, str]) -> str:
     return done.stdout
 
 
-@pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str], Path]:
-    """A fresh virtual environment with the devhost installed as the README says, and the
-    environment its processes run in: nothing of this process's (no PYTHONPATH to the
+@dataclass(frozen=True)
+class FreshInstall:
+    """The devhost installed as its README says, from a copy of its folder alone."""
+
+    venv: Path
+    env: dict[str, str]
+    """What its processes run with: nothing of this process's (no PYTHONPATH to the
     repository), only pip's index settings."""
+    distribution: Path
+    """The copied folder it was installed from."""
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> FreshInstall:
+    """A fresh virtual environment with the devhost installed as the README says."""
     root = tmp_path_factory.mktemp("install")
     devhost = root / "devhost"
     shutil.copytree(
@@ -104,13 +115,13 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]
     pip = [str(root / "venv" / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
     for arguments in commands:
         run([*pip, "install", "--quiet", *arguments], cwd=root, env=environment)
-    return root / "venv", environment, devhost
+    return FreshInstall(root / "venv", environment, devhost)
 
 
 async def test_devhost_start_runs_microsofts_quickstart_from_a_fresh_install(
-    venv: tuple[Path, dict[str, str], Path], tmp_path: Path
+    installed: FreshInstall, tmp_path: Path
 ) -> None:
-    environment, env, _ = venv
+    environment, env = installed.venv, installed.env
     sample = extracted("function_chaining", tmp_path / "samples")
     devhost = (str(environment / "bin" / "devhost"),)
     with start_devhost(sample, tmp_path / "data", command=devhost, env=env) as port:
@@ -119,9 +130,9 @@ async def test_devhost_start_runs_microsofts_quickstart_from_a_fresh_install(
 
 
 def test_the_readme_test_example_passes_in_a_fresh_install(
-    venv: tuple[Path, dict[str, str], Path], tmp_path: Path
+    installed: FreshInstall, tmp_path: Path
 ) -> None:
-    environment, env, _ = venv
+    environment, env = installed.venv, installed.env
     (tmp_path / "test_readme_example.py").write_text(
         code_block("Tests against the devhost", "python"), encoding="utf-8"
     )
@@ -135,14 +146,15 @@ def test_the_readme_test_example_passes_in_a_fresh_install(
 
 
 def test_the_distributions_unit_tests_pass_in_a_fresh_install(
-    venv: tuple[Path, dict[str, str], Path],
+    installed: FreshInstall,
 ) -> None:
     """Among them: every devhost import is the standard library, the devhost or a declared
     dependency of this environment, and the SDK internals it uses are where it expects."""
-    environment, env, devhost = venv
-    python = str(environment / "bin" / "python")
+    python = str(installed.venv / "bin" / "python")
     out = run(
-        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/unit"], cwd=devhost, env=env
+        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/unit"],
+        cwd=installed.distribution,
+        env=installed.env,
     )
     assert re.search(r"\b\d+ passed\b", out), out
     assert "failed" not in out, out

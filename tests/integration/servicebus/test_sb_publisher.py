@@ -10,6 +10,7 @@ import json
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from azure.servicebus.aio import ServiceBusClient
@@ -27,6 +28,14 @@ TIMEOUT_SECONDS = 10.0
 DOWN_SEND_BOUND_SECONDS = 30.0
 # Each sender and then the connection get a few seconds (servicebus_closing) to close.
 CLOSE_BOUND_SECONDS = 30.0
+
+
+def broker_config(folder: Path, *queues: dict[str, Any]) -> Path:
+    """A broker config file with `queues`, for a broker in a process of its own."""
+    config = folder / "servicebus.config.json"
+    namespace = {"Name": "publisher", "Queues": list(queues)}
+    config.write_text(json.dumps({"UserConfig": {"Namespaces": [namespace]}}), encoding="utf-8")
+    return config
 
 
 def message(queue_name: str, message_id: str) -> OutgoingMessage:
@@ -79,9 +88,7 @@ async def test_a_queue_that_cannot_be_reached_fails_its_sends_and_only_its_sends
 async def test_sends_fail_while_the_broker_is_down_and_work_once_it_is_back(
     tmp_path: Path,
 ) -> None:
-    config = tmp_path / "servicebus.config.json"
-    namespace = {"Name": "publisher", "Queues": [queue("replies", RequiresDuplicateDetection=True)]}
-    config.write_text(json.dumps({"UserConfig": {"Namespaces": [namespace]}}), encoding="utf-8")
+    config = broker_config(tmp_path, queue("replies", RequiresDuplicateDetection=True))
     broker = BrokerProcess(config, data=tmp_path / "broker.sqlite")
     broker.start()
     try:
@@ -127,10 +134,7 @@ async def test_sends_fail_while_the_broker_is_down_and_work_once_it_is_back(
 async def test_closing_returns_while_the_broker_answers_nothing(tmp_path: Path) -> None:
     """A shutdown must not hang on a broker that stopped answering: the publisher's links
     and its connection are closed within their bound, whatever the peer does."""
-    config = tmp_path / "servicebus.config.json"
-    namespace = {"Name": "publisher", "Queues": [queue("replies")]}
-    config.write_text(json.dumps({"UserConfig": {"Namespaces": [namespace]}}), encoding="utf-8")
-    broker = BrokerProcess(config)
+    broker = BrokerProcess(broker_config(tmp_path, queue("replies")))
     broker.start()
     pid = broker.pid
     assert pid is not None
