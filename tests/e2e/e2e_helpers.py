@@ -15,12 +15,13 @@ import collections
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusReceiveMode
 from azure.servicebus import ServiceBusSubQueue as SubQueue
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver, ServiceBusSender
@@ -44,6 +45,7 @@ REPLIES = DEMO_REPLY_QUEUE
 
 SDK_TIMEOUT_SECONDS = 10.0
 WAIT_BOUND_SECONDS = 45.0
+SEND_BATCH = 100
 _RECEIVE_SLICE_SECONDS = 0.5
 
 NEVER = "0 0 0 1 1 *"
@@ -86,6 +88,36 @@ def order_body(
             "currency": currency,
         }
     )
+
+
+T = TypeVar("T")
+
+
+async def within(work: Awaitable[T], stage: str, bound: float) -> T:
+    """`work`'s result, or a failure that names the stage that did not finish in time."""
+    try:
+        return await asyncio.wait_for(work, bound)
+    except TimeoutError:
+        pytest.fail(f"{stage} did not finish within {bound:.0f}s")
+
+
+async def submit_orders(
+    connection_string: str, order_ids: Sequence[str], *, bound: float = SDK_TIMEOUT_SECONDS
+) -> None:
+    """Send an order per id to ORDERS_QUEUE as a client app does (S1): the id as MessageId,
+    replies to the demo's queue. Opening, each batch and the close are bounded by `bound`."""
+    async with ServiceBusClient.from_connection_string(connection_string) as client:
+        sender = client.get_queue_sender(ORDERS)
+        await within(sender.__aenter__(), "opening the orders sender", bound)
+        try:
+            for start in range(0, len(order_ids), SEND_BATCH):
+                batch = [
+                    ServiceBusMessage(order_body(i), message_id=i, reply_to=DEMO_REPLY_QUEUE)
+                    for i in order_ids[start : start + SEND_BATCH]
+                ]
+                await sender.send_messages(batch, timeout=bound)
+        finally:
+            await within(sender.close(), "closing the orders sender", bound)
 
 
 def record_summary(order_id: str, record: StateRecord | None) -> str:

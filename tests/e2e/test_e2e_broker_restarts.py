@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from azure.servicebus import ServiceBusMessage, ServiceBusReceiveMode
+from azure.servicebus import ServiceBusReceiveMode
 from azure.servicebus.aio import ServiceBusClient
 from devhost.host import DevHost, HostOptions
 from devhost.servicebus.process import BrokerProcess
@@ -44,13 +44,12 @@ from demo.pipeline import (
 from demo.report import FINAL_STATES
 from domain.ports import StateStore, StoreMetrics
 from simulators.fulfilment import FaultPlan, FulfilmentService
-from tests.e2e.e2e_helpers import STEP_SERVICES, order_body, record_summary
+from tests.e2e.e2e_helpers import STEP_SERVICES, record_summary, submit_orders
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 ORDERS = 300
 KILLS = 3
-SEND_BATCH = 100
 SDK_TIMEOUT_SECONDS = 10.0
 # A broker start takes about a second; the listeners' backoff is capped at a few seconds.
 RECOVERY_BOUND_SECONDS = 30.0
@@ -105,17 +104,6 @@ async def pipeline_with_a_crashing_broker(
         await bootstrap.shutdown()
         await fulfilment.stop()
         await asyncio.to_thread(broker.stop)
-
-
-async def submit(connection_string: str, order_ids: list[str]) -> None:
-    client = ServiceBusClient.from_connection_string(connection_string)
-    async with client, client.get_queue_sender("orders") as sender:
-        for start in range(0, len(order_ids), SEND_BATCH):
-            batch = [
-                ServiceBusMessage(order_body(i), message_id=i, reply_to=DEMO_REPLY_QUEUE)
-                for i in order_ids[start : start + SEND_BATCH]
-            ]
-            await sender.send_messages(batch, timeout=SDK_TIMEOUT_SECONDS)
 
 
 def not_processed(states: StateStore, finished: dict[str, str]) -> list[str]:
@@ -186,7 +174,7 @@ async def test_orders_finish_as_without_kills_when_the_broker_crashes_three_time
     async with pipeline_with_a_crashing_broker(tmp_path) as (pipeline, broker, settings):
         states, orders = bootstrap.open_stores(settings, StoreMetrics())
         try:
-            await submit(broker.connection_string, order_ids)
+            await submit_orders(broker.connection_string, order_ids, bound=SDK_TIMEOUT_SECONDS)
             for kill in range(1, KILLS + 1):
                 # Each kill lands while orders are in every stage of the pipeline.
                 async def progressed(threshold: int = kill * ORDERS // (KILLS + 2)) -> bool:

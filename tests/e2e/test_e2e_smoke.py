@@ -4,34 +4,17 @@ R1-R2, C1)."""
 import json
 from pathlib import Path
 
-from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
 
 from demo.pipeline import DEMO_REPLY_QUEUE, local_pipeline
-
-
-def order(order_id: str) -> str:
-    return json.dumps(
-        {
-            "schemaVersion": 1,
-            "orderId": order_id,
-            "customerId": "c-1",
-            "items": [{"sku": "sku-1", "quantity": 2}],
-            "currency": "EUR",
-        }
-    )
+from tests.e2e.e2e_helpers import submit_orders
 
 
 async def test_an_order_is_received_and_completed(tmp_path: Path) -> None:
     async with local_pipeline(tmp_path) as pipeline:
         client = ServiceBusClient.from_connection_string(pipeline.connection_string)
         async with client:
-            sender = client.get_queue_sender("orders")
-            async with sender:
-                await sender.send_messages(
-                    ServiceBusMessage(order("o-1"), message_id="o-1", reply_to=DEMO_REPLY_QUEUE),
-                    timeout=10,
-                )
+            await submit_orders(pipeline.connection_string, ["o-1"])
             receiver = client.get_queue_receiver(DEMO_REPLY_QUEUE)
             statuses: list[dict[str, object]] = []
             async with receiver:

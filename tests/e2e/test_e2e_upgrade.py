@@ -16,14 +16,12 @@ import signal
 import subprocess
 import sys
 import tarfile
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from io import BytesIO
 from pathlib import Path
-from typing import TextIO, TypeVar
+from typing import TextIO
 
 import pytest
-from azure.servicebus import ServiceBusMessage
-from azure.servicebus.aio import ServiceBusClient
 from devhost.host import DevHost, HostOptions
 from devhost.servicebus.config import load_config
 from devhost.servicebus.server import ServiceBusBroker
@@ -34,7 +32,6 @@ import bootstrap
 from adapters.sqlite_store import open_sqlite_stores
 from demo.pipeline import (
     BROKER_CONFIG,
-    DEMO_REPLY_QUEUE,
     LOCAL_SETTINGS,
     REPOSITORY,
     sample_settings,
@@ -42,9 +39,7 @@ from demo.pipeline import (
 from domain.ports import StateStore, StoreMetrics
 from domain.records import WORKFLOW_ONE_STEP, WORKFLOW_STEPS, ProcessState, StateRecord
 from simulators.fulfilment import FaultKind, FaultPlan, FaultRule, FulfilmentService
-from tests.e2e.e2e_helpers import order_body, record_summary
-
-T = TypeVar("T")
+from tests.e2e.e2e_helpers import record_summary, submit_orders, within
 
 # A backstop only: every stage below has its own bound, so a stall fails naming its stage.
 pytestmark = pytest.mark.timeout(480)
@@ -67,14 +62,6 @@ OLD_ORDERS = [f"o-v1-{index}" for index in range(12)]
 SETTLE_SECONDS = 120
 STAGE_BOUND_SECONDS = 60.0
 SDK_TIMEOUT_SECONDS = 30.0
-
-
-async def within(work: Awaitable[T], stage: str, bound: float = STAGE_BOUND_SECONDS) -> T:
-    """`work`'s result, or a failure that names the stage that did not finish in time."""
-    try:
-        return await asyncio.wait_for(work, bound)
-    except TimeoutError:
-        pytest.fail(f"{stage} did not finish within {bound:.0f}s")
 
 
 def version_1_app(target: Path) -> Path:
@@ -150,24 +137,6 @@ def records(states: StateStore, order_ids: list[str]) -> dict[str, StateRecord |
     return {order_id: states.get(order_id) for order_id in order_ids}
 
 
-async def submit(broker: ServiceBusBroker, order_ids: list[str]) -> None:
-    async with ServiceBusClient.from_connection_string(broker.connection_string) as client:
-        sender = client.get_queue_sender("orders")
-        await within(sender.__aenter__(), "opening the orders sender", SDK_TIMEOUT_SECONDS)
-        try:
-            await sender.send_messages(
-                [
-                    ServiceBusMessage(
-                        order_body(order_id), message_id=order_id, reply_to=DEMO_REPLY_QUEUE
-                    )
-                    for order_id in order_ids
-                ],
-                timeout=SDK_TIMEOUT_SECONDS,
-            )
-        finally:
-            await within(sender.close(), "closing the orders sender", SDK_TIMEOUT_SECONDS)
-
-
 def unfinished(found: dict[str, StateRecord | None]) -> str:
     """The orders not Processed, each as an operator would read its record."""
     return "; ".join(
@@ -189,10 +158,12 @@ async def test_orders_in_flight_during_an_upgrade_finish_on_the_workflow_they_st
     try:
         assert old_host.stdout is not None
         ready = await within(
-            asyncio.to_thread(old_host.stdout.readline), "starting the version-1 devhost"
+            asyncio.to_thread(old_host.stdout.readline),
+            "starting the version-1 devhost",
+            STAGE_BOUND_SECONDS,
         )
         assert ready.startswith("devhost ready"), (tmp_path / "version-1.log").read_text()
-        await submit(broker, OLD_ORDERS)
+        await submit_orders(broker.connection_string, OLD_ORDERS, bound=SDK_TIMEOUT_SECONDS)
 
         def in_flight() -> bool:
             found = records(states, OLD_ORDERS).values()
@@ -216,8 +187,8 @@ async def test_orders_in_flight_during_an_upgrade_finish_on_the_workflow_they_st
     )
     everyone = [*OLD_ORDERS, "o-v2"]
     try:
-        await within(new_host.start(), "starting the current app's devhost")
-        await submit(broker, ["o-v2"])
+        await within(new_host.start(), "starting the current app's devhost", STAGE_BOUND_SECONDS)
+        await submit_orders(broker.connection_string, ["o-v2"], bound=SDK_TIMEOUT_SECONDS)
 
         def all_processed() -> bool:
             return not unfinished(records(states, everyone))
@@ -243,9 +214,9 @@ async def test_orders_in_flight_during_an_upgrade_finish_on_the_workflow_they_st
         assert new_host.listener_failures == []
     finally:
         try:
-            await within(new_host.stop(), "stopping the current app's devhost")
+            await within(new_host.stop(), "stopping the current app's devhost", STAGE_BOUND_SECONDS)
         finally:
-            await within(bootstrap.shutdown(), "closing the app's clients")
+            await within(bootstrap.shutdown(), "closing the app's clients", STAGE_BOUND_SECONDS)
             states.close()
             orders.close()
 
