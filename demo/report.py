@@ -70,6 +70,9 @@ class DemoReport:
     scripted_paths: list[dict[str, Any]] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
     consumer_lag: dict[str, dict[str, int]] = field(default_factory=dict)
+    measured_window: dict[str, float] = field(default_factory=dict)
+    """`start` and `end` of what `duration_seconds` measures, on the system's monotonic clock
+    (one clock for every process on the machine), for tools that sample the run."""
     """Per queue: the most and the last active messages the broker counted during the run."""
     metrics: dict[str, Any] = field(default_factory=dict)
     """The app's metrics merged from the run's telemetry file (`demo.metrics.section`);
@@ -153,6 +156,7 @@ class DemoReport:
             else None,
             "settings": self.settings,
             "consumer_lag": self.consumer_lag,
+            "measured_window": self.measured_window,
             "metrics": self.metrics,
             "broken_invariants": self.broken_invariants,
             "result": "failed" if self.failed else "passed",

@@ -127,13 +127,14 @@ async def _run(
     lag = ConsumerLag()
     sampler = asyncio.create_task(lag.sample_every(pipeline, LAG_SAMPLE_SECONDS))
     try:
-        outcome, duration = await _submit_and_settle(pipeline, workload, options)
+        outcome, (start, end) = await _submit_and_settle(pipeline, workload, options)
     finally:
         sampler.cancel()
         await asyncio.gather(sampler, return_exceptions=True)
     await lag.sample(pipeline)
-    report = await _report(pipeline, workload, outcome, duration, mix, options)
+    report = await _report(pipeline, workload, outcome, end - start, mix, options)
     report.consumer_lag = lag.summary()
+    report.measured_window = {"start": start, "end": end}
     return report
 
 
@@ -165,7 +166,7 @@ class ConsumerLag:
 
 async def _submit_and_settle(
     pipeline: Pipeline, workload: Workload, options: DemoOptions
-) -> tuple[ClientOutcome, float]:
+) -> tuple[ClientOutcome, tuple[float, float]]:
     settings = bootstrap.services().settings
     client = ClientProcess(
         ClientSpec(
@@ -200,7 +201,7 @@ async def _submit_and_settle(
     # process), not to this loop's next look.
     finished = outcome.log.finished_at.values()
     ended = max(finished) if len(finished) >= total else stopped
-    return outcome, ended - outcome.started
+    return outcome, (outcome.started, ended)
 
 
 async def _progress(client: ClientProcess, total: int, enabled: bool) -> None:

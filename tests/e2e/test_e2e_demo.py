@@ -6,6 +6,7 @@ report's metrics, merged from the run's telemetry file, agree with that evidence
 import json
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -154,6 +155,8 @@ class CommandRun:
     work_dir: Path
     report: Path
     telemetry: Path
+    ran: tuple[float, float] = (0.0, 0.0)
+    """The command's start and end on the machine's monotonic clock, as this test saw them."""
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +169,7 @@ def command_run(tmp_path_factory: pytest.TempPathFactory) -> CommandRun:
         root / "report.json",
         root / "telemetry.jsonl",
     )
+    began = time.monotonic()
     completed = subprocess.run(
         [
             sys.executable,
@@ -191,7 +195,8 @@ def command_run(tmp_path_factory: pytest.TempPathFactory) -> CommandRun:
         timeout=180,
         check=False,
     )
-    return CommandRun(completed, run.work_dir, run.report, run.telemetry)
+    ran = (began, time.monotonic())
+    return CommandRun(completed, run.work_dir, run.report, run.telemetry, ran)
 
 
 def test_the_command_without_faults_processes_every_order_and_exits_zero(
@@ -206,6 +211,10 @@ def test_the_command_without_faults_processes_every_order_and_exits_zero(
     # What the benchmark checks a run by: the steps and the agent shape that ran.
     settings = report["settings"]
     assert (settings["order_steps"], settings["agent_transport"]) == (list(STEPS), "servicebus")
+    # ...and the part of the run whose CPU it counts, on the clock every process shares.
+    window = report["measured_window"]
+    assert command_run.ran[0] < window["start"] < window["end"] < command_run.ran[1]
+    assert window["end"] - window["start"] == pytest.approx(report["duration_seconds"], abs=0.01)
     assert report["status_messages"] == {"received": 10, "in-progress": 30, "completed": 10}
     assert report["in_progress_by_step"] == {step: 10 for step in STEPS}
     assert report["compensations"] == {"started": 0, "completed": 0, "failed": 0}
