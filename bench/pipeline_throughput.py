@@ -15,12 +15,16 @@ A run's peak RSS is the largest total resident memory of the demo process and it
 (the language worker, the broker and the client app run as child processes), sampled from
 /proc every half second, and never less than what the kernel recorded for the demo process
 itself (`os.wait4`); its CPU time is that of the whole tree over the whole run (start and
-report included), per order. From each run's JSON report it takes orders/s (orders /
-duration_seconds: first submission to last order finished), p50/p95 end-to-end latency and
+report included), per order, and that of each process role (`bench.process_tree`: the
+demo's host, the language worker, the broker, the client app) while the run's clock ran.
+From each run's JSON report it takes orders/s (orders / duration_seconds: first submission
+to last order finished, its `measured_window`), p50/p95 end-to-end latency and
 the store reads, store writes and Service Bus messages per order. Per workflow and size it
 prints the medians and the highest peak RSS, then the ratios the aims name: three-step
 orders/s over one-step orders/s at each size (aim >= 0.5 at 1,000 orders) and each
-workflow's throughput(largest size) / throughput(smallest size) (aim >= 0.9).
+workflow's throughput(largest size) / throughput(smallest size) (aim >= 0.9). Last, per
+agent shape and size, the CPU per order of each process role in both workflows, and an added
+step's CPU against the fixed part of an order, which the step-cost aim needs it not to pass.
 
     python -m bench.pipeline_throughput [--workflows one-step,three-step] [--sizes 1000,5000]
                                         [--agents servicebus,activity] [--runs 3] [--seed 1]
@@ -43,13 +47,13 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.figures import REPO_ROOT, Spread, machine, markdown_table, verdict
+from bench.process_tree import TreeUsage, wait_with_usage
 from domain.policies import AGENT_TRANSPORT_ACTIVITY, AGENT_TRANSPORT_SERVICEBUS
 
 
@@ -80,9 +84,6 @@ STARTUP_ALLOWANCE_SECONDS = 120.0
 # or longer for a size a fault-free pipeline finishes at this rate: a slow run is not a stuck one.
 DEMO_SETTLE_SECONDS = 120.0
 SETTLE_ORDERS_PER_SECOND = 10.0
-POLL_SECONDS = 0.5
-PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 LOG_TAIL_CHARS = 3_000
 # With no faults every valid order should end here; one that ends otherwise (Error,
 # Compensated, CompensationFailed) was given up on, its deadlines run out under the load.
@@ -110,6 +111,9 @@ class PipelineRun:
     messages: float
     peak_rss_mb: float
     cpu_ms_per_order: float
+    measured_cpu_ms_per_order_by_role: dict[str, float]
+    """The CPU per order of each process role (`bench.process_tree`) while the run's clock
+    ran (the report's `measured_window`): without start-up, shutdown and report."""
     gave_up: dict[str, int]
     """Valid orders that ended in another final state than Processed, by state."""
 
@@ -134,6 +138,8 @@ class SetSummary:
     messages: float
     peak_rss_mb: float
     cpu_ms_per_order: float
+    measured_cpu_ms_per_order_by_role: dict[str, float]
+    """Per role, the median over the runs."""
     gave_up: int
     """The most valid orders of one run that did not end Processed."""
 
@@ -154,6 +160,10 @@ class SetSummary:
             messages=median([run.messages for run in runs]),
             peak_rss_mb=max(run.peak_rss_mb for run in runs),
             cpu_ms_per_order=median([run.cpu_ms_per_order for run in runs]),
+            measured_cpu_ms_per_order_by_role={
+                role: median([run.measured_cpu_ms_per_order_by_role.get(role, 0.0) for run in runs])
+                for role in {role for run in runs for role in run.measured_cpu_ms_per_order_by_role}
+            },
             gave_up=max(run.gave_up_total for run in runs),
         )
 
@@ -206,7 +216,7 @@ def run_once(
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-            exit_code, usage = _wait_with_rusage(process, bound)
+            exit_code, usage = wait_with_usage(process, bound)
         if exit_code is None:
             raise BenchError(f"{label}: the demo did not finish within {bound:.0f} s; killed it")
         if not report_path.exists():
@@ -221,81 +231,6 @@ def run_once(
     return _run_from_report(report, usage)
 
 
-@dataclass(frozen=True)
-class TreeUsage:
-    """What a demo's process tree used over its run."""
-
-    peak_rss_kb: int
-    cpu_seconds: float
-
-
-def _wait_with_rusage(
-    process: subprocess.Popen[bytes], bound: float
-) -> tuple[int | None, TreeUsage]:
-    """Reap the process with wait4; its exit code and what its process tree used.
-
-    The peak RSS is the largest sum over the tree at a sample; the CPU time, the larger of
-    what the kernel counted for the process and the children it reaped (`os.wait4`) and the
-    sum of each process's last sampled CPU time. Returns None for the exit code when the
-    bound passed and the process had to be killed.
-    """
-    deadline = time.monotonic() + bound
-    timed_out = False
-    peak_tree_kb = 0
-    cpu_ticks: dict[int, int] = {}
-    try:
-        while True:
-            tree = sample_tree(process.pid)
-            peak_tree_kb = max(peak_tree_kb, sum(rss for rss, _ in tree.values()))
-            cpu_ticks.update({pid: ticks for pid, (_, ticks) in tree.items()})
-            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
-            if pid == process.pid:
-                exit_code = os.waitstatus_to_exitcode(status)
-                # Reaped here, not by Popen: tell Popen so it does not wait for it again.
-                process.returncode = exit_code
-                reaped = usage.ru_utime + usage.ru_stime
-                sampled = sum(cpu_ticks.values()) / CLOCK_TICKS
-                return (None if timed_out else exit_code), TreeUsage(
-                    max(peak_tree_kb, usage.ru_maxrss), max(reaped, sampled)
-                )
-            if not timed_out and time.monotonic() > deadline:
-                process.kill()
-                timed_out = True
-            time.sleep(POLL_SECONDS)
-    except BaseException:
-        if process.returncode is None:
-            process.kill()
-            process.wait()
-        raise
-
-
-def sample_tree(root: int) -> dict[int, tuple[int, int]]:
-    """``root`` and all its descendants now: pid -> (resident KiB, CPU ticks) (Linux /proc)."""
-    parent_of: dict[int, int] = {}
-    usage: dict[int, tuple[int, int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text(encoding="ascii", errors="replace")
-            statm = Path(entry.path, "statm").read_text(encoding="ascii")
-        except OSError:
-            continue  # the process ended while being read
-        pid = int(entry.name)
-        # The command name may hold spaces and parentheses: the fields after the last ')',
-        # from the state (field 3): ppid is field 4, utime and stime fields 14 and 15.
-        fields = stat.rsplit(")", 1)[1].split()
-        parent_of[pid] = int(fields[1])
-        usage[pid] = (int(statm.split()[1]) * PAGE_KB, int(fields[11]) + int(fields[12]))
-    tree = {root}
-    grew = True
-    while grew:
-        children = {pid for pid, parent in parent_of.items() if parent in tree} - tree
-        tree |= children
-        grew = bool(children)
-    return {pid: usage[pid] for pid in tree if pid in usage}
-
-
 def check_correct(
     report: dict[str, Any], workflow: Workflow, agents: str, label: str, log_tail: str
 ) -> None:
@@ -305,7 +240,7 @@ def check_correct(
     Correct: no lost or stuck order, no side effect performed twice, and no other broken
     invariant the report names (``broken_invariants``, when the report has it).
     """
-    missing = [name for name in CORRECTNESS_COUNTS if name not in report]
+    missing = [name for name in (*CORRECTNESS_COUNTS, "measured_window") if name not in report]
     if missing:
         raise BenchError(
             f"{label}: the demo's report has no {', '.join(missing)}; "
@@ -340,6 +275,8 @@ def check_correct(
 def _run_from_report(report: dict[str, Any], usage: TreeUsage) -> PipelineRun:
     latency = report["latency_ms"]
     per_order = report["per_order"]
+    orders = max(1, int(report["orders"]))
+    window = report["measured_window"]
     return PipelineRun(
         orders=int(report["orders"]),
         orders_per_second=report["orders"] / report["duration_seconds"],
@@ -349,7 +286,13 @@ def _run_from_report(report: dict[str, Any], usage: TreeUsage) -> PipelineRun:
         store_writes=float(per_order["store_writes"]),
         messages=float(per_order["messages"]),
         peak_rss_mb=usage.peak_rss_kb / 1024,
-        cpu_ms_per_order=1000 * usage.cpu_seconds / max(1, int(report["orders"])),
+        cpu_ms_per_order=1000 * usage.cpu_seconds / orders,
+        measured_cpu_ms_per_order_by_role={
+            role: 1000 * seconds / orders
+            for role, seconds in usage.cpu_seconds_by_role(
+                float(window["start"]), float(window["end"])
+            ).items()
+        },
         gave_up={
             state: int(count)
             for state, count in sorted((report.get("final_states") or {}).items())
@@ -532,7 +475,62 @@ def summary(summaries: Sequence[SetSummary]) -> str:
     ]
     lines = [markdown_table(headers, rows), ""]
     lines += ratio_lines(summaries)
+    for shape in AGENT_SHAPES:
+        lines += step_cpu_lines([s for s in summaries if s.agents == shape])
     return "\n".join(lines)
+
+
+def step_cpu_lines(summaries: Sequence[SetSummary]) -> list[str]:
+    """Per size of one agent shape, the CPU per order of each process for both workflows
+    while the runs' clocks ran, and what an added step costs against the fixed part of an
+    order.
+
+    With CPU the limit, three-step / one-step orders/s is (F + s) / (F + 3 s) for a fixed part
+    F and a step cost s: the step-cost aim (0.5) holds only while s <= F.
+    """
+    by_set = {(s.workflow.name, s.orders): s for s in summaries}
+    lines: list[str] = []
+    for orders in sorted({s.orders for s in summaries}):
+        one, three = by_set.get((ONE_STEP.name, orders)), by_set.get((THREE_STEP.name, orders))
+        if one is None or three is None:
+            continue
+        added = len(three.workflow.steps) - len(one.workflow.steps)
+        one_by_role = one.measured_cpu_ms_per_order_by_role
+        three_by_role = three.measured_cpu_ms_per_order_by_role
+        measured = [
+            (role, one_by_role.get(role, 0.0), three_by_role.get(role, 0.0))
+            for role in sorted(
+                one_by_role.keys() | three_by_role.keys(),
+                key=lambda role: -three_by_role.get(role, 0.0),
+            )
+        ]
+        one_ms, three_ms = sum(one_by_role.values()), sum(three_by_role.values())
+        step = (three_ms - one_ms) / added
+        fixed = one_ms - step * len(one.workflow.steps)
+        rows = [
+            [role, f"{one_role:.1f}", f"{three_role:.1f}", f"{(three_role - one_role) / added:.1f}"]
+            for role, one_role, three_role in [
+                *measured,
+                ("all, while measured", one_ms, three_ms),
+                (
+                    "whole run: start-up, shutdown, report",
+                    one.cpu_ms_per_order,
+                    three.cpu_ms_per_order,
+                ),
+            ]
+        ]
+        lines += [
+            "",
+            f"CPU ms per order by process at {orders:,} orders, agents {one.agents}, from the "
+            "first submission to the last order finished:",
+            "",
+            markdown_table(["process", ONE_STEP.name, THREE_STEP.name, "per added step"], rows),
+            "",
+            f"CPU per step {step:.1f} ms, fixed part of an order {fixed:.1f} ms: with CPU the "
+            f"limit, the step-cost aim (>= {STEP_COST_GOAL}) needs a step to cost no more than "
+            f"the fixed part: {verdict(step <= fixed)}",
+        ]
+    return lines
 
 
 def ratio_lines(summaries: Sequence[SetSummary]) -> list[str]:
