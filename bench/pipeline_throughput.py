@@ -475,25 +475,33 @@ def summary(summaries: Sequence[SetSummary]) -> str:
     ]
     lines = [markdown_table(headers, rows), ""]
     lines += ratio_lines(summaries)
-    for shape in AGENT_SHAPES:
-        lines += step_cpu_lines([s for s in summaries if s.agents == shape])
+    lines += step_cpu_lines(summaries)
     return "\n".join(lines)
 
 
+def _workflow_pairs(summaries: Sequence[SetSummary]) -> list[tuple[SetSummary, SetSummary]]:
+    """The one-step and the three-step set of each agent shape and size that has both, in
+    the order of AGENT_SHAPES, then smallest size first."""
+    by_set = {(s.agents, s.workflow.name, s.orders): s for s in summaries}
+    pairs = []
+    for shape in AGENT_SHAPES:
+        for orders in sorted({s.orders for s in summaries if s.agents == shape}):
+            one = by_set.get((shape, ONE_STEP.name, orders))
+            three = by_set.get((shape, THREE_STEP.name, orders))
+            if one is not None and three is not None:
+                pairs.append((one, three))
+    return pairs
+
+
 def step_cpu_lines(summaries: Sequence[SetSummary]) -> list[str]:
-    """Per size of one agent shape, the CPU per order of each process for both workflows
-    while the runs' clocks ran, and what an added step costs against the fixed part of an
-    order.
+    """Per agent shape and size, the CPU per order of each process for both workflows while
+    the runs' clocks ran, and what an added step costs against the fixed part of an order.
 
     With CPU the limit, three-step / one-step orders/s is (F + s) / (F + 3 s) for a fixed part
     F and a step cost s: the step-cost aim (0.5) holds only while s <= F.
     """
-    by_set = {(s.workflow.name, s.orders): s for s in summaries}
     lines: list[str] = []
-    for orders in sorted({s.orders for s in summaries}):
-        one, three = by_set.get((ONE_STEP.name, orders)), by_set.get((THREE_STEP.name, orders))
-        if one is None or three is None:
-            continue
+    for one, three in _workflow_pairs(summaries):
         added = len(three.workflow.steps) - len(one.workflow.steps)
         one_by_role = one.measured_cpu_ms_per_order_by_role
         three_by_role = three.measured_cpu_ms_per_order_by_role
@@ -521,7 +529,7 @@ def step_cpu_lines(summaries: Sequence[SetSummary]) -> list[str]:
         ]
         lines += [
             "",
-            f"CPU ms per order by process at {orders:,} orders, agents {one.agents}, from the "
+            f"CPU ms per order by process at {one.orders:,} orders, agents {one.agents}, from the "
             "first submission to the last order finished:",
             "",
             markdown_table(["process", ONE_STEP.name, THREE_STEP.name, "per added step"], rows),
@@ -559,10 +567,8 @@ def _ratio_lines_of(shape: str, summaries: Sequence[SetSummary]) -> list[str]:
     sizes = sorted({s.orders for s in summaries})
     agents = f", agents {shape}"
     lines = []
-    for orders in sizes:
-        one, three = by_set.get((ONE_STEP.name, orders)), by_set.get((THREE_STEP.name, orders))
-        if one is None or three is None:
-            continue
+    for one, three in _workflow_pairs(summaries):
+        orders = one.orders
         ratio = three.throughput.median / one.throughput.median
         aim = (
             f"aim >= {STEP_COST_GOAL}: {_judged(ratio, STEP_COST_GOAL, [one, three])}"

@@ -70,8 +70,7 @@ class TreeUsage:
 
 
 def _ticks_at(points: list[tuple[float, int]], moment: float) -> float:
-    times = [at for at, _ in points]
-    after = bisect.bisect_left(times, moment)
+    after = bisect.bisect_left(points, moment, key=lambda point: point[0])
     if after == 0:
         return points[0][1]
     if after == len(points):
@@ -96,7 +95,6 @@ def wait_with_usage(process: subprocess.Popen[bytes], bound: float) -> tuple[int
     deadline = time.monotonic() + bound
     timed_out = False
     peak_tree_kb = 0
-    cpu_ticks: dict[int, int] = {}
     roles: dict[int, str] = {}
     samples: list[TreeSample] = []
     try:
@@ -104,7 +102,6 @@ def wait_with_usage(process: subprocess.Popen[bytes], bound: float) -> tuple[int
             tree = sample_tree(process.pid)
             samples.append(TreeSample(time.monotonic(), {p: t for p, (_, t) in tree.items()}))
             peak_tree_kb = max(peak_tree_kb, sum(rss for rss, _ in tree.values()))
-            cpu_ticks.update(samples[-1].ticks)
             for pid in tree.keys() - roles.keys():
                 roles[pid] = ROOT_ROLE if pid == process.pid else role_of(_command_line(pid))
             pid, status, usage = os.wait4(process.pid, os.WNOHANG)
@@ -113,7 +110,8 @@ def wait_with_usage(process: subprocess.Popen[bytes], bound: float) -> tuple[int
                 # Reaped here, not by Popen: tell Popen so it does not wait for it again.
                 process.returncode = exit_code
                 reaped = usage.ru_utime + usage.ru_stime
-                sampled = sum(cpu_ticks.values()) / CLOCK_TICKS
+                last_ticks = {pid: t for sample in samples for pid, t in sample.ticks.items()}
+                sampled = sum(last_ticks.values()) / CLOCK_TICKS
                 return (None if timed_out else exit_code), TreeUsage(
                     max(peak_tree_kb, usage.ru_maxrss),
                     max(reaped, sampled),
