@@ -155,7 +155,7 @@ class CommandRun:
     work_dir: Path
     report: Path
     telemetry: Path
-    ran: tuple[float, float] = (0.0, 0.0)
+    ran: tuple[float, float]
     """The command's start and end on the machine's monotonic clock, as this test saw them."""
 
 
@@ -163,12 +163,7 @@ class CommandRun:
 def command_run(tmp_path_factory: pytest.TempPathFactory) -> CommandRun:
     """`python -m demo` as `make demo` runs it, at ten orders without faults."""
     root = tmp_path_factory.mktemp("demo-command")
-    run = CommandRun(
-        subprocess.CompletedProcess([], 0),
-        root / "run",
-        root / "report.json",
-        root / "telemetry.jsonl",
-    )
+    work_dir, report, telemetry = root / "run", root / "report.json", root / "telemetry.jsonl"
     began = time.monotonic()
     completed = subprocess.run(
         [
@@ -182,12 +177,12 @@ def command_run(tmp_path_factory: pytest.TempPathFactory) -> CommandRun:
             "--seed",
             "2",
             "--report",
-            str(run.report),
+            str(report),
             "--no-progress",
             "--work-dir",
-            str(run.work_dir),
+            str(work_dir),
             "--telemetry-export",
-            str(run.telemetry),
+            str(telemetry),
         ],
         cwd=REPOSITORY,
         capture_output=True,
@@ -195,8 +190,7 @@ def command_run(tmp_path_factory: pytest.TempPathFactory) -> CommandRun:
         timeout=180,
         check=False,
     )
-    ran = (began, time.monotonic())
-    return CommandRun(completed, run.work_dir, run.report, run.telemetry, ran)
+    return CommandRun(completed, work_dir, report, telemetry, (began, time.monotonic()))
 
 
 def test_the_command_without_faults_processes_every_order_and_exits_zero(
