@@ -102,8 +102,11 @@ def wait_with_usage(process: subprocess.Popen[bytes], bound: float) -> tuple[int
             tree = sample_tree(process.pid)
             samples.append(TreeSample(time.monotonic(), {p: t for p, (_, t) in tree.items()}))
             peak_tree_kb = max(peak_tree_kb, sum(rss for rss, _ in tree.values()))
-            for pid in tree.keys() - roles.keys():
-                roles[pid] = ROOT_ROLE if pid == process.pid else role_of(_command_line(pid))
+            for pid in tree:
+                # A child caught between fork and exec shows its parent's command line: it
+                # is named again at each sample until its own names a role.
+                if roles.get(pid, OTHER_ROLE) == OTHER_ROLE:
+                    roles[pid] = ROOT_ROLE if pid == process.pid else role_of(_command_line(pid))
             pid, status, usage = os.wait4(process.pid, os.WNOHANG)
             if pid == process.pid:
                 exit_code = os.waitstatus_to_exitcode(status)

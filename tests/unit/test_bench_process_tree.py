@@ -97,3 +97,27 @@ def test_a_real_process_tree_is_sampled_and_its_busy_window_found() -> None:
     assert 0.4 <= busy[ROOT_ROLE] <= 1.6
     assert usage.cpu_seconds >= busy[ROOT_ROLE] - 0.01
     assert usage.samples[0].at >= started
+
+
+def test_a_child_seen_between_fork_and_exec_is_named_after_its_exec() -> None:
+    # The child shows the root's command line for about a second (two samples or more), then
+    # execs a client app: its role is the client app's, not "other" for the whole run.
+    script = (
+        "import os, sys, time\n"
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    time.sleep(1.2)\n"
+        "    program = [sys.executable, '-c', 'import time; time.sleep(1.2)']\n"
+        "    os.execv(sys.executable, program + ['demo.' + 'client_process'])\n"
+        "print(child, flush=True)\n"
+        "os.waitpid(child, 0)\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    exit_code, usage = wait_with_usage(process, bound=30.0)
+    assert exit_code == 0
+    assert process.stdout is not None
+    child = int(process.stdout.read())
+    process.stdout.close()
+
+    assert usage.roles[process.pid] == ROOT_ROLE
+    assert usage.roles[child] == "client app"
