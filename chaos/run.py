@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
@@ -59,6 +58,7 @@ from demo.pipeline import (
     REPOSITORY,
     sample_settings,
 )
+from demo.progress import ProgressLine
 from demo.report import FINAL_STATES, percentile
 from demo.run import peek_all
 from domain.agent_messages import AgentOperation
@@ -329,6 +329,7 @@ class Run:
     def __init__(self, options: ChaosOptions, work_dir: Path) -> None:
         self.options = options
         self.work_dir = work_dir
+        self.progress = ProgressLine()
         self.workload = Workload.generate(options.orders, options.seed)
         # The app's settings that do not depend on the processes (their addresses: `start`).
         self.values: dict[str, str] = {**sample_settings(), **LOCAL_SETTINGS, **CHAOS_SETTINGS}
@@ -460,11 +461,9 @@ class Run:
             await asyncio.to_thread(self._restart, planned.kind)
             event.restarted_at = self.now()
             if self.options.progress:
-                print(
-                    f"\n{planned.kind.value} at {event.at:.1f} s, restarted at "
-                    f"{event.restarted_at:.1f} s",
-                    file=sys.stderr,
-                    flush=True,
+                self.progress.note(
+                    f"{planned.kind.value} at {event.at:.1f} s, restarted at "
+                    f"{event.restarted_at:.1f} s"
                 )
 
     def _kill(self, kind: CrashKind) -> None:
@@ -589,12 +588,9 @@ class Run:
         while not done.is_set():
             point = await self.sample()
             if self.options.progress:
-                print(
-                    f"\r{point['t']:7.1f} s  submitted {int(point['submitted'])}  in flight "
-                    f"{int(point['in_flight'])}  finished {int(point['finished'])}   ",
-                    end="",
-                    file=sys.stderr,
-                    flush=True,
+                self.progress.show(
+                    f"{point['t']:7.1f} s  submitted {int(point['submitted'])}  in flight "
+                    f"{int(point['in_flight'])}  finished {int(point['finished'])}"
                 )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done.wait(), SAMPLE_SECONDS)
@@ -640,8 +636,7 @@ class Run:
             self._count_service_faults()
             await self.stop_hosts()
             await asyncio.to_thread(self.services.stop)
-            if self.options.progress:
-                print(file=sys.stderr)
+            self.progress.end()
             return await self._report(duration)
         finally:
             self.states.close()

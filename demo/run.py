@@ -41,6 +41,7 @@ from demo.client_process import ClientOutcome, ClientProcess, ClientSpec
 from demo.console import BROKER_JOURNAL, keep_settings
 from demo.evidence import ServiceLedger, gather
 from demo.pipeline import DEMO_REPLY_QUEUE, Pipeline, local_pipeline
+from demo.progress import ProgressLine
 from demo.report import FINAL_STATES, DemoReport, lost_orders, percentile
 from demo.showcase import STEP_SERVICES, FaultMix, fault_mix
 from domain.ports import StoreMetrics
@@ -179,7 +180,8 @@ async def _submit_and_settle(
         )
     )
     total = len(workload.order_ids)
-    progress = asyncio.create_task(_progress(client, total, options.progress))
+    line = ProgressLine()
+    progress = asyncio.create_task(_progress(client, total, line, options.progress))
     try:
         await client.start()
         while not client.submitted.is_set():
@@ -195,8 +197,7 @@ async def _submit_and_settle(
         progress.cancel()
         await asyncio.gather(progress, return_exceptions=True)
         await client.close()
-    if options.progress:
-        print(file=sys.stderr)
+    line.end()
     # First submission to last order finished (the client's times; one clock for every
     # process), not to this loop's next look.
     finished = outcome.log.finished_at.values()
@@ -204,14 +205,14 @@ async def _submit_and_settle(
     return outcome, (outcome.started, ended)
 
 
-async def _progress(client: ClientProcess, total: int, enabled: bool) -> None:
+async def _progress(client: ClientProcess, total: int, line: ProgressLine, enabled: bool) -> None:
     width = 40
     while enabled:
         finished = client.finished
         filled = width * finished // max(1, total)
+        bar = f"[{'#' * filled}{'.' * (width - filled)}] {finished}/{total} finished"
         statuses = ", ".join(f"{k} {v}" for k, v in sorted(client.statuses.items()))
-        line = f"\r[{'#' * filled}{'.' * (width - filled)}] {finished}/{total} finished  {statuses}"
-        print(line, end="", file=sys.stderr, flush=True)
+        line.show(f"{bar}  {statuses}" if statuses else bar)
         await asyncio.sleep(0.5)
 
 
