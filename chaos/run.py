@@ -329,7 +329,7 @@ class Run:
     def __init__(self, options: ChaosOptions, work_dir: Path) -> None:
         self.options = options
         self.work_dir = work_dir
-        self.progress = ProgressLine()
+        self.progress = ProgressLine(enabled=options.progress)
         self.workload = Workload.generate(options.orders, options.seed)
         # The app's settings that do not depend on the processes (their addresses: `start`).
         self.values: dict[str, str] = {**sample_settings(), **LOCAL_SETTINGS, **CHAOS_SETTINGS}
@@ -460,11 +460,9 @@ class Run:
             await asyncio.sleep(RESTART_PAUSE_SECONDS)
             await asyncio.to_thread(self._restart, planned.kind)
             event.restarted_at = self.now()
-            if self.options.progress:
-                self.progress.note(
-                    f"{planned.kind.value} at {event.at:.1f} s, restarted at "
-                    f"{event.restarted_at:.1f} s"
-                )
+            self.progress.note(
+                f"{planned.kind.value} at {event.at:.1f} s, restarted at {event.restarted_at:.1f} s"
+            )
 
     def _kill(self, kind: CrashKind) -> None:
         if kind is CrashKind.DEVHOST:
@@ -587,11 +585,10 @@ class Run:
     async def watch(self, done: asyncio.Event) -> None:
         while not done.is_set():
             point = await self.sample()
-            if self.options.progress:
-                self.progress.show(
-                    f"{point['t']:7.1f} s  submitted {int(point['submitted'])}  in flight "
-                    f"{int(point['in_flight'])}  finished {int(point['finished'])}"
-                )
+            self.progress.show(
+                f"{point['t']:7.1f} s  submitted {int(point['submitted'])}  in flight "
+                f"{int(point['in_flight'])}  finished {int(point['finished'])}"
+            )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done.wait(), SAMPLE_SECONDS)
 

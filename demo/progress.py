@@ -19,15 +19,18 @@ LOG_INTERVAL_SECONDS = 5.0
 
 
 class ProgressLine:
-    """One progress line on `stream` (standard error by default)."""
+    """One progress line on `stream` (standard error by default); with `enabled` off, it
+    writes nothing (a command's ``--no-progress``)."""
 
     def __init__(
         self,
         stream: TextIO | None = None,
         *,
+        enabled: bool = True,
         log_interval: float = LOG_INTERVAL_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.enabled = enabled
         self._stream = stream if stream is not None else sys.stderr
         self._terminal = self._stream.isatty()
         self._log_interval = log_interval
@@ -38,6 +41,8 @@ class ProgressLine:
 
     def show(self, text: str) -> None:
         """The run's state now."""
+        if not self.enabled:
+            return
         self._latest = text
         if self._terminal:
             # Padded to the line it replaces, so a shorter text leaves nothing of the longer.
@@ -52,6 +57,8 @@ class ProgressLine:
     def note(self, text: str) -> None:
         """A line of its own between updates (a crash, a restart): on a terminal it breaks
         the progress line, which the next update draws again below it."""
+        if not self.enabled:
+            return
         self._write(f"\n{text}\n" if self._terminal and self._written is not None else f"{text}\n")
         if self._terminal:
             self._written = None
@@ -66,7 +73,6 @@ class ProgressLine:
                 self._write("\n")
         elif self._latest != self._written:
             self._write(f"{self._latest}\n")
-        self._written = self._latest
 
     def _write(self, text: str) -> None:
         self._stream.write(text)

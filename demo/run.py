@@ -180,8 +180,8 @@ async def _submit_and_settle(
         )
     )
     total = len(workload.order_ids)
-    line = ProgressLine()
-    progress = asyncio.create_task(_progress(client, total, line, options.progress))
+    line = ProgressLine(enabled=options.progress)
+    progress = asyncio.create_task(_progress(client, total, line))
     try:
         await client.start()
         while not client.submitted.is_set():
@@ -205,9 +205,9 @@ async def _submit_and_settle(
     return outcome, (outcome.started, ended)
 
 
-async def _progress(client: ClientProcess, total: int, line: ProgressLine, enabled: bool) -> None:
+async def _progress(client: ClientProcess, total: int, line: ProgressLine) -> None:
     width = 40
-    while enabled:
+    while line.enabled:
         finished = client.finished
         filled = width * finished // max(1, total)
         bar = f"[{'#' * filled}{'.' * (width - filled)}] {finished}/{total} finished"

@@ -73,3 +73,8 @@ def test_a_run_without_progress_writes_nothing() -> None:
     for stream in (io.StringIO(), Terminal()):
         ProgressLine(stream).end()
         assert stream.getvalue() == ""
+        off = ProgressLine(stream, enabled=False)
+        off.show("1/2 finished")
+        off.note("host at 1.0 s, restarted at 1.5 s")
+        off.end()
+        assert stream.getvalue() == ""
