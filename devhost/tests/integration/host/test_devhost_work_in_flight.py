@@ -9,6 +9,7 @@ import datetime as dt
 import importlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from azure.servicebus import ServiceBusMessage
@@ -22,6 +23,7 @@ from devhost.testing import eventually, queue, running_broker
 
 APPS = Path(__file__).parent / "apps"
 START = dt.datetime(2030, 1, 1, 0, 0, 5, tzinfo=dt.UTC)
+NEXT_TICK = dt.datetime(2030, 1, 1, 1, 0, 0, tzinfo=dt.UTC)  # the hourly timer's first occurrence
 SEND_TIMEOUT = 10
 
 
@@ -43,43 +45,47 @@ async def host(tmp_path: Path, broker: ServiceBusBroker) -> AsyncIterator[DevHos
     settings = AppSettings({"SB": broker.connection_string, "HELD_QUEUE": "held"})
     running = DevHost(options, settings)
     await running.start()
-    # The host put the app root on the path and imported the app: the test sees its state.
-    app_module = importlib.import_module("held_work_app")
-    app_module.release.clear()
-    app_module.started.clear()
     yield running
-    # Whatever a failed assertion left holding must not outlive the test.
-    app_module.release.set()
     await running.stop()
     assert running.listener_failures == []
 
 
-async def test_time_does_not_jump_while_a_queue_or_timer_function_is_running(
-    host: DevHost, broker: ServiceBusBroker
-) -> None:
+@pytest.fixture
+def held(host: DevHost) -> Iterator[ModuleType]:
+    """The app module the host imported from its app root: the test reads and releases it."""
     app_module = importlib.import_module("held_work_app")
+    app_module.release.clear()
+    app_module.started.clear()
+    yield app_module
+    # Torn down before the host stops: whatever a failed assertion left holding ends first.
+    app_module.release.set()
+
+
+async def test_time_does_not_jump_while_a_queue_or_timer_function_is_running(
+    host: DevHost, held: ModuleType, broker: ServiceBusBroker
+) -> None:
     client = ServiceBusClient.from_connection_string(broker.connection_string)
     async with client, client.get_queue_sender("held") as sender:
         await sender.send_messages(
             [ServiceBusMessage("m-1"), ServiceBusMessage("m-2")], timeout=SEND_TIMEOUT
         )
-    await eventually(lambda: sorted(app_module.started) == ["m-1", "m-2"], "both messages run")
+    await eventually(lambda: sorted(held.started) == ["m-1", "m-2"], "both messages run")
     assert host.invocations_in_flight() == 2
     assert not host.is_idle()
     assert await host.skip_time() is None
     assert host.clock.now() == START
 
-    app_module.release.set()
+    held.release.set()
     await eventually(host.is_idle, "the two messages finish")
     assert host.invocations_in_flight() == 0
 
     # Idle now: the clock jumps to the timer's next occurrence, and the timer function runs.
-    app_module.release.clear()
-    assert await host.skip_time() == START.replace(hour=1, minute=0, second=0)
-    await eventually(lambda: "tick" in app_module.started, "the hourly timer fires")
+    held.release.clear()
+    assert await host.skip_time() == NEXT_TICK
+    await eventually(lambda: "tick" in held.started, "the hourly timer fires")
     assert host.invocations_in_flight() == 1
     assert await host.skip_time() is None
-    assert host.clock.now() == START.replace(hour=1, minute=0, second=0)
+    assert host.clock.now() == NEXT_TICK
 
-    app_module.release.set()
+    held.release.set()
     await eventually(host.is_idle, "the timer function finishes")
