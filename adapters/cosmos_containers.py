@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from azure.cosmos import CosmosClient, DatabaseProxy, PartitionKey
+from azure.cosmos.exceptions import CosmosResourceExistsError
 
 from adapters.cosmos_connection import CosmosOptions
 
@@ -115,15 +116,26 @@ def cosmos_layout(options: CosmosOptions) -> CosmosLayout:
 
 
 def ensure_containers(client: CosmosClient, layout: CosmosLayout) -> DatabaseProxy:
-    """Create the database and every container that is missing; existing ones are kept."""
-    database = client.create_database_if_not_exists(layout.database)
+    """Create the database and every container that is missing; existing ones are kept.
+
+    The SDK's ``create_*_if_not_exists`` reads, then creates: when several processes start at
+    once (function instances scaling out, the demo beside its worker), another one can create
+    the resource in between, and the create answers 409. The resource then exists, as asked.
+    """
+    try:
+        database = client.create_database_if_not_exists(layout.database)
+    except CosmosResourceExistsError:
+        database = client.get_database_client(layout.database)
     for definition in layout.containers:
-        database.create_container_if_not_exists(
-            definition.name,
-            partition_key=PartitionKey(path=definition.partition_key_path),
-            indexing_policy=dict(definition.indexing_policy),
-            default_ttl=definition.default_ttl,
-        )
+        try:
+            database.create_container_if_not_exists(
+                definition.name,
+                partition_key=PartitionKey(path=definition.partition_key_path),
+                indexing_policy=dict(definition.indexing_policy),
+                default_ttl=definition.default_ttl,
+            )
+        except CosmosResourceExistsError:
+            continue
     return database
 
 

@@ -1,17 +1,19 @@
 """What only the Cosmos DB adapter can show, on the wire against a Cosmos-API server (U2, U3).
 
 The contract and service suites run against Cosmos too; these tests cover the rest: the
-container definitions (indexing policy, TTL), the deadline index of U3 (consulted by the
-sweep, kept in step with every write, stale entries removed, entries of a lost race
-removed), request charge in the metrics (U2, C9), finished-record TTL, the launcher's
-fixes of the test server's bugs, StoreUnavailable for a store that is down, and
-`STATE_STORE=cosmos` in the composition root.
+container definitions (indexing policy, TTL; created by processes that start together), the
+deadline index of U3 (consulted by the sweep, kept in step with every write, stale entries
+removed, entries of a lost race removed), request charge in the metrics (U2, C9),
+finished-record TTL, the launcher's fixes of the test server's bugs, StoreUnavailable for a
+store that is down, and `STATE_STORE=cosmos` in the composition root.
 """
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -41,6 +43,7 @@ from tests.support.cosmos_server import CosmosServer, CosmosServerMissing
 NOW = datetime(2026, 8, 1, 12, 0, tzinfo=UTC)
 FUTURE = NOW + timedelta(minutes=5)
 SDK_TIMEOUT = 30
+OPENERS = 6
 DEADLINE_INDEX_CONTAINER = Settings().cosmos_deadline_index_container
 
 
@@ -130,6 +133,26 @@ def test_the_app_creates_its_containers_with_their_keys_indexes_and_ttl(cosmos: 
     again_states, again_orders = open_cosmos_stores(cosmos.options, cosmos.environ)
     again_states.close()
     again_orders.close()
+
+
+def test_processes_that_start_together_all_open_a_new_database(
+    cosmos_server: CosmosServer,
+) -> None:
+    """Function instances (or the demo and its worker) open the stores at the same moment: the
+    SDK's read-then-create makes all but one see 409 on create, and none may fail for it."""
+    environ = cosmos_environ(cosmos_server.connection_string, f"test-{uuid.uuid4().hex[:12]}")
+    options = bootstrap.cosmos_options(Settings.from_environ(environ))
+    starting = threading.Barrier(OPENERS, timeout=SDK_TIMEOUT)
+
+    def open_together() -> None:
+        starting.wait()
+        states, orders = open_cosmos_stores(options, environ)
+        states.close()
+        orders.close()
+
+    with ThreadPoolExecutor(OPENERS) as pool:
+        for opened in [pool.submit(open_together) for _ in range(OPENERS)]:
+            opened.result(timeout=SDK_TIMEOUT)
 
 
 def test_finished_records_expire_and_live_ones_never_do(cosmos: Cosmos) -> None:
