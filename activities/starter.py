@@ -60,7 +60,9 @@ async def start_pending_orders(
                     await client.start_new(
                         ORCHESTRATOR,
                         instance_id=str(claim.instance_id),
-                        client_input=attempt_input(claim.record, app.settings.agent_transport),
+                        client_input=attempt_input(
+                            claim.record, app.settings.agent_transport, app.settings.timeouts
+                        ),
                         version=orchestration_version(claim.record.workflow_version),
                     )
             except Exception:

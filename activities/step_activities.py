@@ -2,9 +2,14 @@
 
 Each takes the orchestration's own (replay-safe) time, runs one service-layer write and
 sends what it produced - progress and final statuses, operator alerts - only when the write
-applied for this attempt (D4). ``begin_step`` and ``begin_undo`` also hand the step's agent
-its request, do or undo, on the agent's own request queue (E1) once the fence held, with a
-stable MessageId so a re-run's second send is removed by duplicate detection (E4). The
+applied for this attempt (D4). ``begin_step`` and ``begin_undo`` set the CompleteBy the
+orchestration chose (D6) and hand the step's agent its request, do or undo, on the agent's
+own request queue (E1) once the fence held, with a stable MessageId so a re-run's second
+send is removed by duplicate detection (E4). With the agent as an activity (E1's other
+shape), ``run_step_in_activity`` and ``run_undo_in_activity`` make the same write and then
+run the agent here, so a step costs one activity and one orchestrator episode. The
+orchestration retries these activities for their store write only: the agent runs once
+per activity (``run_step_agent_once``), so a retry never spends more of the budget (C4). The
 order is read from the orders database once per attempt and then travels with the
 orchestration (D6). Each activity is a span with the order's correlation attributes, and each
 status message it sends has its own (C9); the step or undo that began is logged once its
@@ -28,13 +33,18 @@ from activities.agent_bridge import send_agent_request
 from domain.agent_messages import AgentOperation, AgentRequest
 from domain.contracts import OperatorAlert, Order, StatusMessage
 from domain.outgoing_messages import alert_outgoing, status_outgoing
-from domain.policies import AGENT_TRANSPORT_ACTIVITY
+from domain.policies import (
+    AGENT_TRANSPORT_ACTIVITY,
+    compensation_deadline,
+    step_deadline,
+)
 from domain.records import StateRecord
 from domain.transitions import Undo
 from domain.workflow import declaration
 from observability import logs
 from observability.tracing import order_span, status_span
 from orchestrators.step_payloads import StepRef, StepWrite, StepWritten
+from order_agents.step_agents import run_step_agent_once
 from services import step_writes
 from services.operator import load_order
 from services.step_writes import Done, StepWriteOutcome
@@ -52,20 +62,31 @@ _BEGUN = {AgentOperation.DO: "step begun", AgentOperation.UNDO: "undo begun"}
 async def begin_step(call: Any) -> dict[str, Any]:
     write = StepWrite.from_dict(call)
     with _step_span(write, "begin_step"):
-        step = _required(write.step, "begin_step")
-        app = bootstrap.services()
-        outcome = await asyncio.to_thread(
-            step_writes.begin_step,
-            app.states,
-            write.instance,
-            index=step.index,
-            name=step.name,
-            done=None if write.done is None else _done(write.done),
-            now=write.now,
-            timeouts=app.settings.timeouts,
-            reply_queues=app.settings.reply_queues,
-        )
-        return await _with_request(write, step, outcome, AgentOperation.DO)
+        return _written(await _begin_step(write))
+
+
+@bp.activity_trigger(input_name="call")
+async def run_step_in_activity(call: Any) -> dict[str, Any]:
+    write = StepWrite.from_dict(call)
+    with _step_span(write, "run_step_in_activity"):
+        return await _answered(await _begin_step(write))
+
+
+async def _begin_step(write: StepWrite) -> AgentRequest | None:
+    step = _required(write.step, "begin_step")
+    app = bootstrap.services()
+    outcome = await asyncio.to_thread(
+        step_writes.begin_step,
+        app.states,
+        write.instance,
+        index=step.index,
+        name=step.name,
+        done=None if write.done is None else _done(write.done),
+        now=write.now,
+        complete_by=write.deadline or step_deadline(write.now, app.settings.timeouts),
+        reply_queues=app.settings.reply_queues,
+    )
+    return await _with_request(write, step, outcome, AgentOperation.DO)
 
 
 @bp.activity_trigger(input_name="call")
@@ -108,18 +129,29 @@ async def fail_step(call: Any) -> dict[str, Any]:
 async def begin_undo(call: Any) -> dict[str, Any]:
     write = StepWrite.from_dict(call)
     with _step_span(write, "begin_undo"):
-        step = _required(write.step, "begin_undo")
-        app = bootstrap.services()
-        outcome = await asyncio.to_thread(
-            step_writes.begin_undo,
-            app.states,
-            write.instance,
-            _undo(step),
-            undone=None if write.done is None else _undo(write.done),
-            now=write.now,
-            timeouts=app.settings.timeouts,
-        )
-        return await _with_request(write, step, outcome, AgentOperation.UNDO)
+        return _written(await _begin_undo(write))
+
+
+@bp.activity_trigger(input_name="call")
+async def run_undo_in_activity(call: Any) -> dict[str, Any]:
+    write = StepWrite.from_dict(call)
+    with _step_span(write, "run_undo_in_activity"):
+        return await _answered(await _begin_undo(write))
+
+
+async def _begin_undo(write: StepWrite) -> AgentRequest | None:
+    step = _required(write.step, "begin_undo")
+    app = bootstrap.services()
+    outcome = await asyncio.to_thread(
+        step_writes.begin_undo,
+        app.states,
+        write.instance,
+        _undo(step),
+        undone=None if write.done is None else _undo(write.done),
+        now=write.now,
+        complete_by=write.deadline or compensation_deadline(write.now, app.settings.timeouts),
+    )
+    return await _with_request(write, step, outcome, AgentOperation.UNDO)
 
 
 @bp.activity_trigger(input_name="call")
@@ -158,10 +190,11 @@ async def undo_failed(call: Any) -> dict[str, Any]:
 
 async def _with_request(
     write: StepWrite, step: StepRef, outcome: StepWriteOutcome, operation: AgentOperation
-) -> dict[str, Any]:
-    """Send the agent its request once the write that starts the step applied."""
+) -> AgentRequest | None:
+    """The agent's request once the write that starts the step applied, None when the fence
+    refused it; over Service Bus it is on the agent's queue already."""
     if not outcome.applied or outcome.record is None:
-        return StepWritten(applied=False).to_dict()
+        return None
     await _send(outcome.statuses, outcome.alert)
     app = bootstrap.services()
     order = (
@@ -186,7 +219,23 @@ async def _with_request(
         step=step.name,
         agent_transport=write.agent_transport,
     )
+    return request
+
+
+def _written(request: AgentRequest | None) -> dict[str, Any]:
+    if request is None:
+        return StepWritten(applied=False).to_dict()
     return StepWritten(applied=True, request=request.to_document()).to_dict()
+
+
+async def _answered(request: AgentRequest | None) -> dict[str, Any]:
+    """The begun step's request with its agent's answer, run here (E1's activity shape)."""
+    if request is None:
+        return StepWritten(applied=False).to_dict()
+    response = await run_step_agent_once(request)
+    return StepWritten(
+        applied=True, request=request.to_document(), response=response.to_document()
+    ).to_dict()
 
 
 async def _reported(outcome: StepWriteOutcome) -> dict[str, Any]:

@@ -293,7 +293,11 @@ async def _start_compensation(
             ORCHESTRATOR,
             instance_id=str(request.instance),
             client_input=compensation_input(
-                request.record, request.instance, request.undo, settings.agent_transport
+                request.record,
+                request.instance,
+                request.undo,
+                settings.agent_transport,
+                settings.timeouts,
             ),
             version=orchestration_version(request.record.workflow_version),
         )

@@ -23,6 +23,7 @@ from typing import Any
 
 import azure.durable_functions as df
 
+from domain.policies import Timeouts
 from domain.records import WORKFLOW_ONE_STEP, WORKFLOW_STEPS, InstanceId, StateRecord
 from domain.transitions import Undo
 from observability import logs
@@ -54,8 +55,9 @@ def workflow_version(orchestration: str | None) -> int:
     raise ValueError(f"orchestration version {orchestration!r} is not one this app runs")
 
 
-def attempt_input(record: StateRecord, agent_transport: str) -> dict[str, Any]:
-    """The input of the instance that runs the attempt a claim of `record` won (D2, C10)."""
+def attempt_input(record: StateRecord, agent_transport: str, timeouts: Timeouts) -> dict[str, Any]:
+    """The input of the instance that runs the attempt a claim of `record` won (D2, C10),
+    with the CompleteBy budgets the orchestration sets its deadlines from (D6)."""
     instance = record.instance_id
     if instance is None:
         raise ValueError(f"order {record.order_id!r} is not claimed: no attempt to start")
@@ -66,12 +68,18 @@ def attempt_input(record: StateRecord, agent_transport: str) -> dict[str, Any]:
             steps=tuple(step.name for step in record.steps),
             agent_transport=agent_transport,
             resume_at=record.resume_at or 0,
+            step_seconds=timeouts.step_seconds,
+            compensation_seconds=timeouts.compensation_seconds,
         ).to_dict()
     return AttemptInput(record.order_id, instance.attempt, agent_transport).to_dict()
 
 
 def compensation_input(
-    record: StateRecord, instance: InstanceId, undo: Sequence[Undo], agent_transport: str
+    record: StateRecord,
+    instance: InstanceId,
+    undo: Sequence[Undo],
+    agent_transport: str,
+    timeouts: Timeouts,
 ) -> dict[str, Any]:
     """The input of an instance that undoes `undo` for `record` (C1, C2): what the supervisor
     and an operator start, with `orchestration_version(record.workflow_version)` (C7)."""
@@ -81,6 +89,8 @@ def compensation_input(
         steps=tuple(step.name for step in record.steps),
         agent_transport=agent_transport,
         undo=tuple(StepRef(u.index, u.name, u.reference) for u in undo),
+        step_seconds=timeouts.step_seconds,
+        compensation_seconds=timeouts.compensation_seconds,
     ).to_dict()
 
 

@@ -37,6 +37,12 @@ class StepsAttempt:
     ``resume_at`` is the first step not completed when the attempt was claimed (C10): a step
     completed by an earlier attempt is never run again. ``undo`` is set when the instance is
     started to compensate: the steps to undo, in order (C1, C2).
+
+    ``step_seconds`` and ``compensation_seconds`` are the CompleteBy budgets of a step and of
+    an undo when the attempt was started: with them the orchestration sets each CompleteBy
+    itself (D6), so it can start the durable timer in the episode that starts the step (E2).
+    Inputs written before they existed carry neither; their instances replay the way they
+    started, with the deadline set by the write that begins the step (C7).
     """
 
     order_id: str
@@ -45,6 +51,8 @@ class StepsAttempt:
     agent_transport: str
     resume_at: int = 0
     undo: tuple[StepRef, ...] | None = None
+    step_seconds: float | None = None
+    compensation_seconds: float | None = None
 
     @property
     def instance(self) -> InstanceId:
@@ -63,6 +71,8 @@ class StepsAttempt:
             agent_transport=data["agent_transport"],
             resume_at=data.get("resume_at", 0),
             undo=None if undo is None else tuple(StepRef.from_dict(u) for u in undo),
+            step_seconds=data.get("step_seconds"),
+            compensation_seconds=data.get("compensation_seconds"),
         )
 
 
@@ -73,6 +83,8 @@ class StepWrite:
     ``step`` is the step the write is about (to begin, to fail, to undo); ``done`` the step
     completed or undone just before, recorded in the same write (C1). ``order`` carries the
     order document once the first write loaded it, so later agent requests need no read.
+    ``complete_by`` is the CompleteBy the orchestration set for the step or undo it begins
+    (D6); without it the write sets one from the app's timeouts.
     """
 
     order_id: str
@@ -83,6 +95,7 @@ class StepWrite:
     reason: str | None = None
     order: dict[str, Any] | None = None
     agent_transport: str | None = None
+    complete_by: str | None = None
 
     @classmethod
     def of(cls, attempt: StepsAttempt, at: datetime, **fields: Any) -> StepWrite:
@@ -96,6 +109,11 @@ class StepWrite:
     def now(self) -> datetime:
         return parse_utc(self.at)
 
+    @property
+    def deadline(self) -> datetime | None:
+        """The CompleteBy the orchestration set, if it set one."""
+        return None if self.complete_by is None else parse_utc(self.complete_by)
+
     def to_dict(self) -> dict[str, Any]:
         # Built by hand, not with asdict: the orchestrator calls this on every replay, and
         # asdict deep-copies the order document each time (a fifth of a replay's cost).
@@ -108,6 +126,7 @@ class StepWrite:
             "reason": self.reason,
             "order": self.order,
             "agent_transport": self.agent_transport,
+            "complete_by": self.complete_by,
         }
 
     @classmethod
@@ -126,20 +145,29 @@ class StepWrite:
 class StepWritten:
     """A step write's answer: whether the fence held; for a write that starts a step or an
     undo, the agent request (already on its queue with the Service Bus transport), which
-    holds the order document; for a failure that turned into compensation, what to undo."""
+    holds the order document, and, when the same activity ran the agent, its response; for
+    a failure that turned into compensation, what to undo."""
 
     applied: bool
     request: dict[str, Any] | None = None
     undo: list[dict[str, Any]] = field(default_factory=list)
+    response: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"applied": self.applied, "request": self.request, "undo": self.undo}
+        return {
+            "applied": self.applied,
+            "request": self.request,
+            "undo": self.undo,
+            "response": self.response,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StepWritten:
         # Histories written before the answer stopped repeating the order beside the request
         # carry an "order" key: the request holds the same document.
-        return cls(data["applied"], data.get("request"), data.get("undo") or [])
+        return cls(
+            data["applied"], data.get("request"), data.get("undo") or [], data.get("response")
+        )
 
     @property
     def order(self) -> dict[str, Any] | None:

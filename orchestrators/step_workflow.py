@@ -6,7 +6,12 @@ The Scheduler of the pattern (D4-D6, E2, E5, E6, E8, C1, C2, C10):
    retried order never repeats a completed step, C10): ``begin_step`` sets the step's
    CompleteBy with a fenced write (D4, D6) - the same write that records the step before it
    as completed and logs it for compensation (C1) - and sends the step's agent its request.
-2. A durable timer at CompleteBy races the agent's response (E2).
+   The orchestration picks CompleteBy itself, from the budgets its input carries.
+2. A durable timer at CompleteBy races the agent's response (E2). With the agent as an
+   activity (E1), one activity, ``run_step_in_activity``, makes the fenced write and then
+   runs the agent, and the timer races that activity from the episode that starts the step:
+   one activity and one episode per step instead of two. Instances whose input carries no
+   budgets (started by older code) replay the two-activity path they started on (C7).
    - Response first, succeeded: on to the next step; after the last, ``finish_steps``
      (Processed, only under the fence, E5).
    - Response first, failed for good: ``fail_step`` (E8): Error when nothing completed,
@@ -14,7 +19,8 @@ The Scheduler of the pattern (D4-D6, E2, E5, E6, E8, C1, C2, C10):
    - Timer first, or the agent gave up: end without touching the record (E6); the expired
      CompleteBy is the supervisor's signal.
 3. Undo (C1, C2): each step to undo, newest first, gets its own fenced write and deadline
-   (``begin_undo``), then the agent's compensation races the timer. All undone:
+   (``begin_undo``; ``run_undo_in_activity`` with the agent as an activity), then the
+   agent's compensation races the timer. All undone:
    ``finish_undo`` (Compensated). An undo that fails for good: ``undo_failed``
    (CompensationFailed, operator alert). Timer first: end; the supervisor finds the stalled
    compensation and starts an instance that resumes it where it stopped.
@@ -26,19 +32,39 @@ It must stay deterministic: time comes from ``context.current_utc_datetime`` onl
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
+from datetime import timedelta
+from typing import Any, NamedTuple
 
 import azure.durable_functions as df
 
-from domain.agent_messages import AgentOutcome, AgentResponse, agent_response_event
+from domain.agent_messages import (
+    AgentOperation,
+    AgentOutcome,
+    AgentResponse,
+    agent_response_event,
+)
 from domain.policies import AGENT_TRANSPORT_ACTIVITY
-from domain.records import parse_utc
+from domain.records import format_utc, parse_utc
 from orchestrators.one_step_workflow import STORE_RETRY
 from orchestrators.step_payloads import StepRef, StepsAttempt, StepWrite, StepWritten
 
-AGENT_ACTIVITY = "run_agent_in_activity"
+AGENT_ACTIVITY = "run_agent_in_activity"  # the agent alone, for instances started before (C7)
+# The write that begins a step or an undo, alone and followed by the agent in one activity.
+BEGIN_ACTIVITIES = {
+    AgentOperation.DO: ("begin_step", "run_step_in_activity"),
+    AgentOperation.UNDO: ("begin_undo", "run_undo_in_activity"),
+}
 
 Steps = Generator[Any, Any, dict[str, Any]]
+
+
+class Begun(NamedTuple):
+    """How a step or an undo began: refused by the fence (``applied`` False), or begun with
+    the order document and the agent's answer, None when the deadline came first."""
+
+    applied: bool
+    order: dict[str, Any] | None = None
+    response: AgentResponse | None = None
 
 
 def step_workflow(context: df.DurableOrchestrationContext, attempt: StepsAttempt) -> Steps:
@@ -48,19 +74,10 @@ def step_workflow(context: df.DurableOrchestrationContext, attempt: StepsAttempt
     order: dict[str, Any] | None = None
     for index in range(attempt.resume_at, len(attempt.steps)):
         step = StepRef(index, attempt.steps[index])
-        started = yield from _write(
-            context,
-            "begin_step",
-            attempt,
-            step=step,
-            done=done,
-            order=order,
-            agent_transport=attempt.agent_transport,
-        )
-        if not started.applied or started.request is None:
+        begun = yield from _begin(context, attempt, AgentOperation.DO, step, done, order)
+        if not begun.applied:
             return {"outcome": "superseded"}
-        order = started.order
-        response = yield from _agent_answer(context, started.request, attempt.agent_transport)
+        order, response = begun.order, begun.response
         if response is None:
             return {"outcome": "timed-out", "step": step.name}
         if response.outcome is AgentOutcome.FAILED:
@@ -87,19 +104,10 @@ def _undo(
 ) -> Steps:
     undone: StepRef | None = None
     for step in steps:
-        started = yield from _write(
-            context,
-            "begin_undo",
-            attempt,
-            step=step,
-            done=undone,
-            order=order,
-            agent_transport=attempt.agent_transport,
-        )
-        if not started.applied or started.request is None:
+        begun = yield from _begin(context, attempt, AgentOperation.UNDO, step, undone, order)
+        if not begun.applied:
             return {"outcome": "superseded"}
-        order = started.order
-        response = yield from _agent_answer(context, started.request, attempt.agent_transport)
+        order, response = begun.order, begun.response
         if response is None:
             return {"outcome": "compensation-stalled", "step": step.name}
         if response.outcome is AgentOutcome.FAILED:
@@ -112,6 +120,51 @@ def _undo(
         undone = step
     finished = yield from _write(context, "finish_undo", attempt, done=undone)
     return {"outcome": "compensated" if finished.applied else "superseded"}
+
+
+def _begin(
+    context: df.DurableOrchestrationContext,
+    attempt: StepsAttempt,
+    operation: AgentOperation,
+    step: StepRef,
+    done: StepRef | None,
+    order: dict[str, Any] | None,
+) -> Generator[Any, Any, Begun]:
+    """Begin `step` (or its undo) under the fence, then race its agent against CompleteBy."""
+    seconds = (
+        attempt.step_seconds if operation is AgentOperation.DO else attempt.compensation_seconds
+    )
+    deadline = (
+        None if seconds is None else context.current_utc_datetime + timedelta(seconds=seconds)
+    )
+    call = StepWrite.of(
+        attempt,
+        context.current_utc_datetime,
+        step=step,
+        done=done,
+        order=order,
+        agent_transport=attempt.agent_transport,
+        complete_by=None if deadline is None else format_utc(deadline),
+    )
+    alone, with_agent = BEGIN_ACTIVITIES[operation]
+    if deadline is not None and attempt.agent_transport == AGENT_TRANSPORT_ACTIVITY:
+        run = context.call_activity_with_retry(with_agent, STORE_RETRY, call.to_dict())
+        timer = context.create_timer(deadline)
+        if (yield context.task_any([run, timer])) == timer:
+            return Begun(applied=True, order=order)
+        timer.cancel()
+        # Yielded again, the finished activity gives its answer, or raises what failed it.
+        ran = StepWritten.from_dict((yield run))
+        if not ran.applied or ran.request is None:
+            return Begun(applied=False)
+        request_id = str(ran.request["requestId"])
+        return Begun(True, ran.order, AgentResponse.answering(request_id, ran.response))
+    result = yield context.call_activity_with_retry(alone, STORE_RETRY, call.to_dict())
+    started = StepWritten.from_dict(result)
+    if not started.applied or started.request is None:
+        return Begun(applied=False)
+    response = yield from _agent_answer(context, started.request, attempt.agent_transport)
+    return Begun(True, started.order, response)
 
 
 def _write(
@@ -134,6 +187,7 @@ def _agent_answer(
     request_id = str(request_document["requestId"])
     timer = context.create_timer(parse_utc(str(request_document["deadline"])))
     if transport == AGENT_TRANSPORT_ACTIVITY:
+        # Only instances whose input carries no CompleteBy budgets come here (C7).
         agent = context.call_activity(AGENT_ACTIVITY, request_document)
     else:
         # The answer's own event name: one raised before this wait opened is buffered by the

@@ -20,15 +20,17 @@ from azurefunctions.extensions.bindings.servicebus import (
 )
 
 import bootstrap
-from domain.agent_messages import AgentRequest, AgentResponse
+from domain.agent_messages import AgentOutcome, AgentRequest, AgentResponse
 from domain.workflow import declaration
+from observability import logs
 from observability.tracing import order_span
-from order_agents.call_policy import request_call, run_agent
+from order_agents.call_policy import request_call, respond, run_agent
 from order_agents.remote_services import STEP_SERVICES
 from order_agents.request_handling import serve_request
 from order_agents.service_client import ServiceClient
 
 bp = df.Blueprint()
+log = logs.get_logger("app.agents")
 
 
 async def run_step_agent(request: AgentRequest) -> AgentResponse:
@@ -90,9 +92,28 @@ async def shipping_agent(
     await serve_request(message, message_actions, run_step_agent)
 
 
+async def run_step_agent_once(request: AgentRequest) -> AgentResponse:
+    """`run_step_agent` inside an activity the orchestration retries for its store write: an
+    unexpected error ends the agent's run as given up (the supervisor retries the attempt
+    past its CompleteBy, E6), so a retry of the activity never runs the agent again and
+    never spends more than the agent's share of the budget (C4)."""
+    try:
+        return await run_step_agent(request)
+    except Exception as error:
+        log.exception(
+            "agent failed",
+            instance_id=request.instance_id,
+            step=request.step,
+            error=type(error).__name__,
+        )
+        return respond(request, AgentOutcome.GAVE_UP, f"the agent failed: {type(error).__name__}")
+
+
 @bp.activity_trigger(input_name="request")
 async def run_agent_in_activity(request: Any) -> dict[str, Any]:
-    # Any, the JSON value the trigger delivers: the Python worker refuses a builtin generic
-    # such as dict[str, Any] on a binding parameter, and with it the whole app.
+    # The agent's own activity, for instances started before the write that begins a step
+    # ran the agent too (C7). Any, the JSON value the trigger delivers: the Python worker
+    # refuses a builtin generic such as dict[str, Any] on a binding parameter, and with it
+    # the whole app.
     response = await run_step_agent(AgentRequest.from_document(request))
     return response.to_document()

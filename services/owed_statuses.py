@@ -8,8 +8,8 @@ each status follows one transition it shows:
 - `received`: the record's creation. The submission function sends it once the write that
   created the record returned (S2), outside any orchestration.
 - `in-progress`, one per entry of the compensation log (workflow version 2): the fenced write
-  that logged the step - ``begin_step`` of the next step, or ``finish_steps`` after the
-  last - sends it.
+  that logged the step - ``begin_step`` of the next step (``run_step_in_activity`` with the
+  agent as an activity), or ``finish_steps`` after the last - sends it.
 - the final status of a finished record: `completed` (Processed), `failed` (Error),
   `compensated`, `compensation-failed`, sent by the activity whose write reached the state,
   or, for `failed` and `compensation-failed`, by the supervisor's sweep when it gave up on an
@@ -31,7 +31,8 @@ activity sends before it returns, so a completed sending activity means `sent`. 
 history does not show (yet) completed means `owed`: the activity, retried by the durable
 runtime, sends it, or the supervisor recovers the attempt (U4). The console keeps no inputs
 or results of a history (C3), so the `in-progress` of each step is matched by position:
-every ``begin_step`` of an attempt but its first, and its ``finish_steps``, logged one step
+every ``begin_step`` (or ``run_step_in_activity``) of an attempt but its first, and its
+``finish_steps``, logged one step
 and sent its `in-progress`, in the order of the log; an attempt whose output says it was superseded
 (D4) did not apply its last write, which sent nothing. Without the history of an attempt
 (purged, or older than the timeline lists) its messages are `unknown`.
@@ -71,14 +72,19 @@ WRITE_ACTIVITIES = frozenset(
         "complete_order_step",
         "fail_order_step",
         "begin_step",
+        "run_step_in_activity",
         "finish_steps",
         "fail_step",
         "begin_undo",
+        "run_undo_in_activity",
         "finish_undo",
         "undo_failed",
     }
 )
 """The activities that write the state record under the attempt's fence (D4)."""
+
+BEGIN_STEP_ACTIVITIES = ("begin_step", "run_step_in_activity")
+"""The activities that begin a step, each logging the step before it (C1)."""
 
 TERMINAL_RUNTIME_STATUSES = frozenset({"Completed", "Failed", "Terminated"})
 
@@ -149,8 +155,16 @@ class _Run:
 
     @property
     def progress_sent(self) -> int:
-        begun = self.completed.count("begin_step")
+        begun = sum(self.completed.count(begins) for begins in BEGIN_STEP_ACTIVITIES)
         return max(0, begun - 1) + self.completed.count("finish_steps")
+
+    @property
+    def begins_steps_with(self) -> str:
+        """The activity that begins this attempt's steps: with an activity agent it runs
+        the agent too."""
+        if "run_step_in_activity" in self.completed:
+            return "run_step_in_activity"
+        return "begin_step"
 
 
 def owed_statuses(
@@ -247,21 +261,21 @@ def _progress(
     """One `in-progress` per logged step, attributed by position to the attempts whose
     histories show their sending activity completed."""
     log = record.compensation_log
-    senders: list[int] = []
+    senders: list[tuple[int, str]] = []
     known = bool(attempts) and attempts[0].attempt == 1
     for instance in attempts if known else ():
         run = runs.get(instance.attempt)
         if run is None:
             known = False
             break
-        senders += [instance.attempt] * run.progress_sent
+        senders += [(instance.attempt, run.begins_steps_with)] * run.progress_sent
     last = len(record.steps) - 1
     progress = []
     for position, entry in enumerate(log):
-        attempt = senders[position] if position < len(senders) else None
+        attempt, begins = senders[position] if position < len(senders) else (None, "begin_step")
         delivery = SENT if attempt is not None else OWED if known else UNKNOWN
         at_step = record.step_index(entry.step)
-        sender = "finish_steps" if at_step == last else "begin_step"
+        sender = "finish_steps" if at_step == last else begins
         sent = record if attempt is None else replace(record, attempt=attempt)
         progress.append(
             OwedStatus(

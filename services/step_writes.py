@@ -25,7 +25,7 @@ from datetime import datetime
 
 from domain import transitions
 from domain.contracts import AlertKind, OperatorAlert, OrderStatus, StatusMessage
-from domain.policies import Timeouts, compensation_deadline, step_deadline
+from domain.policies import Timeouts, compensation_deadline
 from domain.ports import StateStore
 from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord, StepState
 from domain.transitions import FencedChange, Undo
@@ -68,7 +68,7 @@ def begin_step(
     name: str,
     done: Done | None,
     now: datetime,
-    timeouts: Timeouts,
+    complete_by: datetime,
     reply_queues: frozenset[str],
 ) -> StepWriteOutcome:
     """Start step `index` with its CompleteBy (D6, E2); the step before it, `done`, is
@@ -78,7 +78,7 @@ def begin_step(
         instance,
         index=index,
         name=name,
-        complete_by=step_deadline(now, timeouts),
+        complete_by=complete_by,
         now=now,
         completed=completed,
     )
@@ -161,14 +161,14 @@ def begin_undo(
     *,
     undone: Undo | None,
     now: datetime,
-    timeouts: Timeouts,
+    complete_by: datetime,
 ) -> StepWriteOutcome:
     """Start undoing a step with its own CompleteBy; the undo before it, `undone`, is
     recorded Compensated in the same write (C1, C2)."""
     change = transitions.begin_undo(
         instance,
         undo,
-        complete_by=compensation_deadline(now, timeouts),
+        complete_by=complete_by,
         now=now,
         undone=undone,
     )

@@ -28,6 +28,7 @@ import azure.functions as func
 
 import bootstrap
 from domain.outgoing_messages import alert_outgoing, status_outgoing
+from domain.policies import Timeouts
 from observability import logs
 from observability.tracing import order_span, status_span
 from orchestrators.order_workflow import ORCHESTRATOR, compensation_input, orchestration_version
@@ -124,11 +125,16 @@ async def _request_recoveries(report: SweepReport, client: df.DurableOrchestrati
                 with status_span(record.order_id, recovery.status.subject):
                     await publisher.send(status_outgoing(recovery.status))
             if recovery.compensation_instance is not None:
-                await _start_compensation(client, recovery, settings.agent_transport)
+                await _start_compensation(
+                    client, recovery, settings.agent_transport, settings.timeouts
+                )
 
 
 async def _start_compensation(
-    client: df.DurableOrchestrationClient, recovery: Recovery, agent_transport: str
+    client: df.DurableOrchestrationClient,
+    recovery: Recovery,
+    agent_transport: str,
+    timeouts: Timeouts,
 ) -> None:
     """Hand the compensation the sweep requested to the Scheduler (U4, C1): an instance of
     the order's workflow that undoes what is left. If the start fails, the record stays
@@ -140,7 +146,9 @@ async def _start_compensation(
         await client.start_new(
             ORCHESTRATOR,
             instance_id=str(instance),
-            client_input=compensation_input(record, instance, recovery.undo, agent_transport),
+            client_input=compensation_input(
+                record, instance, recovery.undo, agent_transport, timeouts
+            ),
             version=orchestration_version(record.workflow_version),
         )
     except Exception:

@@ -33,7 +33,7 @@ from devhost.testing import eventually_true
 import bootstrap
 from demo.pipeline import DEMO_REPLY_QUEUE, Pipeline, local_pipeline
 from domain.contracts import Order
-from domain.records import StateRecord
+from domain.records import StateRecord, parse_utc
 from simulators.fulfilment import FaultPlan
 from simulators.services import Role, SimulatedServices
 
@@ -424,6 +424,21 @@ def scheduled_activities(status: OrchestrationStatus) -> list[str]:
         str(event["Name"])
         for event in status.history or []
         if event["EventType"] == EventType.TASK_SCHEDULED
+    ]
+
+
+def episodes(status: OrchestrationStatus) -> int:
+    """How many episodes (replays that took new events) an orchestration instance ran."""
+    history = status.history or []
+    return sum(1 for event in history if event["EventType"] == EventType.ORCHESTRATOR_STARTED)
+
+
+def timer_deadlines(status: OrchestrationStatus) -> list[datetime]:
+    """When each durable timer an orchestration instance created was due, in order (E2)."""
+    return [
+        parse_utc(str(event["FireAt"]))
+        for event in status.history or []
+        if event["EventType"] == EventType.TIMER_CREATED
     ]
 
 

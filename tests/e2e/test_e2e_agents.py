@@ -155,7 +155,7 @@ async def test_e1_the_activity_shaped_agent_needs_no_agent_queue(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """E1: with AGENT_TRANSPORT=activity the same order completes, each step's agent running
-    as an activity of the orchestration, and nothing is sent on any agent queue."""
+    inside the activity that begins the step, and nothing is sent on any agent queue."""
     caplog.set_level(logging.DEBUG, logger="devhost.invocation")
     async with running_pipeline(tmp_path, settings={"AGENT_TRANSPORT": "activity"}) as e2e:
         await e2e.submit(order_body("o-activity"), message_id="o-activity")
@@ -164,7 +164,7 @@ async def test_e1_the_activity_shaped_agent_needs_no_agent_queue(
 
         assert _trail(replies) == COMPLETED_IN_ATTEMPT_1
         instance = await e2e.finished_instance("o-activity:1")
-        assert scheduled_activities(instance).count("run_agent_in_activity") == 3
+        assert scheduled_activities(instance).count("run_step_in_activity") == 3
         sent = e2e.app_sent()
         for queue in (*STEP_AGENT_REQUESTS, AGENT_REQUESTS, AGENT_RESPONSES):
             assert sent[queue] == 0, f"a message went to {queue}"

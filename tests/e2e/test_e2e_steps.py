@@ -11,9 +11,10 @@ the steps a new order runs.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from domain.records import ProcessState, StateRecord, StepState
+from domain.records import ProcessState, StateRecord, StepState, parse_utc
 from simulators.services import FaultKind, FaultPlan, FaultRule, SideEffectKind
 from tests.e2e.e2e_helpers import (
     AGENT_REQUESTS,
@@ -23,10 +24,12 @@ from tests.e2e.e2e_helpers import (
     STEP_AGENT_REQUESTS,
     STEP_SERVICES,
     compensation_began_at,
+    episodes,
     order_body,
     running_step_pipeline,
     scheduled_activities,
     side_effects_against_compensation,
+    timer_deadlines,
 )
 
 STEPS = ("reserve-stock", "charge-payment", "ship-order")
@@ -161,10 +164,12 @@ async def test_c10_c8_the_next_attempt_resumes_at_the_step_not_completed(tmp_pat
 async def test_e1_activity_agents_use_no_queue_to_complete_or_to_compensate(
     tmp_path: Path,
 ) -> None:
-    """E1: with AGENT_TRANSPORT=activity each step's agent runs as the `run_agent_in_activity`
-    activity: an order completes all three steps and another, whose payment is declined,
-    compensates (C1) - and not one message goes to an agent request queue or comes back on
-    the response queue."""
+    """E1: with AGENT_TRANSPORT=activity each step's agent runs inside the activity that
+    begins the step (`run_step_in_activity`, `run_undo_in_activity`): an order completes all
+    three steps, one activity and one episode per step, each racing a timer at the CompleteBy
+    the orchestration wrote (D6, E2); another, whose payment is declined, compensates (C1) -
+    and not one message goes to an agent request queue or comes back on the response
+    queue."""
     declined = "o-act-declined"
     payment = FaultPlan(
         rules=(FaultRule(FaultKind.PERMANENT, order_id=declined, operation="charge"),)
@@ -190,10 +195,27 @@ async def test_e1_activity_agents_use_no_queue_to_complete_or_to_compensate(
             ("compensated", None),
         ]
         runs = await e2e.finished_instance("o-act:1")
-        assert scheduled_activities(runs).count("run_agent_in_activity") == 3
+        assert scheduled_activities(runs) == ["run_step_in_activity"] * 3 + ["finish_steps"]
+        # the start, one per step, and the one that saw finish_steps done
+        assert episodes(runs) == 1 + len(STEPS) + 1
+        # each step's timer is due at the CompleteBy its write was given
+        written = [
+            parse_utc(json.loads(event["Input"])["complete_by"])
+            for event in runs.history or []
+            if event.get("Name") == "run_step_in_activity"
+        ]
+        assert len(written) == len(STEPS)
+        assert timer_deadlines(runs) == written
         undoes = await e2e.finished_instance(f"{declined}:1")
-        # reserve, the declined charge, then its undo by key and the release
-        assert scheduled_activities(undoes).count("run_agent_in_activity") == 4
+        # reserve, the declined charge; then the charge's undo by key and the release
+        assert scheduled_activities(undoes) == [
+            "run_step_in_activity",
+            "run_step_in_activity",
+            "fail_step",
+            "run_undo_in_activity",
+            "run_undo_in_activity",
+            "finish_undo",
+        ]
         sent = e2e.app_sent()
         for queue in (*STEP_AGENT_REQUESTS, AGENT_REQUESTS, AGENT_RESPONSES):
             assert sent[queue] == 0, f"the app sent {sent[queue]} message(s) to {queue}"

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from domain import transitions
 from domain.agent_messages import AgentMessageError, AgentOutcome, AgentResponse
 from domain.contracts import Order, OrderItem
-from domain.policies import Timeouts
+from domain.policies import Timeouts, step_deadline
 from domain.ports import OrderStore, StateStore
 from domain.records import InstanceId, ProcessState, StateRecord, StepState
 from domain.transitions import new_record
@@ -63,7 +63,7 @@ def running_first_step(states: StateStore, orders: OrderStore) -> tuple[Instance
         name=STEPS[0],
         done=None,
         now=NOW,
-        timeouts=TIMEOUTS,
+        complete_by=step_deadline(NOW, TIMEOUTS),
         reply_queues=REPLY_QUEUES,
     )
     assert started.record is not None
@@ -82,7 +82,7 @@ def apply(
             name=STEPS[1],
             done=Done(0, STEPS[0], response.reference),
             now=now,
-            timeouts=TIMEOUTS,
+            complete_by=step_deadline(now, TIMEOUTS),
             reply_queues=REPLY_QUEUES,
         )
     return step_writes.fail_step(

@@ -46,7 +46,13 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from domain.policies import ScanBounds, SupervisorPolicy, Timeouts
+from domain.policies import (
+    ScanBounds,
+    SupervisorPolicy,
+    Timeouts,
+    compensation_deadline,
+    step_deadline,
+)
 from domain.ports import Page, PreconditionFailed, StateStore
 from domain.records import FINISHED_STATES, InstanceId, ProcessState, StateRecord, StepState
 from domain.transitions import IllegalTransition, Undo
@@ -406,7 +412,7 @@ class StateRecordModel(RuleBasedStateMachine):
                     name=STEPS[index],
                     done=done,
                     now=self.now,
-                    timeouts=TIMEOUTS,
+                    complete_by=step_deadline(self.now, TIMEOUTS),
                     reply_queues=REPLY_QUEUES,
                 )
 
@@ -449,7 +455,7 @@ class StateRecordModel(RuleBasedStateMachine):
                     undo,
                     undone=undone,
                     now=self.now,
-                    timeouts=TIMEOUTS,
+                    complete_by=compensation_deadline(self.now, TIMEOUTS),
                 )
 
             if self._fenced(attempt, begin).applied:

@@ -15,6 +15,7 @@ from config import Settings
 from domain.agent_messages import AgentOperation, AgentOutcome, AgentRequest, AgentResponse
 from domain.contracts import Order, OrderItem
 from domain.policies import CircuitBreaker
+from order_agents import step_agents
 from order_agents.call_policy import request_call, run_agent
 from order_agents.remote_services import STEP_SERVICES
 from order_agents.service_client import ServiceClient
@@ -116,3 +117,25 @@ async def test_a_charge_names_an_amount_and_a_currency_only_c3(
     [entry] = services.ledger_entries("payment", "o-1")
     assert entry.order_id == "o-1"
     assert "customer" not in str(await ledger.json()).lower()
+
+
+async def test_an_agent_that_fails_inside_an_activity_gives_up_after_one_run_c4(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The activity that begins a step and runs its agent is retried for its store write
+    only: an agent that raises gives up instead, so no retry of the activity runs it again
+    and spends more than its share of the budget (C4); the supervisor retries the attempt."""
+    runs: list[AgentRequest] = []
+
+    async def broken(req: AgentRequest) -> AgentResponse:
+        runs.append(req)
+        raise RuntimeError("a bug in the agent")
+
+    monkeypatch.setattr(step_agents, "run_step_agent", broken)
+    req = request("charge-payment")
+
+    response = await step_agents.run_step_agent_once(req)
+
+    assert runs == [req]
+    assert (response.request_id, response.outcome) == (req.request_id, AgentOutcome.GAVE_UP)
+    assert response.detail == "the agent failed: RuntimeError"

@@ -15,9 +15,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from config import Settings
 from domain import transitions
 from domain.contracts import StatusMessage
+from domain.policies import compensation_deadline, step_deadline
 from domain.ports import OrderStore, StateStore
 from domain.records import InstanceId, ProcessState, format_utc
 from services import step_writes
@@ -133,24 +136,25 @@ def submitted(
     return order
 
 
-def begin(order: Order, index: int, done: Done | None) -> None:
+def begin(order: Order, index: int, done: Done | None, *, begins: str = "begin_step") -> None:
+    now = order.now()
     outcome = step_writes.begin_step(
         order.states,
         order.instance,
         index=index,
         name=STEPS[index],
         done=done,
-        now=order.now(),
-        timeouts=SETTINGS.timeouts,
+        now=now,
+        complete_by=step_deadline(now, SETTINGS.timeouts),
         reply_queues=SETTINGS.reply_queues,
     )
-    order.completed("begin_step", outcome)
+    order.completed(begins, outcome)
 
 
-def two_steps_done(order: Order) -> Done:
-    begin(order, 0, None)
-    begin(order, 1, Done(0, STEPS[0], "res-1"))
-    begin(order, 2, Done(1, STEPS[1], "pay-1"))
+def two_steps_done(order: Order, *, begins: str = "begin_step") -> Done:
+    begin(order, 0, None, begins=begins)
+    begin(order, 1, Done(0, STEPS[0], "res-1"), begins=begins)
+    begin(order, 2, Done(1, STEPS[1], "pay-1"), begins=begins)
     return Done(2, STEPS[2], "ship-1")
 
 
@@ -165,11 +169,14 @@ def message_ids(timeline: dict[str, Any]) -> list[str]:
     return [m["messageId"] for m in timeline["statusMessages"]["messages"]]
 
 
+# Over the queue pair `begin_step` begins each step; with the agent as an activity,
+# `run_step_in_activity` begins it and runs the agent (E1).
+@pytest.mark.parametrize("begins", ["begin_step", "run_step_in_activity"])
 def test_a_processed_order_owes_received_each_step_and_completed_all_sent_r2(
-    stores: tuple[StateStore, OrderStore],
+    stores: tuple[StateStore, OrderStore], begins: str
 ) -> None:
     order = submitted(stores, "o-done")
-    last = two_steps_done(order)
+    last = two_steps_done(order, begins=begins)
     finished = step_writes.finish_steps(
         order.states,
         order.instance,
@@ -200,6 +207,8 @@ def test_a_processed_order_owes_received_each_step_and_completed_all_sent_r2(
         ("in-progress", "ship-order", 1, SENT),
         ("completed", None, 1, SENT),
     ]
+    senders = [m["sentBy"] for m in timeline["statusMessages"]["messages"]]
+    assert senders[1:4] == [begins, begins, "finish_steps"]
     record = timeline["record"]
     log = [entry["CompletedAt"] for entry in timeline["compensationLog"]]
     follows = [m["follows"] for m in timeline["statusMessages"]["messages"]]
@@ -295,13 +304,14 @@ def test_a_compensated_order_owes_each_completed_step_and_compensated_c1_r2(
     order.completed("fail_step", failed)
     undone = None
     for undo in failed.undo:
+        now = order.now()
         started = step_writes.begin_undo(
             order.states,
             order.instance,
             undo,
             undone=undone,
-            now=order.now(),
-            timeouts=SETTINGS.timeouts,
+            now=now,
+            complete_by=compensation_deadline(now, SETTINGS.timeouts),
         )
         order.completed("begin_undo", started)
         undone = undo

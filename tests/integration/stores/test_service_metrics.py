@@ -21,7 +21,7 @@ from adapters.cosmos_store import CosmosStateStore
 from config import Settings
 from domain.agent_messages import AgentOutcome, AgentRequest
 from domain.contracts import Submission, parse_submission
-from domain.policies import CircuitBreaker
+from domain.policies import CircuitBreaker, compensation_deadline, step_deadline
 from domain.ports import OrderStore, StateStore
 from domain.records import InstanceId, ProcessState
 from domain.transitions import Undo
@@ -114,7 +114,7 @@ def begin(
         name=STEPS[index],
         done=done,
         now=now,
-        timeouts=SETTINGS.timeouts,
+        complete_by=step_deadline(now, SETTINGS.timeouts),
         reply_queues=SETTINGS.reply_queues,
     )
     assert outcome.applied
@@ -242,7 +242,7 @@ async def test_failures_for_good_count_error_compensated_and_compensation_failed
                 undo,
                 undone=undone,
                 now=T0 + timedelta(seconds=3),
-                timeouts=SETTINGS.timeouts,
+                complete_by=compensation_deadline(T0 + timedelta(seconds=3), SETTINGS.timeouts),
             )
             if not undo_works:
                 step_writes.undo_failed(

@@ -12,6 +12,7 @@ import pytest
 from config import Settings
 from domain import transitions
 from domain.contracts import AlertKind
+from domain.policies import compensation_deadline, step_deadline
 from domain.ports import OrderStore, StateStore
 from domain.records import InstanceId, ProcessState, StateRecord, StepState
 from observability import logs
@@ -38,7 +39,7 @@ def begin(states: StateStore, index: int, done: Done | None) -> StepWriteOutcome
         name=STEPS[index],
         done=done,
         now=T0,
-        timeouts=SETTINGS.timeouts,
+        complete_by=step_deadline(T0, SETTINGS.timeouts),
         reply_queues=SETTINGS.reply_queues,
     )
 
@@ -139,7 +140,7 @@ def test_a_stale_attempt_writes_nothing_and_says_nothing_d4(
         name=STEPS[0],
         done=None,
         now=T0,
-        timeouts=SETTINGS.timeouts,
+        complete_by=step_deadline(T0, SETTINGS.timeouts),
         reply_queues=SETTINGS.reply_queues,
     )
     assert stale == step_writes.REFUSED
@@ -215,7 +216,12 @@ def test_a_later_step_failing_compensates_the_completed_ones_newest_first_c1(
     undone = None
     for undo in failed.undo:
         started = step_writes.begin_undo(
-            states, ATTEMPT, undo, undone=undone, now=T0, timeouts=SETTINGS.timeouts
+            states,
+            ATTEMPT,
+            undo,
+            undone=undone,
+            now=T0,
+            complete_by=compensation_deadline(T0, SETTINGS.timeouts),
         )
         assert started.applied
         undone = undo
@@ -241,7 +247,12 @@ def test_a_compensation_logs_the_failed_step_each_undo_and_the_final_state_c1_c9
     undone = None
     for undo in fail(states, 2).undo:
         step_writes.begin_undo(
-            states, ATTEMPT, undo, undone=undone, now=T0, timeouts=SETTINGS.timeouts
+            states,
+            ATTEMPT,
+            undo,
+            undone=undone,
+            now=T0,
+            complete_by=compensation_deadline(T0, SETTINGS.timeouts),
         )
         undone = undo
     step_writes.finish_undo(
@@ -266,7 +277,14 @@ def test_an_undo_that_fails_for_good_tells_the_operator_which_step_c2(
     paid = run_two_steps(states)
     begin(states, 2, paid)
     undo = fail(states, 2).undo[0]
-    step_writes.begin_undo(states, ATTEMPT, undo, undone=None, now=T0, timeouts=SETTINGS.timeouts)
+    step_writes.begin_undo(
+        states,
+        ATTEMPT,
+        undo,
+        undone=None,
+        now=T0,
+        complete_by=compensation_deadline(T0, SETTINGS.timeouts),
+    )
     failed = step_writes.undo_failed(
         states,
         ATTEMPT,

@@ -22,6 +22,7 @@ import bootstrap
 from config import Settings
 from domain import transitions
 from domain.contracts import AlertKind, Order
+from domain.policies import step_deadline
 from domain.ports import (
     OperationKind,
     OrderStore,
@@ -990,7 +991,7 @@ def test_giving_up_after_completed_steps_requests_compensation_c1_u4(
             name=steps[index],
             done=done,
             now=T0,
-            timeouts=settings.timeouts,
+            complete_by=step_deadline(T0, settings.timeouts),
             reply_queues=settings.reply_queues,
         )
     now = T0 + timedelta(seconds=31)
@@ -1130,7 +1131,7 @@ def test_giving_up_with_nothing_completed_names_the_step_in_doubt_e8_u4(
         name="reserve-stock",
         done=None,
         now=T0,
-        timeouts=settings.timeouts,
+        complete_by=step_deadline(T0, settings.timeouts),
         reply_queues=settings.reply_queues,
     )
     [gave_up] = sweep_at(states, T0 + timedelta(seconds=31), settings).recoveries
