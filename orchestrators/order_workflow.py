@@ -68,8 +68,7 @@ def attempt_input(record: StateRecord, agent_transport: str, timeouts: Timeouts)
             steps=tuple(step.name for step in record.steps),
             agent_transport=agent_transport,
             resume_at=record.resume_at or 0,
-            step_seconds=timeouts.step_seconds,
-            compensation_seconds=timeouts.compensation_seconds,
+            timeouts=timeouts,
         ).to_dict()
     return AttemptInput(record.order_id, instance.attempt, agent_transport).to_dict()
 
@@ -89,8 +88,7 @@ def compensation_input(
         steps=tuple(step.name for step in record.steps),
         agent_transport=agent_transport,
         undo=tuple(StepRef(u.index, u.name, u.reference) for u in undo),
-        step_seconds=timeouts.step_seconds,
-        compensation_seconds=timeouts.compensation_seconds,
+        timeouts=timeouts,
     ).to_dict()
 
 

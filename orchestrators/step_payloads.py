@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+from domain.policies import Timeouts
 from domain.records import InstanceId, format_utc, parse_utc
 
 
@@ -38,11 +39,11 @@ class StepsAttempt:
     completed by an earlier attempt is never run again. ``undo`` is set when the instance is
     started to compensate: the steps to undo, in order (C1, C2).
 
-    ``step_seconds`` and ``compensation_seconds`` are the CompleteBy budgets of a step and of
-    an undo when the attempt was started: with them the orchestration sets each CompleteBy
-    itself (D6), so it can start the durable timer in the episode that starts the step (E2).
-    Inputs written before they existed carry neither; their instances replay the way they
-    started, with the deadline set by the write that begins the step (C7).
+    ``timeouts`` are the app's CompleteBy budgets when the attempt was started: with them the
+    orchestration sets each CompleteBy itself (D6), so it can start the durable timer in the
+    episode that starts the step (E2). Inputs written before they existed carry none; their
+    instances replay the way they started, with the deadline set by the write that begins
+    the step (C7).
     """
 
     order_id: str
@@ -51,8 +52,7 @@ class StepsAttempt:
     agent_transport: str
     resume_at: int = 0
     undo: tuple[StepRef, ...] | None = None
-    step_seconds: float | None = None
-    compensation_seconds: float | None = None
+    timeouts: Timeouts | None = None
 
     @property
     def instance(self) -> InstanceId:
@@ -63,7 +63,7 @@ class StepsAttempt:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StepsAttempt:
-        undo = data.get("undo")
+        undo, timeouts = data.get("undo"), data.get("timeouts")
         return cls(
             order_id=data["order_id"],
             attempt=data["attempt"],
@@ -71,8 +71,7 @@ class StepsAttempt:
             agent_transport=data["agent_transport"],
             resume_at=data.get("resume_at", 0),
             undo=None if undo is None else tuple(StepRef.from_dict(u) for u in undo),
-            step_seconds=data.get("step_seconds"),
-            compensation_seconds=data.get("compensation_seconds"),
+            timeouts=None if timeouts is None else Timeouts(**timeouts),
         )
 
 

@@ -32,7 +32,6 @@ It must stay deterministic: time comes from ``context.current_utc_datetime`` onl
 from __future__ import annotations
 
 from collections.abc import Generator
-from datetime import timedelta
 from typing import Any, NamedTuple
 
 import azure.durable_functions as df
@@ -43,7 +42,7 @@ from domain.agent_messages import (
     AgentResponse,
     agent_response_event,
 )
-from domain.policies import AGENT_TRANSPORT_ACTIVITY
+from domain.policies import AGENT_TRANSPORT_ACTIVITY, compensation_deadline, step_deadline
 from domain.records import format_utc, parse_utc
 from orchestrators.one_step_workflow import STORE_RETRY
 from orchestrators.step_payloads import StepRef, StepsAttempt, StepWrite, StepWritten
@@ -54,6 +53,7 @@ BEGIN_ACTIVITIES = {
     AgentOperation.DO: ("begin_step", "run_step_in_activity"),
     AgentOperation.UNDO: ("begin_undo", "run_undo_in_activity"),
 }
+DEADLINES = {AgentOperation.DO: step_deadline, AgentOperation.UNDO: compensation_deadline}
 
 Steps = Generator[Any, Any, dict[str, Any]]
 
@@ -131,15 +131,11 @@ def _begin(
     order: dict[str, Any] | None,
 ) -> Generator[Any, Any, Begun]:
     """Begin `step` (or its undo) under the fence, then race its agent against CompleteBy."""
-    seconds = (
-        attempt.step_seconds if operation is AgentOperation.DO else attempt.compensation_seconds
-    )
-    deadline = (
-        None if seconds is None else context.current_utc_datetime + timedelta(seconds=seconds)
-    )
+    now, timeouts = context.current_utc_datetime, attempt.timeouts
+    deadline = None if timeouts is None else DEADLINES[operation](now, timeouts)
     call = StepWrite.of(
         attempt,
-        context.current_utc_datetime,
+        now,
         step=step,
         done=done,
         order=order,
@@ -159,8 +155,7 @@ def _begin(
             return Begun(applied=False)
         request_id = str(ran.request["requestId"])
         return Begun(True, ran.order, AgentResponse.answering(request_id, ran.response))
-    result = yield context.call_activity_with_retry(alone, STORE_RETRY, call.to_dict())
-    started = StepWritten.from_dict(result)
+    started = yield from _called(context, alone, call)
     if not started.applied or started.request is None:
         return Begun(applied=False)
     response = yield from _agent_answer(context, started.request, attempt.agent_transport)
@@ -173,7 +168,16 @@ def _write(
     attempt: StepsAttempt,
     **fields: Any,
 ) -> Generator[Any, Any, StepWritten]:
-    call = StepWrite.of(attempt, context.current_utc_datetime, **fields)
+    return (
+        yield from _called(
+            context, activity, StepWrite.of(attempt, context.current_utc_datetime, **fields)
+        )
+    )
+
+
+def _called(
+    context: df.DurableOrchestrationContext, activity: str, call: StepWrite
+) -> Generator[Any, Any, StepWritten]:
     result = yield context.call_activity_with_retry(activity, STORE_RETRY, call.to_dict())
     return StepWritten.from_dict(result)
 

@@ -27,6 +27,7 @@ import pytest
 from azure.durable_functions.models.actions.ActionType import ActionType
 
 from domain.agent_messages import UNDO_SUFFIX, AgentOutcome, AgentResponse
+from domain.policies import Timeouts
 from domain.records import format_utc, parse_utc
 from orchestrators.step_payloads import StepRef, StepsAttempt, StepWritten
 from orchestrators.step_workflow import step_workflow
@@ -35,7 +36,10 @@ STEPS = ("reserve-stock", "charge-payment", "ship-order")
 STARTED_BY_OLDER_CODE = StepsAttempt(
     order_id="o-1", attempt=1, steps=STEPS, agent_transport="activity"
 )
-ATTEMPT = replace(STARTED_BY_OLDER_CODE, step_seconds=30.0, compensation_seconds=20.0)
+ATTEMPT = replace(
+    STARTED_BY_OLDER_CODE,
+    timeouts=Timeouts(claim_seconds=60.0, step_seconds=30.0, compensation_seconds=20.0),
+)
 INSTANCE = "o-1:1"
 ORDER = {"OrderID": "o-1", "items": [{"sku": "s-1", "quantity": 1}]}
 START = datetime(2030, 1, 1, 8, tzinfo=UTC)
