@@ -63,6 +63,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep the run's stores, histories, journals and process logs here "
         "(default: a temp dir, removed at the end)",
     )
+    parser.add_argument(
+        "--backend",
+        choices=("sqlite", "cosmos"),
+        default="sqlite",
+        help="state store and orders database: sqlite (embedded files in the work directory) "
+        "or cosmos, the Cosmos DB adapter on a local Cosmos DB API server the run starts "
+        "(npm @vercel/cosmosdb-server)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress line")
     parser.set_defaults(run=run_chaos_command)
     return parser
@@ -77,7 +85,9 @@ def run_chaos_command(args: argparse.Namespace) -> int:
     from chaos.run import ChaosOptions, run_chaos, write_report
     from chaos.schedule import CrashKind
     from config import SettingsError
+    from demo.command import quiet_cosmos_sdk
 
+    quiet_cosmos_sdk()
     if logging.getLogger().level < logging.WARNING:
         logging.getLogger().setLevel(logging.ERROR)
     options = ChaosOptions(
@@ -94,6 +104,7 @@ def run_chaos_command(args: argparse.Namespace) -> int:
         settle_seconds=args.settle_seconds,
         work_dir=args.work_dir,
         progress=not args.no_progress,
+        backend=args.backend,
     )
     try:
         report = event_loop.run(run_chaos(options))

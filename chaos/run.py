@@ -4,8 +4,12 @@ Each piece runs as a process of its own, so each can be killed with SIGKILL mid-
 started again on the same files and port: the embedded broker with its ``--data`` journal,
 the simulated services with their ledger journal, the chaos fault mix and a few orders'
 compensations scripted to fail or stall (`chaos.schedule.chaos_plans`), and three devhosts
-(``python -m devhost start``, one language worker each; `chaos.topology`) on the embedded
-default (SQLite stores), each with its orchestration histories in the work directory. This
+(``python -m devhost start``, one language worker each; `chaos.topology`) over one state
+store and orders database, each with its orchestration histories in the work directory. The
+stores are the embedded default (SQLite files in the work directory) or, with ``backend``
+``cosmos``, the Cosmos DB adapter on a local Cosmos DB API server this run starts and stops
+(`devhost.cosmos_server`; it is never killed: on Azure the database is a managed service,
+not a process of the app). This
 process submits the workload (the demo's: valid orders, exact resends, conflicting copies,
 malformed messages) at a steady rate, resending a batch the broker did not take (ids are
 stable, resends are idempotent: S2, C6), relays the agents' answers (`chaos.relay`), and
@@ -25,7 +29,7 @@ import json
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,11 +37,13 @@ from typing import Any
 
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient
+from devhost.cosmos_server import CosmosServer
 from devhost.durable.history import HistoryEvent
 from devhost.durable.store import DurableStore
 from devhost.servicebus.process import BrokerProcess
 
 import bootstrap
+from adapters.cosmos_connection import CONNECTION_SETTING
 from chaos.invariants import (
     FINAL_STATUS,
     Findings,
@@ -83,7 +89,6 @@ SLOW_PAST_DEADLINE_SECONDS = 2.0
 DO, UNDO = AgentOperation.DO.value, AgentOperation.UNDO.value
 # Step and claim deadlines as the demo's; compensations get as long as a step (C2).
 CHAOS_SETTINGS: dict[str, str] = {
-    "STATE_STORE": "sqlite",
     "COMPENSATION_TIMEOUT_SECONDS": "10",
     "DEADLETTER_WATCH_SCHEDULE": "*/2 * * * * *",
 }
@@ -97,6 +102,7 @@ DEFAULT_CRASHES: dict[CrashKind, int] = {
 ABANDONED_CLAIMS = 5
 CLAIM_RACE_SECONDS = 20.0
 CLAIM_RACE_PAUSE_SECONDS = 0.01
+BACKENDS = ("sqlite", "cosmos")
 UNFINISHED = (ProcessState.PENDING, ProcessState.PROCESSING, ProcessState.COMPENSATING)
 
 
@@ -112,6 +118,8 @@ class ChaosOptions:
     settle_seconds: float = 300.0
     work_dir: Path | None = None
     progress: bool = True
+    backend: str = "sqlite"
+    """The state store and orders database: one of ``BACKENDS``."""
 
 
 @dataclass
@@ -286,7 +294,8 @@ class ChaosReport:
         recovery = self.recovery()
         past = self.answers_past_deadline()
         lines = [
-            f"Orders: {self.orders} (seed {self.seed}), submitted as {self.submitted}",
+            f"Orders: {self.orders} (seed {self.seed}, state store "
+            f"{self.settings.get('state_store')}), submitted as {self.submitted}",
             f"Final states: {_pairs(self.final_states)}; rejected at the backlog bound: "
             f"{len(self.findings.rejected)}",
             "Faults injected: "
@@ -326,13 +335,20 @@ def _pairs(counts: Mapping[str, Any]) -> str:
 class Run:
     """One chaos run's processes, clock and observations."""
 
-    def __init__(self, options: ChaosOptions, work_dir: Path) -> None:
+    def __init__(
+        self, options: ChaosOptions, work_dir: Path, store_settings: Mapping[str, str]
+    ) -> None:
         self.options = options
         self.work_dir = work_dir
         self.progress = ProgressLine(enabled=options.progress)
         self.workload = Workload.generate(options.orders, options.seed)
         # The app's settings that do not depend on the processes (their addresses: `start`).
-        self.values: dict[str, str] = {**sample_settings(), **LOCAL_SETTINGS, **CHAOS_SETTINGS}
+        self.values: dict[str, str] = {
+            **sample_settings(),
+            **LOCAL_SETTINGS,
+            **CHAOS_SETTINGS,
+            **store_settings,
+        }
         settings = self._settings
         self.script = compensation_script(
             self.workload.order_ids,
@@ -612,7 +628,9 @@ class Run:
         window = max(self.options.orders / self.options.rate, MIN_CRASH_WINDOW_SECONDS)
         schedule = crash_schedule(self.options.seed, window, self.options.crashes)
         await self.start()
-        self.states, self.orders = bootstrap.open_stores(self._settings, StoreMetrics())
+        self.states, self.orders = bootstrap.open_stores(
+            self._settings, StoreMetrics(), environ=self.values
+        )
         try:
             self.started = time.monotonic()
             self.started_wall = time.time()
@@ -761,11 +779,28 @@ async def run_chaos(options: ChaosOptions) -> ChaosReport:
     with tempfile.TemporaryDirectory(prefix="chaos-") as scratch:
         work_dir = options.work_dir or Path(scratch)
         await asyncio.to_thread(work_dir.mkdir, parents=True, exist_ok=True)
-        run = Run(options, work_dir)
-        try:
-            return await run.run()
-        finally:
-            await run.stop()
+        async with _stores(options.backend) as store_settings:
+            run = Run(options, work_dir, store_settings)
+            try:
+                return await run.run()
+            finally:
+                await run.stop()
+
+
+@contextlib.asynccontextmanager
+async def _stores(backend: str) -> AsyncIterator[dict[str, str]]:
+    """The settings of the run's state store and orders database; for ``cosmos``, a local
+    Cosmos DB API server for the whole run."""
+    if backend not in BACKENDS:
+        raise RuntimeError(f"unknown backend {backend!r}: one of {', '.join(BACKENDS)}")
+    if backend != "cosmos":
+        yield {"STATE_STORE": backend}
+        return
+    server = await asyncio.to_thread(CosmosServer().start)
+    try:
+        yield {"STATE_STORE": "cosmos", CONNECTION_SETTING: server.connection_string}
+    finally:
+        await asyncio.to_thread(server.stop)
 
 
 def write_report(report: ChaosReport, path: Path | None) -> None:

@@ -97,7 +97,7 @@ def run_demo_command(args: argparse.Namespace) -> int:
     # The pipeline's own logs would drown the progress bar; the report says what happened.
     if logging.getLogger().level < logging.WARNING:
         logging.getLogger().setLevel(logging.ERROR)
-    _quiet_cosmos_sdk()
+    quiet_cosmos_sdk()
     if args.backend != "cosmos":
         return _run(args, {} if args.backend is None else {"STATE_STORE": args.backend})
     from devhost.cosmos_server import CosmosServer
@@ -115,7 +115,7 @@ def run_demo_command(args: argparse.Namespace) -> int:
         server.stop()
 
 
-def _quiet_cosmos_sdk() -> None:
+def quiet_cosmos_sdk() -> None:
     """Silence two kinds of azure-cosmos noise that say nothing about the run.
 
     The SDK skips certificate checks for localhost and 127.0.0.1 only (the emulator's and the
