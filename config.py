@@ -36,6 +36,7 @@ from domain.policies import (
 from domain.workflow import DEFAULT_ORDER_STEPS, UnknownStep, step_list
 
 T = TypeVar("T")
+STATE_STORES = ("sqlite", "cosmos")
 Parser = Callable[[str, str], T]
 """Turns the text of the setting named by its second argument into a value, or raises."""
 
@@ -217,7 +218,7 @@ class Settings:
         blank_is_default=True,
     )
     state_store: str = _setting(
-        "STATE_STORE", "sqlite", _one_of("sqlite", "cosmos"), "the state store and orders database"
+        "STATE_STORE", "sqlite", _one_of(*STATE_STORES), "the state store and orders database"
     )
     sqlite_directory: str = _setting(
         "SQLITE_DIRECTORY", ".data", _text, "where the SQLite state store and orders database live"

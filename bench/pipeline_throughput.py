@@ -54,6 +54,7 @@ from typing import Any
 
 from bench.figures import REPO_ROOT, Spread, machine, markdown_table, verdict
 from bench.process_tree import TreeUsage, wait_with_usage
+from config import STATE_STORES
 from domain.policies import AGENT_TRANSPORT_ACTIVITY, AGENT_TRANSPORT_SERVICEBUS
 
 
@@ -337,7 +338,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1, help="workload seed, the same every run")
     parser.add_argument(
         "--backend",
-        choices=("sqlite", "cosmos"),
+        choices=STATE_STORES,
         default="sqlite",
         help="passed to the demo: the stores' backend (cosmos starts a local Cosmos DB API server)",
     )

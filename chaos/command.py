@@ -18,6 +18,8 @@ from pathlib import Path
 from devhost import event_loop
 from devhost.cli import run_command
 
+from config import STATE_STORES
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -65,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--backend",
-        choices=("sqlite", "cosmos"),
+        choices=STATE_STORES,
         default="sqlite",
         help="state store and orders database: sqlite (embedded files in the work directory) "
         "or cosmos, the Cosmos DB adapter on a local Cosmos DB API server the run starts "

@@ -29,7 +29,7 @@ import json
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,13 +37,11 @@ from typing import Any
 
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient
-from devhost.cosmos_server import CosmosServer
 from devhost.durable.history import HistoryEvent
 from devhost.durable.store import DurableStore
 from devhost.servicebus.process import BrokerProcess
 
 import bootstrap
-from adapters.cosmos_connection import CONNECTION_SETTING
 from chaos.invariants import (
     FINAL_STATUS,
     Findings,
@@ -62,6 +60,7 @@ from demo.pipeline import (
     DEMO_REPLY_QUEUE,
     LOCAL_SETTINGS,
     REPOSITORY,
+    local_store_settings,
     sample_settings,
 )
 from demo.progress import ProgressLine
@@ -102,7 +101,6 @@ DEFAULT_CRASHES: dict[CrashKind, int] = {
 ABANDONED_CLAIMS = 5
 CLAIM_RACE_SECONDS = 20.0
 CLAIM_RACE_PAUSE_SECONDS = 0.01
-BACKENDS = ("sqlite", "cosmos")
 UNFINISHED = (ProcessState.PENDING, ProcessState.PROCESSING, ProcessState.COMPENSATING)
 
 
@@ -119,7 +117,7 @@ class ChaosOptions:
     work_dir: Path | None = None
     progress: bool = True
     backend: str = "sqlite"
-    """The state store and orders database: one of ``BACKENDS``."""
+    """The state store and orders database: one of `config.STATE_STORES`."""
 
 
 @dataclass
@@ -779,28 +777,14 @@ async def run_chaos(options: ChaosOptions) -> ChaosReport:
     with tempfile.TemporaryDirectory(prefix="chaos-") as scratch:
         work_dir = options.work_dir or Path(scratch)
         await asyncio.to_thread(work_dir.mkdir, parents=True, exist_ok=True)
-        async with _stores(options.backend) as store_settings:
+        # Started before the run's tasks and stopped after them: its blocking start and stop
+        # hold none of them up.
+        with local_store_settings(options.backend) as store_settings:
             run = Run(options, work_dir, store_settings)
             try:
                 return await run.run()
             finally:
                 await run.stop()
-
-
-@contextlib.asynccontextmanager
-async def _stores(backend: str) -> AsyncIterator[dict[str, str]]:
-    """The settings of the run's state store and orders database; for ``cosmos``, a local
-    Cosmos DB API server for the whole run."""
-    if backend not in BACKENDS:
-        raise RuntimeError(f"unknown backend {backend!r}: one of {', '.join(BACKENDS)}")
-    if backend != "cosmos":
-        yield {"STATE_STORE": backend}
-        return
-    server = await asyncio.to_thread(CosmosServer().start)
-    try:
-        yield {"STATE_STORE": "cosmos", CONNECTION_SETTING: server.connection_string}
-    finally:
-        await asyncio.to_thread(server.stop)
 
 
 def write_report(report: ChaosReport, path: Path | None) -> None:

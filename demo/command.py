@@ -12,6 +12,7 @@ devhost, its workers, the simulated services and the client) as OTLP JSON lines 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 import warnings
@@ -21,6 +22,7 @@ from pathlib import Path
 from devhost import event_loop
 from devhost.cli import run_command
 
+from config import STATE_STORES
 from simulators.services import PRESET_NAMES
 
 
@@ -60,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
         "--backend",
-        choices=("sqlite", "cosmos"),
+        choices=STATE_STORES,
         default=None,
         help=(
             "state store and orders database: sqlite (embedded) or cosmos, on a local Cosmos "
@@ -98,21 +100,15 @@ def run_demo_command(args: argparse.Namespace) -> int:
     if logging.getLogger().level < logging.WARNING:
         logging.getLogger().setLevel(logging.ERROR)
     quiet_cosmos_sdk()
-    if args.backend != "cosmos":
-        return _run(args, {} if args.backend is None else {"STATE_STORE": args.backend})
-    from devhost.cosmos_server import CosmosServer
+    from demo.pipeline import local_store_settings
 
-    from adapters.cosmos_connection import CONNECTION_SETTING
-
-    try:
-        server = CosmosServer().start()
-    except RuntimeError as error:
-        print(f"demo: cannot start the local Cosmos DB API server: {error}", file=sys.stderr)
-        return 2
-    try:
-        return _run(args, {"STATE_STORE": "cosmos", CONNECTION_SETTING: server.connection_string})
-    finally:
-        server.stop()
+    with contextlib.ExitStack() as stores:
+        try:
+            settings = stores.enter_context(local_store_settings(args.backend))
+        except RuntimeError as error:
+            print(f"demo: cannot start the local Cosmos DB API server: {error}", file=sys.stderr)
+            return 2
+        return _run(args, settings)
 
 
 def quiet_cosmos_sdk() -> None:

@@ -23,13 +23,14 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from azure.core.exceptions import AzureError
 from azure.cosmos.exceptions import CosmosResourceNotFoundError
 from devhost.clock import Clock, RealClock
+from devhost.cosmos_server import CosmosServer
 from devhost.host import DevHost, HostOptions
 from devhost.servicebus.config import load_config
 from devhost.servicebus.process import BrokerProcess
@@ -82,6 +83,20 @@ def sample_settings() -> dict[str, str]:
 
 # The settings a local run takes from the environment by name, besides the Cosmos DB ones.
 ENVIRONMENT_SETTINGS = frozenset({"STATE_STORE", "ORDER_STEPS", "AGENT_TRANSPORT"})
+
+
+@contextlib.contextmanager
+def local_store_settings(backend: str | None) -> Iterator[dict[str, str]]:
+    """The settings that point a local run's app at ``backend`` (one of
+    `config.STATE_STORES`): STATE_STORE and, for ``cosmos``, the CosmosConnection of a local
+    Cosmos DB API server started for the block and stopped after it. With None, none: the
+    environment's STATE_STORE and Cosmos settings decide. RuntimeError when the server
+    cannot start."""
+    if backend != "cosmos":
+        yield {} if backend is None else {"STATE_STORE": backend}
+        return
+    with CosmosServer() as server:
+        yield {"STATE_STORE": "cosmos", CONNECTION_SETTING: server.connection_string}
 
 
 def pipeline_settings_from(environ: Mapping[str, str]) -> dict[str, str]:

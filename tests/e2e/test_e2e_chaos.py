@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 
 from chaos.report_page import write_page
-from chaos.run import BACKENDS, ChaosOptions, run_chaos, write_report
+from chaos.run import ChaosOptions, run_chaos, write_report
 from chaos.schedule import CrashKind
+from config import STATE_STORES
 from simulators.services import FaultKind
 
 pytestmark = [
@@ -37,7 +38,7 @@ ORDERS = 200
 RATE = 4.0  # orders per second: fifty seconds of submissions, the crashes among them
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", STATE_STORES)
 async def test_a_seeded_chaos_run_loses_doubles_and_leaves_half_undone_nothing(
     tmp_path: Path, backend: str
 ) -> None:
