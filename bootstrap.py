@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from adapters import cosmos_connection, servicebus_publisher
+from adapters import blocking_calls, cosmos_connection, servicebus_publisher
 from adapters.cosmos_connection import CosmosOptions
 from adapters.cosmos_store import open_cosmos_stores
 from adapters.identity_connection import identity_choice
@@ -131,9 +131,11 @@ def check_settings(environ: Mapping[str, str] = os.environ) -> Settings:
     """Read the app settings at start-up, so a bad one stops the app from loading instead of
     failing its first invocation: the retry budget's arithmetic is checked and logged (C4),
     the state store must suit where the app runs, and the identity of each identity-based
-    connection is chosen and logged."""
+    connection is chosen and logged. The pool for blocking calls gets its size here, before
+    any function runs."""
     settings = Settings.from_environ(environ)
     check_hosting(settings, environ)
+    blocking_calls.use_threads(settings.blocking_call_threads)
     log = logs.get_logger("app.settings")
     for connection in _identity_connections(settings, environ):
         log.info(

@@ -37,6 +37,9 @@ from domain.workflow import DEFAULT_ORDER_STEPS, UnknownStep, step_list
 
 T = TypeVar("T")
 STATE_STORES = ("sqlite", "cosmos")
+# Enough for host.json's 32 activities and 32 Service Bus messages of one listener in flight
+# at once, each waiting on one blocking call (adapters/blocking_calls.py).
+DEFAULT_BLOCKING_CALL_THREADS = 64
 Parser = Callable[[str, str], T]
 """Turns the text of the setting named by its second argument into a value, or raises."""
 
@@ -412,6 +415,13 @@ class Settings:
     )
     supervisor_max_pages: int = _setting(
         "SUPERVISOR_MAX_PAGES", 20, _positive_int, "pages one sweep may read (U2)"
+    )
+    blocking_call_threads: int = _setting(
+        "BLOCKING_CALL_THREADS",
+        DEFAULT_BLOCKING_CALL_THREADS,
+        _positive_int,
+        "threads per worker process for the blocking store and settlement calls of async "
+        "function code; the event loop's default executor would have min(32, CPUs + 4)",
     )
 
     def __post_init__(self) -> None:

@@ -14,13 +14,13 @@ that began is logged once its agent has the request (C9); what the writes did is
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import azure.durable_functions as df
 
 import bootstrap
 from activities.agent_bridge import send_agent_request
+from adapters import blocking_calls
 from domain.agent_messages import AgentRequest
 from domain.outgoing_messages import alert_outgoing, status_outgoing
 from domain.policies import AGENT_TRANSPORT_ACTIVITY
@@ -43,8 +43,8 @@ log = logs.get_logger("app.steps")
 async def begin_attempt(call: Any) -> dict[str, Any]:
     app = bootstrap.services()
     step = StepCall.from_dict(call)
-    order = await asyncio.to_thread(load_order, app.orders, step.instance)
-    outcome = await asyncio.to_thread(
+    order = await blocking_calls.run(load_order, app.orders, step.instance)
+    outcome = await blocking_calls.run(
         start_step,
         app.states,
         step.instance,
@@ -72,7 +72,7 @@ async def begin_attempt(call: Any) -> dict[str, Any]:
 async def complete_order_step(call: Any) -> dict[str, Any]:
     app = bootstrap.services()
     step = StepCall.from_dict(call)
-    outcome = await asyncio.to_thread(
+    outcome = await blocking_calls.run(
         complete_order,
         app.states,
         step.instance,
@@ -86,7 +86,7 @@ async def complete_order_step(call: Any) -> dict[str, Any]:
 async def fail_order_step(call: Any) -> dict[str, Any]:
     app = bootstrap.services()
     step = StepCall.from_dict(call)
-    outcome = await asyncio.to_thread(
+    outcome = await blocking_calls.run(
         fail_order,
         app.states,
         step.instance,

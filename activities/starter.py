@@ -18,6 +18,7 @@ import azure.durable_functions as df
 import azure.functions as func
 
 import bootstrap
+from adapters import blocking_calls
 from observability import logs
 from observability.tracing import order_span
 from orchestrators.order_workflow import ORCHESTRATOR, attempt_input, orchestration_version
@@ -34,7 +35,7 @@ async def start_pending_orders(
     timer: func.TimerRequest, client: df.DurableOrchestrationClient
 ) -> None:
     app = bootstrap.services()
-    run = await asyncio.to_thread(
+    run = await blocking_calls.run(
         claim_pending,
         app.states,
         bootstrap.now(),

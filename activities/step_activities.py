@@ -19,7 +19,6 @@ agent has the request (``step begun``, ``undo begun``), what the writes did by
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -30,6 +29,7 @@ from opentelemetry.trace import Span
 
 import bootstrap
 from activities.agent_bridge import send_agent_request
+from adapters import blocking_calls
 from domain.agent_messages import AgentOperation, AgentRequest
 from domain.contracts import OperatorAlert, Order, StatusMessage
 from domain.outgoing_messages import alert_outgoing, status_outgoing
@@ -75,7 +75,7 @@ async def run_step_in_activity(call: Any) -> dict[str, Any]:
 async def _begin_step(write: StepWrite) -> AgentRequest | None:
     step = _required(write.step, "begin_step")
     app = bootstrap.services()
-    outcome = await asyncio.to_thread(
+    outcome = await blocking_calls.run(
         step_writes.begin_step,
         app.states,
         write.instance,
@@ -94,7 +94,7 @@ async def finish_steps(call: Any) -> dict[str, Any]:
     write = StepWrite.from_dict(call)
     with _step_span(write, "finish_steps"):
         app = bootstrap.services()
-        outcome = await asyncio.to_thread(
+        outcome = await blocking_calls.run(
             step_writes.finish_steps,
             app.states,
             write.instance,
@@ -111,7 +111,7 @@ async def fail_step(call: Any) -> dict[str, Any]:
     with _step_span(write, "fail_step"):
         step = _required(write.step, "fail_step")
         app = bootstrap.services()
-        outcome = await asyncio.to_thread(
+        outcome = await blocking_calls.run(
             step_writes.fail_step,
             app.states,
             write.instance,
@@ -142,7 +142,7 @@ async def run_undo_in_activity(call: Any) -> dict[str, Any]:
 async def _begin_undo(write: StepWrite) -> AgentRequest | None:
     step = _required(write.step, "begin_undo")
     app = bootstrap.services()
-    outcome = await asyncio.to_thread(
+    outcome = await blocking_calls.run(
         step_writes.begin_undo,
         app.states,
         write.instance,
@@ -159,7 +159,7 @@ async def finish_undo(call: Any) -> dict[str, Any]:
     write = StepWrite.from_dict(call)
     with _step_span(write, "finish_undo"):
         app = bootstrap.services()
-        outcome = await asyncio.to_thread(
+        outcome = await blocking_calls.run(
             step_writes.finish_undo,
             app.states,
             write.instance,
@@ -176,7 +176,7 @@ async def undo_failed(call: Any) -> dict[str, Any]:
     with _step_span(write, "undo_failed"):
         step = _required(write.step, "undo_failed")
         app = bootstrap.services()
-        outcome = await asyncio.to_thread(
+        outcome = await blocking_calls.run(
             step_writes.undo_failed,
             app.states,
             write.instance,
@@ -200,7 +200,7 @@ async def _with_request(
     order = (
         Order.from_document(write.order)
         if write.order is not None
-        else await asyncio.to_thread(load_order, app.orders, write.instance)
+        else await blocking_calls.run(load_order, app.orders, write.instance)
     )
     request = AgentRequest(
         instance_id=str(write.instance),

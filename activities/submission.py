@@ -13,8 +13,6 @@ and the status message carries it (C9).
 
 from __future__ import annotations
 
-import asyncio
-
 import azure.durable_functions as df
 from azurefunctions.extensions.bindings.servicebus import (
     ServiceBusMessageActions,
@@ -23,6 +21,7 @@ from azurefunctions.extensions.bindings.servicebus import (
 from opentelemetry.trace import Span
 
 import bootstrap
+from adapters import blocking_calls
 from adapters.message_settlement import body_bytes, complete, dead_letter
 from domain.outgoing_messages import alert_outgoing, status_outgoing
 from observability import logs
@@ -50,7 +49,7 @@ async def _receive_order(
     message: ServiceBusReceivedMessage, message_actions: ServiceBusMessageActions, span: Span
 ) -> None:
     app = bootstrap.services()
-    result = await asyncio.to_thread(
+    result = await blocking_calls.run(
         submit_order,
         body_bytes(message),
         reply_to=message.reply_to,

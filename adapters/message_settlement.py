@@ -18,7 +18,6 @@ safe because every trigger's work is idempotent (S2, C6, C8).
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import enum
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from azurefunctions.extensions.bindings.servicebus.serviceBusMessageActions impo
     SettlementError,
 )
 
+from adapters import blocking_calls
 from observability import logs
 
 log = logs.get_logger("app.settlement")
@@ -106,7 +106,7 @@ async def _settle(
 ) -> Outcome:
     bound = with_deadline(actions, deadline)
     try:
-        await asyncio.to_thread(settle, bound, message)
+        await blocking_calls.run(settle, bound, message)
     except SettlementError as error:
         log.warning(
             "settlement failed",
@@ -118,7 +118,7 @@ async def _settle(
     else:
         return Outcome.SETTLED
     try:
-        await asyncio.to_thread(bound.abandon, message)
+        await blocking_calls.run(bound.abandon, message)
     except SettlementError as error:
         # Unless it was settled already, the broker redelivers it when its lock expires.
         log.warning(
@@ -143,7 +143,7 @@ def with_deadline(actions: ServiceBusMessageActions, seconds: float) -> ServiceB
 
     ``ServiceBusMessageActions`` (1.0.0b2) calls its ``Settlement`` stub, kept in the private
     attribute ``_client``, without a timeout and takes none, so a host that never answers would
-    block the calling thread forever (a timeout around ``asyncio.to_thread`` would only stop
+    block the calling thread forever (a timeout around ``blocking_calls.run`` would only stop
     waiting for that thread). The copy returned keeps the extension's own request building and
     error wrapping (every failure is a ``SettlementError``) and only swaps the stub for one
     that passes ``timeout=seconds`` to each call, which gRPC enforces as the call's deadline.

@@ -30,7 +30,6 @@ the fence (D4), so this only tidies what the durable view shows.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -40,6 +39,7 @@ import azure.durable_functions as df
 import azure.functions as func
 
 import bootstrap
+from adapters import blocking_calls
 from domain.dead_letters import DeadLetter
 from domain.ports import InvalidContinuation, PreconditionFailed, RecordNotFound, StoreUnavailable
 from domain.records import ProcessState
@@ -152,7 +152,7 @@ async def console_list_orders(req: func.HttpRequest) -> func.HttpResponse:
         if page_size < 1:
             raise BadRequest("pageSize must be 1 or more")
         states = bootstrap.services().states
-        page = await asyncio.to_thread(
+        page = await blocking_calls.run(
             operator.list_orders,
             states,
             state,
@@ -171,7 +171,7 @@ async def console_show_order(
 ) -> func.HttpResponse:
     async def act() -> func.HttpResponse:
         order_id = req.route_params["order_id"]
-        timeline = await asyncio.to_thread(
+        timeline = await blocking_calls.run(
             operator.order_timeline, bootstrap.services().states, order_id
         )
         orchestrations = {
@@ -213,7 +213,7 @@ async def console_resubmit(req: func.HttpRequest) -> func.HttpResponse:
     async def act() -> func.HttpResponse:
         order_id = req.route_params["order_id"]
         app = bootstrap.services()
-        record = await asyncio.to_thread(
+        record = await blocking_calls.run(
             operator.resubmit_order,
             app.states,
             order_id,
@@ -235,7 +235,7 @@ async def console_retry_compensation(
     async def act() -> func.HttpResponse:
         order_id = req.route_params["order_id"]
         app = bootstrap.services()
-        request = await asyncio.to_thread(
+        request = await blocking_calls.run(
             operator.retry_compensation,
             app.states,
             order_id,
@@ -263,7 +263,7 @@ async def console_cancel(
         if len(reason) > MAX_REASON_LENGTH:
             raise BadRequest(f"the reason is longer than {MAX_REASON_LENGTH} characters")
         app = bootstrap.services()
-        request = await asyncio.to_thread(
+        request = await blocking_calls.run(
             operator.cancel_order,
             app.states,
             order_id,

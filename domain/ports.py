@@ -20,6 +20,9 @@ offers so that its adapter (`adapters.cosmos_store`) fits without changing any c
 `StoreMetrics` counts calls, reads, writes, items read, refused fenced writes and request
 charge per operation kind: the demo's cost per order and the supervisor's own accounting.
 
+`BlockingCalls` is how async code runs a blocking store call off the event loop; the app's
+is `adapters.blocking_calls.run`, a pool sized by BLOCKING_CALL_THREADS.
+
 `MessagePublisher` is the port for outgoing messages (status replies, operator alerts,
 agent traffic; R2, E4): function code sends through it and never sees the Service Bus SDK.
 
@@ -36,10 +39,11 @@ from __future__ import annotations
 import builtins
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import datetime
 from enum import StrEnum
-from typing import Generic, TypeVar
+from typing import Generic, ParamSpec, Protocol, TypeVar
 
 from domain.contracts import Order
 from domain.dead_letters import DeadLetter, WatchMark
@@ -303,6 +307,17 @@ class OrderStore(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release connections; the store is unusable afterwards."""
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class BlockingCalls(Protocol):
+    """Runs a blocking call on a thread, in the caller's context, and awaits its result."""
+
+    async def __call__(self, function: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """``function(*args, **kwargs)``, run off the event loop."""
 
 
 class MessagePublisher(ABC):

@@ -27,7 +27,6 @@ reason.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -35,7 +34,7 @@ from datetime import datetime
 from domain.contracts import AlertKind, OperatorAlert, operator_alert
 from domain.dead_letters import DeadLetter, watch_step
 from domain.outgoing_messages import alert_outgoing
-from domain.ports import DeadLetterQueues, MessagePublisher, StateStore
+from domain.ports import BlockingCalls, DeadLetterQueues, MessagePublisher, StateStore
 from observability import logs, metrics
 
 log = logs.get_logger("app.dead_letters")
@@ -139,6 +138,7 @@ async def watch_dead_letters(
     consumed: Sequence[str],
     alerts_queue: str,
     now: datetime,
+    blocking: BlockingCalls,
     peek_limit: int = WATCH_PEEK_LIMIT,
 ) -> WatchReport:
     """Alert once per dead letter of `consumed` queues not reported before (S3, E8).
@@ -152,7 +152,14 @@ async def watch_dead_letters(
         try:
             new.extend(
                 await _watch_queue(
-                    queues, states, publisher, queue, alerts_queue, now=now, peek_limit=peek_limit
+                    queues,
+                    states,
+                    publisher,
+                    queue,
+                    alerts_queue,
+                    now=now,
+                    blocking=blocking,
+                    peek_limit=peek_limit,
                 )
             )
         except Exception:
@@ -173,9 +180,10 @@ async def _watch_queue(
     alerts_queue: str,
     *,
     now: datetime,
+    blocking: BlockingCalls,
     peek_limit: int,
 ) -> tuple[DeadLetter, ...]:
-    mark = await asyncio.to_thread(states.load_watch_mark, _mark_name(queue))
+    mark = await blocking(states.load_watch_mark, _mark_name(queue))
     # First the source queue, then its dead letters: whatever left the queue in between is
     # among the dead letters peeked, or gone for good (domain.dead_letters.watch_step).
     oldest = await queues.oldest_sequence_number(queue)
@@ -197,7 +205,7 @@ async def _watch_queue(
         metrics.dead_lettered(letter.queue, letter.reason or "unknown")
         await publisher.send(alert_outgoing(dead_letter_alert(letter, now=now), alerts_queue))
     if step.mark != mark:
-        await asyncio.to_thread(states.save_watch_mark, _mark_name(queue), step.mark)
+        await blocking(states.save_watch_mark, _mark_name(queue), step.mark)
     if len(peeked) >= peek_limit:
         log.warning(
             "dead-letter queue holds more letters past the watch mark than one run peeks; the "

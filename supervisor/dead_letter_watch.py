@@ -15,6 +15,7 @@ import azure.durable_functions as df
 import azure.functions as func
 
 import bootstrap
+from adapters import blocking_calls
 from observability import logs
 from services.dead_letters import watch_dead_letters
 
@@ -36,6 +37,7 @@ async def watch_dead_letter_queues(timer: func.TimerRequest) -> None:
         consumed=app.settings.consumed_queues,
         alerts_queue=app.settings.operator_alerts_queue,
         now=bootstrap.now(),
+        blocking=blocking_calls.run,
     )
     log.info(
         "dead-letter watch",

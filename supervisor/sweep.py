@@ -20,13 +20,13 @@ sends and the compensation it starts follow from there.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 import azure.durable_functions as df
 import azure.functions as func
 
 import bootstrap
+from adapters import blocking_calls
 from domain.outgoing_messages import alert_outgoing, status_outgoing
 from domain.policies import Timeouts
 from observability import logs
@@ -92,7 +92,7 @@ async def _scan_and_recover(
     """Run one bounded `scan` (the sweep or its catch-up) off the event loop with the app's
     settings, then carry out the recoveries it decided."""
     app = bootstrap.services()
-    report = await asyncio.to_thread(
+    report = await blocking_calls.run(
         scan,
         app.states,
         bootstrap.now(),

@@ -24,6 +24,7 @@ from devhost.servicebus.server import ServiceBusBroker
 from devhost.testing import queue, running_broker
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from adapters import blocking_calls
 from adapters.servicebus_dead_letters import ServiceBusDeadLetterQueues
 from adapters.servicebus_publisher import ServiceBusPublisher
 from adapters.sqlite_store import SqliteStateStore
@@ -320,6 +321,7 @@ class Watcher:
                 consumed=consumed,
                 alerts_queue=ALERTS,
                 now=NOW,
+                blocking=blocking_calls.run,
                 peek_limit=peek_limit,
             ),
             TIMEOUT_SECONDS * 3,
