@@ -19,7 +19,6 @@ defaults to true so the workers hand the app its invocation's trace context.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import datetime as dt
 import logging
@@ -36,7 +35,6 @@ from devhost.function_keys import KEYS_FILE, FunctionKeys
 from devhost.host_config import HostConfig
 from devhost.indexing import IndexedFunction, index_app, load_app
 from devhost.invocation import (
-    EVENT_LOOP_EXECUTOR_THREADS,
     FunctionInvoker,
     WorkerFunctionInvoker,
 )
@@ -100,11 +98,6 @@ class DevHost:
         if destination is not None:
             telemetry.configure(destination, service_name="devhost")
             self._exports_telemetry = True
-        asyncio.get_running_loop().set_default_executor(
-            concurrent.futures.ThreadPoolExecutor(
-                max_workers=EVENT_LOOP_EXECUTOR_THREADS, thread_name_prefix="asyncio"
-            )
-        )
         config = HostConfig.load(self.options.app_root, self.settings.values)
         self.functions = index_app(load_app(self.options.app, self.options.app_root), self.settings)
         self.options.data_dir.mkdir(parents=True, exist_ok=True)

@@ -60,10 +60,6 @@ _SPAN_KINDS = {
     "serviceBusTrigger": SpanKind.CONSUMER,
 }
 
-# The event loop's default executor, where async function code sends blocking calls
-# (asyncio.to_thread): sized for every invocation that may be in flight at once.
-EVENT_LOOP_EXECUTOR_THREADS = 64
-
 
 def default_thread_count() -> int:
     configured = os.environ.get("PYTHON_THREADPOOL_THREAD_COUNT")

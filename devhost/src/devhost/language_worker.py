@@ -50,7 +50,6 @@ from devhost.durable.registry import FunctionRegistry
 from devhost.durable.workers import InProcessActivities, InProcessOrchestrators
 from devhost.indexing import IndexedFunction, index_app, load_app
 from devhost.invocation import (
-    EVENT_LOOP_EXECUTOR_THREADS,
     InvocationContext,
     call_user_function,
     default_thread_count,
@@ -109,7 +108,8 @@ class LanguageWorker:
         self._answers = answers
         self._tasks: set[asyncio.Task[None]] = set()
         # Sync functions get the worker's own pool (PYTHON_THREADPOOL_THREAD_COUNT), as in
-        # the Python worker; what async functions send to threads gets the loop's executor.
+        # the Python worker; what async functions send to threads gets the loop's default
+        # executor, which the Python worker leaves at asyncio's min(32, CPUs + 4) threads.
         self._functions_pool = ThreadPoolExecutor(
             max_workers=default_thread_count(), thread_name_prefix="function"
         )
@@ -117,12 +117,6 @@ class LanguageWorker:
         self._activities = InProcessActivities(registry, self._functions_pool)
 
     async def serve(self, requests: asyncio.StreamReader) -> None:
-        loop = asyncio.get_running_loop()
-        loop.set_default_executor(
-            ThreadPoolExecutor(
-                max_workers=EVENT_LOOP_EXECUTOR_THREADS, thread_name_prefix="asyncio"
-            )
-        )
         while True:
             try:
                 header = await requests.readexactly(FRAME_HEADER.size)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import threading
 from collections import Counter
 from collections.abc import Generator
 from typing import Any
@@ -69,6 +70,29 @@ async def gated(key: str) -> str:
     ATTEMPTS[key] += 1
     await RELEASES[key].wait()
     return f"released {key}"
+
+
+@app.activity_trigger(input_name="together")
+async def loop_executor_threads(together: int) -> int | str:
+    """Sends twice ``together`` blocking calls to the loop's default executor, ``together``
+    waiting for each other at a time: the number of threads that ran them, or "too few
+    threads" when the executor could not run ``together`` at once."""
+    barrier = threading.Barrier(together, timeout=5)
+
+    def meet() -> str:
+        barrier.wait()
+        return threading.current_thread().name
+
+    try:
+        names = await asyncio.gather(*(asyncio.to_thread(meet) for _ in range(2 * together)))
+    except threading.BrokenBarrierError:
+        return "too few threads"
+    return len(set(names))
+
+
+@app.orchestration_trigger(context_name="context")
+def executor_threads(context: df.DurableOrchestrationContext) -> Generator[Any, Any, Any]:
+    return (yield context.call_activity(loop_executor_threads, context.get_input()))
 
 
 @app.orchestration_trigger(context_name="context")

@@ -49,6 +49,19 @@ async def test_activities_custom_status_and_output_match_the_in_process_replay(
     assert os.getpid() not in workers.worker_pids()
 
 
+async def test_async_code_gets_the_python_workers_default_executor(engine: DurableEngine) -> None:
+    # The Python worker leaves the loop's default executor as asyncio makes it, so what an
+    # async function sends to asyncio.to_thread runs on min(32, CPUs + 4) threads: an app
+    # that needs more brings its own pool, and under the devhost finds out as on Azure.
+    expected = min(32, (os.cpu_count() or 1) + 4)
+    instance_id = await engine.start_new("executor_threads", input=expected)
+
+    status = await engine.run_until_complete(instance_id)
+
+    assert status.runtime_status is RuntimeStatus.COMPLETED
+    assert status.output == expected
+
+
 async def test_an_activity_failure_reads_as_it_does_in_process(engine: DurableEngine) -> None:
     instance_id = await engine.start_new("fan_out_failure", input="workers-fan-out-failure")
     status = await engine.run_until_complete(instance_id)
