@@ -8,8 +8,11 @@ and, for some, decides otherwise, by a draw seeded with the run's seed and the m
 - ``lost``: never forwarded (the orchestrator's timer wins, E6; the supervisor retries, U4);
 - ``duplicated``: forwarded twice, once under its own id (Service Bus duplicate detection,
   E4) and once under a new id (the scheduler takes the same event twice);
-- ``late``: forwarded after ``LATE_SECONDS``, often past the step's deadline (E6); its event
-  says how long the relay held it (``held_seconds``, from its receipt to its forwarding);
+- ``late``: forwarded after a draw over ``LATE_SECONDS``, often past the step's deadline
+  (E6); its event says how long the relay held it (``held_seconds``, from its receipt to its
+  forwarding). The first late answer of a run whose operation has a hold in
+  ``past_deadline`` is held that long instead, so every run with a late answer has one that
+  came after its deadline for sure, not by the draw;
 - ``reordered``: a batch forwarded in reverse order.
 Each event names the operation of the request answered (``do`` or ``undo``, from the
 response's message id), except a reordered batch's, which may hold both.
@@ -24,7 +27,7 @@ import contextlib
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
@@ -71,10 +74,13 @@ class ResponseRelay:
     target: str
     seed: int
     clock: Callable[[], float]
+    past_deadline: Mapping[str, float] = field(default_factory=dict)
+    """By operation (``do``, ``undo``), a hold longer than that operation's deadline."""
     forwarded: int = 0
     counts: Counter[str] = field(default_factory=Counter)
     events: list[RelayEvent] = field(default_factory=list)
     _late: list[Held] = field(default_factory=list)
+    _held_past_deadline: bool = False
 
     def _fate(self, message_id: str | None) -> str:
         draw = random.Random(f"chaos-relay-{self.seed}-{message_id}").random()
@@ -145,11 +151,17 @@ class ResponseRelay:
             return [copy, _copy(message, message.message_id), _copy(message, None)]
         if fate == "late":
             event = self._note("late", message.message_id)
-            delay = random.Random(f"chaos-relay-late-{message.message_id}").uniform(*LATE_SECONDS)
             now = time.monotonic()
-            self._late.append(Held(now + delay, now, event, copy))
+            self._late.append(Held(now + self._hold(event), now, event, copy))
             return []
         return [copy]
+
+    def _hold(self, event: RelayEvent) -> float:
+        past = self.past_deadline.get(event.operation or "")
+        if past is not None and not self._held_past_deadline:
+            self._held_past_deadline = True
+            return past
+        return random.Random(f"chaos-relay-late-{event.message_id}").uniform(*LATE_SECONDS)
 
     async def _send_due(self, sender: ServiceBusSender) -> None:
         now = time.monotonic()

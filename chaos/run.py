@@ -83,7 +83,8 @@ QUIET_SECONDS = 30.0
 RESTART_PAUSE_SECONDS = 1.0
 # Crashes spread over the submission window, or over this long when submitting is quicker.
 MIN_CRASH_WINDOW_SECONDS = 30.0
-# A scripted slow compensation answers this long after its deadline would have passed.
+# A scripted slow compensation answers, and the relay's first late answer is forwarded, this
+# long after its deadline would have passed.
 SLOW_PAST_DEADLINE_SECONDS = 2.0
 DO, UNDO = AgentOperation.DO.value, AgentOperation.UNDO.value
 # Step and claim deadlines as the demo's; compensations get as long as a step (C2).
@@ -370,6 +371,10 @@ class Run:
             "agent-responses",  # the scheduler's queue: AGENT_RESPONSES_QUEUE, set at start
             options.seed,
             self.now,
+            past_deadline={
+                DO: settings.timeouts.step_seconds + SLOW_PAST_DEADLINE_SECONDS,
+                UNDO: settings.timeouts.compensation_seconds + SLOW_PAST_DEADLINE_SECONDS,
+            },
         )
         self.claims_abandoned: list[str] = []
         self.ledgers_forgotten: list[str] = []
