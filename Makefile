@@ -67,23 +67,23 @@ pytest: setup
 DEMO_DIR := .devhost/demo
 demo: setup
 	rm -rf $(DEMO_DIR)
-	$(BIN)/python -m demo $(if $(BACKEND),--backend $(BACKEND)) \
+	$(BIN)/python -m tools.demo $(if $(BACKEND),--backend $(BACKEND)) \
 		--orders 200 --faults default --report report.json --telemetry-export telemetry.jsonl \
 		--work-dir $(DEMO_DIR)
 
-# The order pipeline under crashes and faults (chaos/): 2,000 orders of the step workflow on
+# The order pipeline under crashes and faults (tools/chaos/): 2,000 orders of the step workflow on
 # the embedded default while the services inject faults, the devhosts, broker and services are
 # killed with SIGKILL and restarted, a starter dies between claim and start and agent answers
 # are lost, duplicated, delayed and reordered; exits non-zero on any broken invariant. Its
 # report (invariants, faults and crashes with their times, recovery, timeline) in chaos.json.
 # Options with ARGS, e.g. `make chaos ARGS="--orders 500 --seed 3"`.
 chaos: setup
-	$(BIN)/python -m chaos --orders 2000 --report chaos.json $(ARGS)
+	$(BIN)/python -m tools.chaos --orders 2000 --report chaos.json $(ARGS)
 
 # The operator console over the last `make demo`'s orders and dead letters (SQLite store):
 # prints its URL with the function key (http://127.0.0.1:7071/api/console?code=...); Ctrl-C stops.
 console: setup
-	$(BIN)/python -m demo.console --work-dir $(DEMO_DIR)
+	$(BIN)/python -m tools.demo.console --work-dir $(DEMO_DIR)
 
 # Throughput benchmarks (not tests; they print medians and a summary table): the broker's
 # send + receive + complete rate (goal 2,000 msgs/s) and the fault-free pipeline, one-step
@@ -92,13 +92,13 @@ console: setup
 # e.g. `make bench-pipeline ARGS="--runs 1"` or `ARGS="--workflows three-step --sizes 1000"`;
 # `ARGS="--sizes 1000 --agents servicebus,activity"` compares the two agent shapes (E1).
 bench: setup
-	$(BIN)/python -m bench
+	$(BIN)/python -m tools.bench
 
 bench-servicebus: setup
-	$(BIN)/python -m bench servicebus $(ARGS)
+	$(BIN)/python -m tools.bench servicebus $(ARGS)
 
 bench-pipeline: setup
-	$(BIN)/python -m bench pipeline $(ARGS)
+	$(BIN)/python -m tools.bench pipeline $(ARGS)
 
 # The embedded broker on its own, with the app's queues; messages kept in .devhost/.
 servicebus: setup

@@ -4,6 +4,6 @@
 ``services.operator`` (and ``services.dead_letters`` when present), function-key auth, JSON
 in and out, under ``api/console/...`` (Azure reserves routes that start with ``admin``).
 ``console/page.html`` is the page ``GET api/console`` serves. ``console.cli``
-(``python -m console``) calls the same endpoints with a function key; it is tooling and is
+(``python -m tools.console_cli``) calls the same endpoints with a function key; it is tooling and is
 left out of the deployment package.
 """

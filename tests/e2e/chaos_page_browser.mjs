@@ -1,4 +1,4 @@
-// Opens the chaos report's page (chaos/report_page.py) in headless Chromium (playwright-core),
+// Opens the chaos report's page (tools/chaos/report_page.py) in headless Chromium (playwright-core),
 // for tests/e2e/test_e2e_chaos_page.py: reports what the chart's SVG drew as one JSON line on
 // stdout, and saves a screenshot of the whole page.
 //

@@ -31,11 +31,11 @@ from devhost.durable.status import OrchestrationStatus
 from devhost.testing import eventually_true
 
 import bootstrap
-from demo.pipeline import DEMO_REPLY_QUEUE, Pipeline, local_pipeline
 from domain.contracts import Order
 from domain.records import StateRecord, parse_utc
-from simulators.fulfilment import FaultPlan
-from simulators.services import Role, SimulatedServices
+from tools.demo.pipeline import DEMO_REPLY_QUEUE, Pipeline, local_pipeline
+from tools.simulators.fulfilment import FaultPlan
+from tools.simulators.services import Role, SimulatedServices
 
 ORDERS = "orders"
 AGENT_REQUESTS = "agent-requests"

@@ -29,7 +29,6 @@ from domain.transitions import claim, new_record
 from domain.workflow import DEFAULT_ORDER_STEPS
 from orchestrators.payloads import StepCall, StepStarted
 from orchestrators.step_payloads import StepRef, StepWrite, StepWritten
-from simulators.services import FaultKind, FaultPlan, FaultRule, Role
 from tests.e2e.e2e_helpers import (
     AGENT_REQUESTS,
     AGENT_RESPONSES,
@@ -44,6 +43,7 @@ from tests.e2e.e2e_helpers import (
     running_step_pipeline,
     scheduled_activities,
 )
+from tools.simulators.services import FaultKind, FaultPlan, FaultRule, Role
 
 RESPONSE_FUNCTION = "receive_agent_response"
 STEP_AGENT_FUNCTIONS = ("stock_agent", "payment_agent", "shipping_agent")

@@ -33,7 +33,9 @@ from devhost.testing import eventually, eventually_true
 
 import bootstrap
 from config import Settings
-from demo.pipeline import (
+from domain.ports import StateStore, StoreMetrics
+from tests.e2e.e2e_helpers import STEP_SERVICES, record_summary, submit_orders
+from tools.demo.pipeline import (
     BROKER_CONFIG,
     DEMO_REPLY_QUEUE,
     LOCAL_SETTINGS,
@@ -41,10 +43,8 @@ from demo.pipeline import (
     Pipeline,
     sample_settings,
 )
-from demo.report import FINAL_STATES
-from domain.ports import StateStore, StoreMetrics
-from simulators.fulfilment import FaultPlan, FulfilmentService
-from tests.e2e.e2e_helpers import STEP_SERVICES, record_summary, submit_orders
+from tools.demo.report import FINAL_STATES
+from tools.simulators.fulfilment import FaultPlan, FulfilmentService
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from chaos.report_page import write_page
-from chaos.run import ChaosOptions, run_chaos, write_report
-from chaos.schedule import CrashKind
 from config import STATE_STORES
-from simulators.services import FaultKind
+from tools.chaos.report_page import write_page
+from tools.chaos.run import ChaosOptions, run_chaos, write_report
+from tools.chaos.schedule import CrashKind
+from tools.simulators.services import FaultKind
 
 pytestmark = [
     pytest.mark.slow,

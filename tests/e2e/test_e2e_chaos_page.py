@@ -15,8 +15,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from chaos.report_page import write_page
 from tests.support.browser import chromium_path, run_browser_script
+from tools.chaos.report_page import write_page
 
 SCRIPT = Path(__file__).with_name("chaos_page_browser.mjs")
 BROWSER_TIMEOUT_SECONDS = 90.0

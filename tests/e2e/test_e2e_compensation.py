@@ -21,7 +21,6 @@ from devhost.testing import eventually
 
 import bootstrap
 from domain.records import ProcessState, StateRecord, StepState
-from simulators.services import FaultKind, FaultPlan, FaultRule, SideEffectKind
 from tests.e2e.e2e_helpers import (
     ALERTS,
     E2E,
@@ -33,6 +32,7 @@ from tests.e2e.e2e_helpers import (
     side_effects_against_compensation,
 )
 from tests.support.cosmos_server import CosmosServer
+from tools.simulators.services import FaultKind, FaultPlan, FaultRule, SideEffectKind
 
 pytestmark = pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
 

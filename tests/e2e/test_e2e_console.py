@@ -19,10 +19,8 @@ import aiohttp
 from devhost.function_keys import FunctionKeys
 from devhost.testing import eventually_true
 
-from demo.pipeline import REPOSITORY
 from domain.dead_letters import resubmitted_message_id
 from domain.records import ProcessState
-from simulators.services import FaultKind, FaultPlan, FaultRule
 from tests.e2e.e2e_helpers import (
     E2E,
     ORDERS,
@@ -32,6 +30,8 @@ from tests.e2e.e2e_helpers import (
     running_step_pipeline,
     side_effects_against_compensation,
 )
+from tools.demo.pipeline import REPOSITORY
+from tools.simulators.services import FaultKind, FaultPlan, FaultRule
 
 HTTP_TIMEOUT = aiohttp.ClientTimeout(total=20)
 CLI_TIMEOUT_SECONDS = 60.0

@@ -15,9 +15,9 @@ from typing import Any
 from devhost.testing import eventually_true
 
 from domain.records import ProcessState
-from simulators.services import FaultKind, FaultPlan, FaultRule
 from tests.e2e.e2e_helpers import ORDERS, order_body, running_step_pipeline
 from tests.support.browser import chromium_path, run_browser_script
+from tools.simulators.services import FaultKind, FaultPlan, FaultRule
 
 SCRIPT = Path(__file__).with_name("console_browser.mjs")
 BROWSER_TIMEOUT_SECONDS = 120.0

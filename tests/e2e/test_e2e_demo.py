@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from devhost import child_process
 
-from demo.client import Workload
-from demo.run import DemoOptions, run_demo
-from demo.showcase import SCRIPTED_PATHS
+from tools.demo.client import Workload
+from tools.demo.run import DemoOptions, run_demo
+from tools.demo.showcase import SCRIPTED_PATHS
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 STEPS = ("reserve-stock", "charge-payment", "ship-order")
@@ -161,7 +161,7 @@ class CommandRun:
 
 @pytest.fixture(scope="module")
 def command_run(tmp_path_factory: pytest.TempPathFactory) -> CommandRun:
-    """`python -m demo` as `make demo` runs it, at ten orders without faults."""
+    """`python -m tools.demo` as `make demo` runs it, at ten orders without faults."""
     root = tmp_path_factory.mktemp("demo-command")
     work_dir, report, telemetry = root / "run", root / "report.json", root / "telemetry.jsonl"
     began = time.monotonic()
@@ -169,7 +169,7 @@ def command_run(tmp_path_factory: pytest.TempPathFactory) -> CommandRun:
         [
             sys.executable,
             "-m",
-            "demo",
+            "tools.demo",
             "--orders",
             "10",
             "--faults",
@@ -235,9 +235,9 @@ def test_the_command_without_faults_processes_every_order_and_exits_zero(
     key = json.loads((command_run.work_dir / "devhost" / "keys.json").read_text())["function"]
     makefile = (REPOSITORY / "Makefile").read_text(encoding="utf-8")
     assert "--work-dir $(DEMO_DIR)" in makefile
-    assert "\t$(BIN)/python -m demo.console --work-dir $(DEMO_DIR)\n" in makefile
+    assert "\t$(BIN)/python -m tools.demo.console --work-dir $(DEMO_DIR)\n" in makefile
     assert last[1] == (
-        "Operator console over this run's orders: `make console` (or python -m demo.console "
+        "Operator console over this run's orders: `make console` (or python -m tools.demo.console "
         f"--work-dir {command_run.work_dir}), then open "
         f"http://127.0.0.1:7071/api/console?code={key}"
     )
@@ -251,7 +251,7 @@ def console(command_run: CommandRun) -> Iterator[str]:
         [
             sys.executable,
             "-m",
-            "demo.console",
+            "tools.demo.console",
             "--log-level",
             "WARNING",
             "--work-dir",

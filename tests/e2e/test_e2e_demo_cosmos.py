@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from azure.cosmos import CosmosClient
 
-from demo.pipeline import pipeline_settings_from
 from tests.support.cosmos_server import CosmosServer
+from tools.demo.pipeline import pipeline_settings_from
 
 pytestmark = pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
 
@@ -37,7 +37,7 @@ def run_demo(
     faults: str = "none",
     environ: dict[str, str] | None = None,
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    """`python -m demo` as a user runs it, with no pipeline settings but `environ`'s."""
+    """`python -m tools.demo` as a user runs it, with no pipeline settings but `environ`'s."""
     outside = {
         name: value
         for name, value in os.environ.items()
@@ -47,7 +47,7 @@ def run_demo(
         [
             sys.executable,
             "-m",
-            "demo",
+            "tools.demo",
             "--orders",
             str(orders),
             "--faults",

@@ -21,7 +21,6 @@ from devhost.testing import eventually
 import bootstrap
 from domain.agent_messages import AgentOutcome, AgentResponse
 from domain.records import ProcessState, StepState, format_utc
-from simulators.services import FaultKind, FaultPlan, FaultRule, SideEffectKind
 from tests.e2e.e2e_helpers import (
     AGENT_RESPONSES,
     ALERTS,
@@ -34,6 +33,7 @@ from tests.e2e.e2e_helpers import (
     running_step_pipeline,
     scheduled_activities,
 )
+from tools.simulators.services import FaultKind, FaultPlan, FaultRule, SideEffectKind
 
 FINAL_WRITES = {"finish_steps", "fail_step"}
 ENDED_WITHOUT_WRITING = {"timed-out", "gave-up"}

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from simulators.services import FaultKind, FaultPlan, FaultRule
 from tests.e2e.e2e_helpers import order_body, running_step_pipeline
 from tests.unit.test_structured_logs import fields
+from tools.simulators.services import FaultKind, FaultPlan, FaultRule
 
 ORDER = "o-logged"
 CUSTOMER = "customer-logged-4711"

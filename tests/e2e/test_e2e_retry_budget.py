@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from domain.records import ProcessState
-from simulators.services import FaultKind, FaultPlan, FaultRule
 from tests.e2e.e2e_helpers import QUICK_RECOVERY, order_body, running_pipeline
+from tools.simulators.services import FaultKind, FaultPlan, FaultRule
 
 RETRY_BUDGET = 12
 SETTINGS = {

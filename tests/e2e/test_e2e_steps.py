@@ -15,7 +15,6 @@ import json
 from pathlib import Path
 
 from domain.records import ProcessState, StateRecord, StepState, parse_utc
-from simulators.services import FaultKind, FaultPlan, FaultRule, SideEffectKind
 from tests.e2e.e2e_helpers import (
     AGENT_REQUESTS,
     AGENT_RESPONSES,
@@ -31,6 +30,7 @@ from tests.e2e.e2e_helpers import (
     side_effects_against_compensation,
     timer_deadlines,
 )
+from tools.simulators.services import FaultKind, FaultPlan, FaultRule, SideEffectKind
 
 STEPS = ("reserve-stock", "charge-payment", "ship-order")
 SERVICE_OF = {"reserve-stock": "stock", "charge-payment": "payment", "ship-order": "shipping"}

@@ -12,7 +12,6 @@ from pathlib import Path
 from devhost.telemetry import EXPORT_SETTING
 from devhost.testing import eventually
 
-from demo.metrics import read as read_metrics
 from domain.records import ProcessState
 from observability.metrics import (
     BACKLOG_UNFINISHED,
@@ -20,7 +19,6 @@ from observability.metrics import (
     ORDERS_REJECTED,
     REJECTED_BACKLOG_FULL,
 )
-from simulators.services.faults import FaultKind, FaultPlan, FaultRule
 from tests.e2e.e2e_helpers import (
     AGENT_RESPONSES,
     ALERTS,
@@ -33,6 +31,8 @@ from tests.e2e.e2e_helpers import (
     running_pipeline,
     running_step_pipeline,
 )
+from tools.demo.metrics import read as read_metrics
+from tools.simulators.services.faults import FaultKind, FaultPlan, FaultRule
 
 
 async def test_s2_the_same_order_sent_twice_is_one_order_received_once(tmp_path: Path) -> None:

@@ -30,8 +30,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from demo.pipeline import local_pipeline
 from tests.e2e.e2e_helpers import E2E, order_body
+from tools.demo.pipeline import local_pipeline
 
 STEPS = ("reserve-stock", "charge-payment", "ship-order")
 AGENTS = ("stock", "payment", "shipping")

@@ -30,16 +30,16 @@ from devhost.testing import eventually
 
 import bootstrap
 from adapters.sqlite_store import open_sqlite_stores
-from demo.pipeline import (
+from domain.ports import StateStore, StoreMetrics
+from domain.records import WORKFLOW_ONE_STEP, WORKFLOW_STEPS, ProcessState, StateRecord
+from tests.e2e.e2e_helpers import record_summary, submit_orders, within
+from tools.demo.pipeline import (
     BROKER_CONFIG,
     LOCAL_SETTINGS,
     REPOSITORY,
     sample_settings,
 )
-from domain.ports import StateStore, StoreMetrics
-from domain.records import WORKFLOW_ONE_STEP, WORKFLOW_STEPS, ProcessState, StateRecord
-from simulators.fulfilment import FaultKind, FaultPlan, FaultRule, FulfilmentService
-from tests.e2e.e2e_helpers import record_summary, submit_orders, within
+from tools.simulators.fulfilment import FaultKind, FaultPlan, FaultRule, FulfilmentService
 
 # A backstop only: every stage below has its own bound, so a stall fails naming its stage.
 pytestmark = pytest.mark.timeout(480)

@@ -7,9 +7,9 @@ import aiohttp
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from simulators.services import SimulatedServices
 from tests.integration.simulators.fulfilment_calls import TIMEOUT
 from tests.support.metric_points import bound_reader
+from tools.simulators.services import SimulatedServices
 
 
 @pytest.fixture

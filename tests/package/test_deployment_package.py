@@ -5,7 +5,7 @@ The package is built as ``func`` and azd build it: the app's folder minus what
 environment gets ``requirements.txt`` and nothing else (plus the Python worker library that
 the platform provides, installed as the Makefile does), and ``index_package.py`` imports
 ``function_app`` there and indexes every function with the worker's code. So the deployed
-app needs nothing from devhost/, simulators/, demo/, chaos/, tests/ or the development requirements.
+app needs nothing from devhost/, tools/, tests/ or the development requirements.
 The package's size is printed.
 
 Slow (a virtual environment is installed, from pip's cache after the first run); ``make
@@ -93,7 +93,7 @@ def test_the_package_is_the_app_alone() -> None:
         "config.py",
     } <= files
     tops = {path.split("/")[0] for path in files}
-    for excluded in ("devhost", "simulators", "demo", "chaos", "bench", "tests", "docs", "infra"):
+    for excluded in ("devhost", "tools", "tests", "docs", "infra"):
         assert excluded not in tops
     assert not any(path.endswith((".md", ".pyc")) or "local.settings" in path for path in files)
 

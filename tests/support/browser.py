@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from demo.pipeline import REPOSITORY
+from tools.demo.pipeline import REPOSITORY
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser")
 

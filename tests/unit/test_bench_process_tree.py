@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from bench.process_tree import (
+from tools.bench.process_tree import (
     CLOCK_TICKS,
     OTHER_ROLE,
     ROOT_ROLE,
@@ -36,7 +36,7 @@ def test_the_demo_processes_are_named_by_their_command_lines() -> None:
     python = "/venv/bin/python"
     assert role_of(f"{python} -m devhost.language_worker function_app:app /app --host 1") == WORKER
     assert role_of(f"{python} -m devhost --log-level ERROR servicebus --port 0") == BROKER
-    assert role_of(f"{python} -m demo.client_process") == "client app"
+    assert role_of(f"{python} -m tools.demo.client_process") == "client app"
     assert role_of("/usr/bin/node /app/node_modules/cosmos/server.js") == "Cosmos DB server"
     assert role_of("/bin/sh -c true") == OTHER_ROLE
 
@@ -108,7 +108,7 @@ def test_a_child_seen_between_fork_and_exec_is_named_after_its_exec() -> None:
         "if child == 0:\n"
         "    time.sleep(1.2)\n"
         "    program = [sys.executable, '-c', 'import time; time.sleep(1.2)']\n"
-        "    os.execv(sys.executable, program + ['demo.' + 'client_process'])\n"
+        "    os.execv(sys.executable, program + ['tools.demo.' + 'client_process'])\n"
         "print(child, flush=True)\n"
         "os.waitpid(child, 0)\n"
     )

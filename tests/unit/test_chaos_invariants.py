@@ -12,16 +12,16 @@ from typing import Any
 
 from devhost.durable.history import EventType, execution_started, new_event
 
-from chaos.invariants import (
+from domain.records import CompletedStep, ProcessState, StateRecord, format_utc
+from domain.transitions import new_record
+from tools.chaos.invariants import (
     QueueMessage,
     check,
     forgotten_side_effects,
     read_ledgers,
     stale_state_writes,
 )
-from demo.client import Outgoing, Workload
-from domain.records import CompletedStep, ProcessState, StateRecord, format_utc
-from domain.transitions import new_record
+from tools.demo.client import Outgoing, Workload
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 STEPS = ("reserve-stock",)

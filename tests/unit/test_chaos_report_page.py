@@ -10,10 +10,10 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from chaos.invariants import Findings
-from chaos.report_page import render_page, write_page
-from chaos.run import ChaosReport, CrashEvent
-from demo.evidence import Evidence
+from tools.chaos.invariants import Findings
+from tools.chaos.report_page import render_page, write_page
+from tools.chaos.run import ChaosReport, CrashEvent
+from tools.demo.evidence import Evidence
 
 VOID = {"meta", "br", "hr", "img", "input", "link", "col", "area", "base", "source", "wbr"}
 # The drawing's own elements may close themselves (<line/>); they are not HTML void elements.

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from chaos.schedule import (
+from domain.workflow import DEFAULT_ORDER_STEPS
+from tools.chaos.schedule import (
     CLEAN_REQUESTS,
     SCRIPTED_PER_CASE,
     TRANSIENT,
@@ -18,10 +19,9 @@ from chaos.schedule import (
     compensation_script,
     crash_schedule,
 )
-from demo.client import Workload
-from domain.workflow import DEFAULT_ORDER_STEPS
-from simulators.services import SERVICES, FaultKind, FaultPlan
-from simulators.services.injector import FaultInjector
+from tools.demo.client import Workload
+from tools.simulators.services import SERVICES, FaultKind, FaultPlan
+from tools.simulators.services.injector import FaultInjector
 
 COUNTS = {CrashKind.DEVHOST: 3, CrashKind.BROKER: 2, CrashKind.SERVICES: 2, CrashKind.CLAIM: 2}
 SLOW_SECONDS = 12.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from devhost.indexing import load_app
 
-from chaos.topology import (
+from tools.chaos.topology import (
     AGENT_TRIGGERS,
     AGENTS,
     SCHEDULER,
@@ -14,7 +14,7 @@ from chaos.topology import (
     host_settings,
     triggered_functions,
 )
-from demo.pipeline import REPOSITORY
+from tools.demo.pipeline import REPOSITORY
 
 
 def disabled(settings: dict[str, str]) -> set[str]:

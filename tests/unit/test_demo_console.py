@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from demo.console import SETTINGS_FILE, command_line, keep_settings, where_to_open
+from tools.demo.console import SETTINGS_FILE, command_line, keep_settings, where_to_open
 
 
 def test_a_sqlite_run_keeps_its_settings_but_not_its_broker_telemetry_or_keys(
@@ -32,7 +32,7 @@ def test_a_sqlite_run_keeps_its_settings_but_not_its_broker_telemetry_or_keys(
         json.dumps({"function": "fkey", "master": "mkey"}), encoding="utf-8"
     )
     assert where_to_open(tmp_path) == [
-        "Operator console over this run's orders: `make console` (or python -m demo.console "
+        "Operator console over this run's orders: `make console` (or python -m tools.demo.console "
         f"--work-dir {tmp_path}), then open "
         "http://127.0.0.1:7071/api/console?code=fkey"
     ]
@@ -51,5 +51,5 @@ def test_a_run_on_cosmos_or_in_a_temporary_directory_is_not_kept_and_the_demo_sa
 
 
 def test_the_command_line_names_a_port_only_when_it_is_not_the_default() -> None:
-    assert command_line(Path("d")) == "python -m demo.console --work-dir d"
+    assert command_line(Path("d")) == "python -m tools.demo.console --work-dir d"
     assert command_line(Path("d"), 8080).endswith("--work-dir d --http-port 8080")

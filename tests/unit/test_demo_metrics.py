@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from demo import metrics
 from observability.metrics import (
     BACKLOG_PENDING,
     ORDERS_COMPLETED,
@@ -18,6 +17,7 @@ from observability.metrics import (
     STEP_DURATION,
     STEP_FAILURES,
 )
+from tools.demo import metrics
 
 CUMULATIVE = 2
 DELTA = 1

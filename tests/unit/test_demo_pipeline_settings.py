@@ -1,13 +1,13 @@
 """What a local pipeline run takes from the environment over its local defaults.
 
 The store's settings (STATE_STORE, CosmosConnection*, COSMOS_*) and the workflow's
-(ORDER_STEPS, AGENT_TRANSPORT), so `ORDER_STEPS=ship-order python -m demo` runs the
+(ORDER_STEPS, AGENT_TRANSPORT), so `ORDER_STEPS=ship-order python -m tools.demo` runs the
 one-step workflow; nothing else of the environment becomes an app setting.
 """
 
 from __future__ import annotations
 
-from demo.pipeline import pipeline_settings_from
+from tools.demo.pipeline import pipeline_settings_from
 
 
 def test_a_run_takes_the_store_and_workflow_settings_of_the_environment() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from demo.progress import ProgressLine
+from tools.demo.progress import ProgressLine
 
 
 class Terminal(io.StringIO):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from demo.client import ClientLog
-from demo.report import DemoReport, lost_orders
+from tools.demo.client import ClientLog
+from tools.demo.report import DemoReport, lost_orders
 
 
 def report(lost: list[str], rejected: list[str]) -> DemoReport:

@@ -13,8 +13,8 @@ import re
 from functools import cache
 from pathlib import Path
 
-from chaos.invariants import check
-from demo.client import Workload
+from tools.chaos.invariants import check
+from tools.demo.client import Workload
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

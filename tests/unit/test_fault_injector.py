@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from simulators.services import FaultKind, FaultPlan, FaultRule
-from simulators.services import injector as injector_module
-from simulators.services.injector import FaultInjector
+from tools.simulators.services import FaultKind, FaultPlan, FaultRule
+from tools.simulators.services import injector as injector_module
+from tools.simulators.services.injector import FaultInjector
 
 KINDS = tuple(FaultKind)
 

@@ -1,6 +1,6 @@
 """Start and stop `@vercel/cosmosdb-server` (npm): a local Cosmos DB API server.
 
-The Cosmos adapter tests run against it and `python -m demo --backend cosmos`
+The Cosmos adapter tests run against it and `python -m tools.demo --backend cosmos`
 (`make demo BACKEND=cosmos`) runs the pipeline on it. The server speaks the Cosmos DB NoSQL
 REST API over HTTPS, so the real azure-cosmos SDK talks to it unchanged; the tests never
 mock the SDK. It runs on 127.0.0.1 on an ephemeral port with keep-alive (its CLI closes

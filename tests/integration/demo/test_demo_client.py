@@ -12,7 +12,7 @@ from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
 from devhost.testing import eventually, eventually_true, queue, running_broker
 
-from demo.client import DemoClient
+from tools.demo.client import DemoClient
 
 pytestmark = pytest.mark.asyncio
 

@@ -13,7 +13,7 @@ from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
 from devhost.testing import eventually, queue, running_broker
 
-from demo.client_process import ClientProcess, ClientSpec
+from tools.demo.client_process import ClientProcess, ClientSpec
 
 pytestmark = pytest.mark.asyncio
 

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from demo.evidence import COMPENSATION_STATES, Evidence, ServiceLedger, gather
-from demo.report import DemoReport
 from domain.records import CompletedStep, ProcessState, StateRecord
 from domain.transitions import new_record
-from simulators.services import PAYMENT, SHIPPING, STOCK, ServiceDeclaration
-from simulators.services.ledger import Ledger
+from tools.demo.evidence import COMPENSATION_STATES, Evidence, ServiceLedger, gather
+from tools.demo.report import DemoReport
+from tools.simulators.services import PAYMENT, SHIPPING, STOCK, ServiceDeclaration
+from tools.simulators.services.ledger import Ledger
 
 T0 = dt.datetime(2030, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 STEPS = ("reserve-stock", "charge-payment", "ship-order")

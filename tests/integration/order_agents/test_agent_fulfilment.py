@@ -17,7 +17,7 @@ from domain.policies import CircuitBreaker
 from order_agents.call_policy import request_call, run_agent
 from order_agents.remote_services import FULFILMENT
 from order_agents.service_client import ServiceClient
-from simulators.fulfilment import FaultKind, FaultPlan, FaultRule, FulfilmentService
+from tools.simulators.fulfilment import FaultKind, FaultPlan, FaultRule, FulfilmentService
 
 T0 = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 POLICY = Settings(

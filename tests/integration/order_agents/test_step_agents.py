@@ -19,7 +19,7 @@ from order_agents import step_agents
 from order_agents.call_policy import request_call, run_agent
 from order_agents.remote_services import STEP_SERVICES
 from order_agents.service_client import ServiceClient
-from simulators.services import FaultKind, FaultPlan, FaultRule, SimulatedServices
+from tools.simulators.services import FaultKind, FaultPlan, FaultRule, SimulatedServices
 
 T0 = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 POLICY = Settings(retry_budget=12, max_failures=3, agent_delivery_attempts=1).agent_policy

@@ -5,7 +5,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from simulators.fulfilment import FulfilmentService
+from tools.simulators.fulfilment import FulfilmentService
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from typing import Any
 
 import aiohttp
 
-from simulators.services import FULFILMENT, PAYMENT, SHIPPING, STOCK, ServiceDeclaration
+from tools.simulators.services import FULFILMENT, PAYMENT, SHIPPING, STOCK, ServiceDeclaration
 
 TIMEOUT = aiohttp.ClientTimeout(total=10)
 

@@ -21,7 +21,7 @@ class SimulatorProcess:
 
     @classmethod
     async def start(
-        cls, *arguments: str, module: str = "simulators.fulfilment"
+        cls, *arguments: str, module: str = "tools.simulators.fulfilment"
     ) -> "SimulatorProcess":
         process = await asyncio.create_subprocess_exec(
             sys.executable,

@@ -9,7 +9,8 @@ import aiohttp
 import pytest
 from devhost.testing import eventually
 
-from simulators.fulfilment import (
+from tests.integration.simulators.fulfilment_calls import TIMEOUT, post_fulfilment
+from tools.simulators.fulfilment import (
     PRESETS,
     FaultKind,
     FaultPlan,
@@ -17,7 +18,6 @@ from simulators.fulfilment import (
     FulfilmentService,
     Operation,
 )
-from tests.integration.simulators.fulfilment_calls import TIMEOUT, post_fulfilment
 
 ITEMS = [{"sku": "sku-1", "quantity": 1}]
 

@@ -4,8 +4,8 @@ from typing import Any
 
 import aiohttp
 
-from simulators.fulfilment import FulfilmentService
 from tests.integration.simulators.fulfilment_calls import post_cancel, post_fulfilment
+from tools.simulators.fulfilment import FulfilmentService
 
 ITEMS = [{"sku": "sku-1", "quantity": 1}]
 

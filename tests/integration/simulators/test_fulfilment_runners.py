@@ -10,10 +10,10 @@ import aiohttp
 import pytest
 import requests
 
-from simulators.fulfilment import FulfilmentService, FulfilmentServiceThread
-from simulators.services.journal import CorruptJournal
 from tests.integration.simulators.fulfilment_calls import post_fulfilment
 from tests.integration.simulators.simulator_process import SimulatorProcess
+from tools.simulators.fulfilment import FulfilmentService, FulfilmentServiceThread
+from tools.simulators.services.journal import CorruptJournal
 
 ITEMS: list[dict[str, Any]] = [{"sku": "sku-1", "quantity": 1}]
 

@@ -6,7 +6,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from simulators.services import (
+from tests.integration.simulators.fulfilment_calls import get_json, post_action
+from tools.simulators.services import (
     FULFILMENT,
     PAYMENT,
     SHIPPING,
@@ -14,7 +15,6 @@ from simulators.services import (
     ServiceDeclaration,
     SimulatedServices,
 )
-from tests.integration.simulators.fulfilment_calls import get_json, post_action
 
 STEP_SERVICES = [STOCK, PAYMENT, SHIPPING]
 OTHER_PAYLOADS: dict[str, dict[str, Any]] = {

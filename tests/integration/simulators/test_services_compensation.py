@@ -10,7 +10,13 @@ import aiohttp
 import pytest
 from devhost.testing import eventually
 
-from simulators.services import (
+from tests.integration.simulators.fulfilment_calls import (
+    get_json,
+    post_action,
+    post_compensation,
+    put_faults,
+)
+from tools.simulators.services import (
     PAYMENT,
     SHIPPING,
     STOCK,
@@ -20,12 +26,6 @@ from simulators.services import (
     Role,
     ServiceDeclaration,
     SimulatedServices,
-)
-from tests.integration.simulators.fulfilment_calls import (
-    get_json,
-    post_action,
-    post_compensation,
-    put_faults,
 )
 
 by_name = pytest.mark.parametrize("step", [STOCK, PAYMENT, SHIPPING], ids=lambda s: s.name)

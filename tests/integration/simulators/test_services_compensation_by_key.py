@@ -11,8 +11,16 @@ import aiohttp
 import pytest
 from devhost.testing import eventually
 
-from simulators.fulfilment import FulfilmentService
-from simulators.services import (
+from tests.integration.simulators.fulfilment_calls import (
+    TIMEOUT,
+    get_json,
+    post_action,
+    post_compensation,
+    post_compensation_by_key,
+    post_fulfilment,
+)
+from tools.simulators.fulfilment import FulfilmentService
+from tools.simulators.services import (
     FULFILMENT,
     PAYMENT,
     SERVICES,
@@ -24,14 +32,6 @@ from simulators.services import (
     Role,
     ServiceDeclaration,
     SimulatedServices,
-)
-from tests.integration.simulators.fulfilment_calls import (
-    TIMEOUT,
-    get_json,
-    post_action,
-    post_compensation,
-    post_compensation_by_key,
-    post_fulfilment,
 )
 
 every_service = pytest.mark.parametrize("step", list(SERVICES.values()), ids=lambda s: s.name)

@@ -8,7 +8,13 @@ from typing import Any
 import aiohttp
 import pytest
 
-from simulators.services import (
+from tests.integration.simulators.fulfilment_calls import (
+    get_json,
+    post_action,
+    post_compensation,
+    put_faults,
+)
+from tools.simulators.services import (
     FULFILMENT,
     PAYMENT,
     PRESET_NAMES,
@@ -22,12 +28,6 @@ from simulators.services import (
     ServiceDeclaration,
     SimulatedServices,
     preset_plans,
-)
-from tests.integration.simulators.fulfilment_calls import (
-    get_json,
-    post_action,
-    post_compensation,
-    put_faults,
 )
 
 

@@ -11,7 +11,15 @@ import aiohttp
 import pytest
 import requests
 
-from simulators.services import (
+from tests.integration.simulators.fulfilment_calls import (
+    PAYLOADS,
+    get_json,
+    post_action,
+    post_compensation,
+    put_faults,
+)
+from tests.integration.simulators.simulator_process import SimulatorProcess
+from tools.simulators.services import (
     FULFILMENT,
     PAYMENT,
     SERVICES,
@@ -25,17 +33,9 @@ from simulators.services import (
     SimulatedServicesThread,
     preset_plans,
 )
-from tests.integration.simulators.fulfilment_calls import (
-    PAYLOADS,
-    get_json,
-    post_action,
-    post_compensation,
-    put_faults,
-)
-from tests.integration.simulators.simulator_process import SimulatorProcess
 
 
-@pytest.mark.parametrize("module", ["simulators.services", "simulators.fulfilment"])
+@pytest.mark.parametrize("module", ["tools.simulators.services", "tools.simulators.fulfilment"])
 async def test_command_serves_every_service_under_its_prefix_with_the_preset(
     session: aiohttp.ClientSession, module: str
 ) -> None:

@@ -1,1 +1,0 @@
-"""The order pipeline run locally end to end: ``make demo`` / ``python -m demo``."""

@@ -1,0 +1,1 @@
+"""Tooling that never deploys: the demo, chaos, benchmarks, simulated services, console CLI."""

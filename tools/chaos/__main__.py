@@ -1,0 +1,7 @@
+"""``python -m tools.chaos``: the order pipeline under crashes and faults (chaos.command)."""
+
+import sys
+
+from tools.chaos.command import main
+
+sys.exit(main())
