@@ -156,9 +156,6 @@ class Settings:
     """The app settings this app reads, with their defaults."""
 
     orders_queue: str = _setting("ORDERS_QUEUE", "orders", _text, "submissions (S1)")
-    agent_requests_queue: str = _setting(
-        "AGENT_REQUESTS_QUEUE", "agent-requests", _text, "scheduler -> agent (E1)"
-    )
     agent_responses_queue: str = _setting(
         "AGENT_RESPONSES_QUEUE", "agent-responses", _text, "agent -> scheduler (E3)"
     )
@@ -176,13 +173,6 @@ class Settings:
         AGENT_TRANSPORT_SERVICEBUS,
         _one_of(AGENT_TRANSPORT_SERVICEBUS, AGENT_TRANSPORT_ACTIVITY),
         "the agent behind the Service Bus queue pair, or run as an activity (E1)",
-    )
-    fulfilment_service_url: str | None = _setting(
-        "FULFILMENT_SERVICE_URL",
-        None,
-        _text,
-        "base URL of the remote fulfilment service; the agent cannot run without it",
-        blank_is_default=True,
     )
     order_steps: tuple[str, ...] = _setting(
         "ORDER_STEPS",
@@ -501,21 +491,12 @@ class Settings:
         )
 
     @property
-    def fulfilment_base_url(self) -> str:
-        """FULFILMENT_SERVICE_URL, checked where it is needed: only the agent calls it."""
-        if self.fulfilment_service_url is None:
-            name = declaration("fulfilment_service_url").name
-            raise SettingsError(f"the app setting {name} is not set")
-        return self.fulfilment_service_url
-
-    @property
     def consumed_queues(self) -> tuple[str, ...]:
         """The queues the app's Service Bus triggers consume, whose dead letters an operator
-        triages and the dead-letter watcher reports: submissions (S1), agent requests of
-        both workflow versions (E1) and agent responses (E3)."""
+        triages and the dead-letter watcher reports: submissions (S1), agent requests (E1)
+        and agent responses (E3)."""
         queues = (
             self.orders_queue,
-            self.agent_requests_queue,
             self.agent_responses_queue,
             self.stock_requests_queue,
             self.payment_requests_queue,

@@ -2,12 +2,10 @@
 
 - activities.submission    S1-S4  Service Bus trigger on ORDERS_QUEUE
 - activities.starter       D1-D3  timer: claim Pending records, start attempts
-- orchestrators            D4-D6, E2, E5, E6, C7  the versioned order workflow (the Scheduler)
-- activities.order_steps   D4, E5, E8, R2  the one-step workflow's fenced writes + replies
-- activities.step_activities  D4, E5, E8, C1, C2, R2  the step workflow's fenced writes
-- activities.agent_bridge  E1, E3, E4  agent requests out, responses in -> external events
-- order_agents.worker      E1, E7, E9  the fulfilment agent (queue worker and activity)
-- order_agents.step_agents  E1, E7, E9, C1  one agent per step's remote service
+- orchestrators            D4-D6, E2, E5, E6, C1, C7  the versioned order workflow (the Scheduler)
+- activities.steps         D4, E5, E8, C1, C2, R2  the workflow's fenced writes
+- activities.agent_bridge  E1, E3, E4  agent responses in -> external events
+- order_agents.functions   E1, E7, E9, C1  one agent per step's remote service
 - supervisor.sweep         U1-U7  timer: bounded sweeps for expired attempts
 - supervisor.dead_letter_watch  S3, E8  timer: one operator alert per new dead letter
 - console.functions        E8, C2, C4  the operator console: admin HTTP functions and page
@@ -17,10 +15,10 @@ import azure.durable_functions as df
 import azure.functions as func
 
 import bootstrap
-from activities import agent_bridge, order_steps, starter, step_activities, submission
+from activities import agent_bridge, starter, steps, submission
 from console import functions as console
 from orchestrators import order_workflow
-from order_agents import step_agents, worker
+from order_agents import functions as agents
 from supervisor import dead_letter_watch, sweep
 
 # A setting the app cannot run with (a retry budget too small for its factors, C4) stops the
@@ -33,11 +31,9 @@ for blueprint in (
     submission.bp,
     starter.bp,
     order_workflow.bp,
-    order_steps.bp,
-    step_activities.bp,
+    steps.bp,
     agent_bridge.bp,
-    worker.bp,
-    step_agents.bp,
+    agents.bp,
     sweep.bp,
     dead_letter_watch.bp,
     console.bp,

@@ -1,8 +1,8 @@
 """The scheduler's side of the agent queue pair (E1, E3, E4).
 
-``send_agent_request`` puts the request on its agent's request queue (AGENT_REQUESTS_QUEUE
-for the one-step workflow, <AGENT>_REQUESTS_QUEUE for a step's agent) with a stable
-MessageId, so a re-run of the activity that sends it is removed by duplicate detection (E4).
+``send_agent_request`` puts the request on its agent's request queue (<AGENT>_REQUESTS_QUEUE)
+with a stable MessageId, so a re-run of the activity that sends it is removed by duplicate
+detection (E4).
 ``receive_agent_response`` is triggered by AGENT_RESPONSES_QUEUE and raises the
 orchestration's external event, named after the request it answers (one name per request:
 ``agent_response_event``) and carrying the request id the orchestrator checks (E3). A response for
@@ -20,12 +20,9 @@ from azurefunctions.extensions.bindings.servicebus import (
 )
 
 import bootstrap
+from adapters.codec import PayloadError, from_json, to_data, to_json
 from adapters.message_settlement import body_bytes, complete, dead_letter
-from domain.agent_messages import (
-    AgentMessageError,
-    AgentRequest,
-    AgentResponse,
-)
+from domain.agent_messages import AgentRequest, AgentResponse
 from domain.outgoing_messages import OutgoingMessage
 from domain.records import InstanceId, RecordFormatError
 from observability import logs
@@ -45,7 +42,7 @@ async def send_agent_request(request: AgentRequest, queue: str) -> None:
     await bootstrap.publisher().send(
         OutgoingMessage(
             queue=queue,
-            body=request.to_json(),
+            body=to_json(request),
             message_id=request.message_id,
             correlation_id=request.order.order_id,
             subject=request.step,
@@ -66,8 +63,8 @@ async def receive_agent_response(
     client: df.DurableOrchestrationClient,
 ) -> None:
     try:
-        response = AgentResponse.from_json(body_bytes(message))
-    except AgentMessageError as error:
+        response = from_json(body_bytes(message), AgentResponse)
+    except PayloadError as error:
         await dead_letter(
             message_actions, message, reason="InvalidAgentResponse", description=str(error)
         )
@@ -84,9 +81,7 @@ async def receive_agent_response(
             annotate(span, order_id=instance.order_id, attempt=instance.attempt)
         span.set_attribute("agent.outcome", response.outcome.value)
         try:
-            await client.raise_event(
-                response.instance_id, response.event_name, response.to_document()
-            )
+            await client.raise_event(response.instance_id, response.event_name, to_data(response))
         except Exception:
             status = await client.get_status(response.instance_id)
             if status.runtime_status is not None and status.runtime_status not in FINISHED:

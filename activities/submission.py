@@ -21,11 +21,11 @@ from azurefunctions.extensions.bindings.servicebus import (
 from opentelemetry.trace import Span
 
 import bootstrap
+from activities.replies import send_alert, send_statuses
 from adapters import blocking_calls
 from adapters.message_settlement import body_bytes, complete, dead_letter
-from domain.outgoing_messages import alert_outgoing, status_outgoing
 from observability import logs
-from observability.tracing import annotate, current_traceparent, order_span, status_span
+from observability.tracing import annotate, current_traceparent, order_span
 from services.submission import DeadLetter, Rejected, submit_order
 
 bp = df.Blueprint()
@@ -62,18 +62,19 @@ async def _receive_order(
         steps=app.settings.order_steps,
         trace_parent=current_traceparent(),
     )
-    if not isinstance(result, DeadLetter):
-        annotate(span, order_id=result.order.order_id)
-    publisher = bootstrap.publisher()
     if isinstance(result, DeadLetter):
         log.warning(
             "submission dead-lettered", message_id=str(message.message_id), reason=result.reason
         )
-        await publisher.send(alert_outgoing(result.alert, app.settings.operator_alerts_queue))
+        await send_alert(result.alert)
         await dead_letter(
             message_actions, message, reason=result.reason, description=result.description
         )
         return
+    annotate(span, order_id=result.order.order_id)
+    if result.status is not None:
+        await send_statuses((result.status,))
+    await complete(message_actions, message)
     if isinstance(result, Rejected):
         # Identifiers and counts only: the order's customer and items stay out of the log.
         log.warning(
@@ -82,13 +83,7 @@ async def _receive_order(
             backlog=result.backlog,
             bound=result.bound,
         )
-        if result.status is not None:
-            with status_span(result.order.order_id, result.status.subject):
-                await publisher.send(status_outgoing(result.status))
-        await complete(message_actions, message)
-        return
-    if result.status is not None:
-        with status_span(result.order.order_id, result.status.subject):
-            await publisher.send(status_outgoing(result.status))
-    await complete(message_actions, message)
-    log.info("order received", order_id=result.order.order_id, state_created=result.state_created)
+    else:
+        log.info(
+            "order received", order_id=result.order.order_id, state_created=result.state_created
+        )

@@ -45,8 +45,14 @@ from domain.ports import InvalidContinuation, PreconditionFailed, RecordNotFound
 from domain.records import ProcessState
 from domain.transitions import IllegalTransition
 from observability import logs
-from orchestrators.order_workflow import ORCHESTRATOR, compensation_input, orchestration_version
+from orchestrators.order_workflow import (
+    ORCHESTRATOR,
+    STATUS_SENDERS,
+    compensation_input,
+    orchestration_version,
+)
 from services import dead_letters, operator
+from services.owed_statuses import owed_statuses
 
 bp = df.Blueprint()
 log = logs.get_logger("app.console")
@@ -178,8 +184,14 @@ async def console_show_order(
             str(instance): await _orchestration(client, str(instance), with_history=True)
             for instance in timeline.attempts
         }
-        reply_queues = bootstrap.services().settings.reply_queues
-        return _json(operator.timeline_view(timeline, orchestrations, reply_queues=reply_queues))
+        owed = owed_statuses(
+            timeline.record,
+            timeline.attempts,
+            orchestrations,
+            senders=STATUS_SENDERS,
+            reply_queues=bootstrap.services().settings.reply_queues,
+        )
+        return _json(operator.timeline_view(timeline, orchestrations, owed))
 
     return await _answer(act)
 

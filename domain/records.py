@@ -1,19 +1,10 @@
 """The state record of one order and the identifiers around it (S4, D2, C1, C3, C7, C10).
 
-A `StateRecord` is what the state store holds per order: the contract fields of
-contracts.md (`id`, `OrderID`, `LockedBy`, `CompleteBy`, `ProcessState`, `FailureCount`,
-`ReplyTo`, `SchemaVersion`), the multi-step fields (`WorkflowVersion`, `Steps` in workflow
-order, the ordered `CompensationLog` of C1), plus the attempt counter, timestamps, the name
-of the running step and the last error. The record is the truth about which steps completed
-(C10): a new attempt resumes at the first step not completed. Timestamps are serialised in
-one fixed-width ISO-8601 UTC form so that string order equals time order, which is what lets
-both SQLite and Cosmos DB compare `CompleteBy` values in a query.
-
-Versions (C7): `SchemaVersion` is the shape of the stored document (1: before `Steps` and
-`WorkflowVersion` existed, read as a one-step workflow-1 record; 2: today's shape);
-`WorkflowVersion` is the workflow an order runs (1: the one-step fulfilment workflow, 2: the
-step list), fixed when the order is accepted so that an order in flight during an upgrade
-finishes on the workflow it started with.
+A `StateRecord` holds the contract fields of contracts.md, the workflow's `Steps` and the
+ordered `CompensationLog` (C1), the attempt counter and timestamps. It is the truth about
+which steps completed (C10). Timestamps are one fixed-width ISO-8601 UTC form, so string
+order is time order in both stores' queries. `SchemaVersion` is the document's shape and
+`WorkflowVersion` the workflow the order was accepted with (C7).
 """
 
 from __future__ import annotations
@@ -25,15 +16,10 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-RECORD_SCHEMA_VERSION = 2
+RECORD_SCHEMA_VERSION = 1
 """Version of the state record's shape (C7). Readers accept every version listed here."""
 
-SUPPORTED_RECORD_VERSIONS = frozenset({1, 2})
-
-WORKFLOW_ONE_STEP = 1
-"""The one-step fulfilment workflow (one agent, ``AGENT_REQUESTS_QUEUE``)."""
-WORKFLOW_STEPS = 2
-"""The workflow of ordered steps, each through its own agent, with compensation (C1)."""
+SUPPORTED_RECORD_VERSIONS = frozenset({RECORD_SCHEMA_VERSION})
 
 ORDER_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
 """contracts.md: 1-64 characters of `[A-Za-z0-9._-]`; never contains the `:` of instance ids."""
@@ -220,11 +206,11 @@ class StateRecord:
     attempt: int
     created_at: datetime
     updated_at: datetime
+    workflow_version: int
+    steps: tuple[StepStatus, ...]
     current_step: str | None = None
     last_error: str | None = None
     compensation_log: tuple[CompletedStep, ...] = ()
-    workflow_version: int = WORKFLOW_ONE_STEP
-    steps: tuple[StepStatus, ...] = ()
     compensation_failures: int = 0
     """Compensation runs the supervisor found stalled (C2), counted apart from FailureCount."""
     compensation_started_at: datetime | None = None
@@ -303,18 +289,17 @@ class StateRecord:
                 attempt=int(document["Attempt"]),
                 created_at=parse_utc(str(document["CreatedAt"])),
                 updated_at=parse_utc(str(document["UpdatedAt"])),
-                current_step=document.get("CurrentStep"),
-                last_error=document.get("LastError"),
+                current_step=document["CurrentStep"],
+                last_error=document["LastError"],
                 compensation_log=tuple(
-                    CompletedStep.from_document(entry)
-                    for entry in document.get("CompensationLog", [])
+                    CompletedStep.from_document(entry) for entry in document["CompensationLog"]
                 ),
-                workflow_version=int(document.get("WorkflowVersion", WORKFLOW_ONE_STEP)),
-                steps=tuple(StepStatus.from_document(step) for step in document.get("Steps", [])),
-                compensation_failures=int(document.get("CompensationFailures", 0)),
-                compensation_started_at=_parsed_or_none(document.get("CompensationStartedAt")),
-                trace_parent=document.get("TraceParent"),
-                resubmits=int(document.get("Resubmits", 0)),
+                workflow_version=int(document["WorkflowVersion"]),
+                steps=tuple(StepStatus.from_document(step) for step in document["Steps"]),
+                compensation_failures=int(document["CompensationFailures"]),
+                compensation_started_at=_parsed_or_none(document["CompensationStartedAt"]),
+                trace_parent=document["TraceParent"],
+                resubmits=int(document["Resubmits"]),
                 schema_version=int(version),
                 etag=etag,
             )

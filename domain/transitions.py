@@ -7,22 +7,22 @@ Two kinds of transition, matching the two kinds of conditional write the stores 
   with its etag and return the next record; the caller replaces it conditionally on that
   etag, so two starters, supervisors or operators that read the same version cannot both
   win (D3, U6, E8).
-- Fenced changes (`set_step_deadline`, `mark_processed`, `mark_error`, `begin_compensation`,
-  `mark_compensated`, `mark_compensation_failed`) are written blind, without a read: a
-  `FencedChange` is a small patch plus a guard (`LockedBy` equals the attempt's instance id
-  and `ProcessState` is one of the allowed states, D4). A store applies it as one
-  conditional write; `FencedChange.apply` is the same semantics in plain Python, which is
-  what the unit tests and the store contract suite compare against.
+- Fenced changes (`begin_step`, `finish_steps`, `fail_step`, `begin_undo`, `finish_undo`,
+  `undo_failed`) are written blind, without a read: a `FencedChange` is a small patch plus a
+  guard (`LockedBy` equals the attempt's instance id and `ProcessState` is one of the
+  allowed states, D4). A store applies it as one conditional write; `FencedChange.apply` is
+  the same semantics in plain Python, which the unit tests and the store contract suite
+  compare against.
 
 Illegal transitions raise `IllegalTransition`; a fenced change whose guard fails raises
 `FenceLost` from `apply` (stores report it as a refused write instead).
 
 `ProcessState` flow::
 
-    Pending --claim--> Processing --mark_processed--> Processed
-       ^                  |  |--mark_error--> Error --resubmit--> Pending
-       |                  |  '--begin_compensation--> Compensating --> Compensated
-       '--retry_later-----|                                   |  '--> CompensationFailed
+    Pending --claim--> Processing --finish_steps--> Processed
+       ^                  |  |--fail_step (first step)--> Error --resubmit--> Pending
+       |                  |  '--fail_step (later step)--> Compensating --> Compensated
+       '--retry_later-----|                                      |  '--> CompensationFailed
                           '--give_up--> Error (empty log) | Compensating (C1 log not empty)
 
     Operator (E8, C2): Pending | Processing --cancel--> Compensating;
@@ -38,8 +38,6 @@ from enum import Enum
 from typing import Any
 
 from domain.records import (
-    WORKFLOW_ONE_STEP,
-    WORKFLOW_STEPS,
     CompletedStep,
     InstanceId,
     ProcessState,
@@ -48,6 +46,7 @@ from domain.records import (
     StepStatus,
     format_utc,
 )
+from domain.workflow import WORKFLOW_VERSION, Step
 
 JsonValue = Any
 """A value that JSON can carry (str, int, float, bool, None, list, dict)."""
@@ -82,15 +81,15 @@ def new_record(
     order_id: str,
     reply_to: str | None,
     now: datetime,
-    steps: Sequence[str] = (),
+    steps: Sequence[str],
     trace_parent: str | None = None,
 ) -> StateRecord:
-    """First write of the state record (S4): Pending, unlocked, no deadline, no failures.
-
-    With `steps` the order runs the step workflow (`WORKFLOW_STEPS`), every step NotStarted;
-    without, the one-step workflow it ran before the step list existed (C7). `trace_parent`
+    """First write of the state record (S4): Pending, unlocked, no deadline, no failures,
+    every one of `steps` NotStarted, under today's `WORKFLOW_VERSION` (C7). `trace_parent`
     is the submission's W3C trace context, which every later hop of the order joins (C9).
     """
+    if not steps:
+        raise ValueError(f"order {order_id!r} needs at least one step")
     return StateRecord(
         order_id=order_id,
         process_state=ProcessState.PENDING,
@@ -101,7 +100,7 @@ def new_record(
         attempt=0,
         created_at=now,
         updated_at=now,
-        workflow_version=WORKFLOW_STEPS if steps else WORKFLOW_ONE_STEP,
+        workflow_version=WORKFLOW_VERSION,
         steps=tuple(StepStatus(name) for name in steps),
         trace_parent=trace_parent,
     )
@@ -266,7 +265,7 @@ def _compensating(
     record: StateRecord, *, now: datetime, compensation_deadline: datetime, reason: str
 ) -> StateRecord:
     """The record compensating under a new attempt's instance id, which fences every older
-    attempt out (D4); a step that was running is in doubt and is undone by its request's
+    attempt out (D4); a step that was running is in doubt and is undone by its action's
     idempotency key (C1)."""
     attempt = record.attempt + 1
     return replace(
@@ -318,15 +317,10 @@ def cancel(
     """An operator cancels an unfinished order: it compensates what completed (C1, C2).
 
     The running attempt loses its fence at once (its writes are refused, D4, E5) and the
-    remote services refuse its calls by the newer attempt's fencing token (E7). Only the
-    step workflow compensates; a one-step order has nothing to undo and no undo to run.
+    remote services refuse its calls by the newer attempt's fencing token (E7).
     """
     if record.process_state not in CANCELLABLE_STATES:
         raise IllegalTransition(record, "cancel", "only a Pending or Processing order is cancelled")
-    if record.workflow_version != WORKFLOW_STEPS:
-        raise IllegalTransition(
-            record, "cancel", "the one-step workflow (WorkflowVersion 1) has no compensation"
-        )
     return _compensating(
         record, now=now, compensation_deadline=compensation_deadline, reason=reason
     )
@@ -460,181 +454,80 @@ def _fenced(
     )
 
 
-def set_step_deadline(
-    instance: InstanceId,
-    *,
-    step: str,
-    complete_by: datetime,
-    now: datetime,
-    completed: CompletedStep | None = None,
-) -> FencedChange:
-    """The orchestrator sets CompleteBy for the step it starts (D6, E2).
-
-    `completed` appends the previous step to the compensation log (C1) in the same write,
-    so a step costs one write, not two.
-    """
-    return replace(
-        _fenced("set step deadline", instance, [ProcessState.PROCESSING], now),
-        complete_by=complete_by,
-        current_step=step,
-        logged=completed,
-    )
-
-
-def mark_processed(
-    instance: InstanceId, *, now: datetime, completed: CompletedStep | None = None
-) -> FencedChange:
-    """The response came before the timer: Processed, only if the fence holds (E5)."""
-    return replace(
-        _fenced("mark processed", instance, [ProcessState.PROCESSING], now),
-        process_state=ProcessState.PROCESSED,
-        complete_by=None,
-        current_step=None,
-        logged=completed,
-    )
-
-
-def mark_error(instance: InstanceId, *, now: datetime, reason: str) -> FencedChange:
-    """A non-transient error with nothing to undo (E8): Error, for an operator."""
-    return replace(
-        _fenced("mark error", instance, [ProcessState.PROCESSING], now),
-        process_state=ProcessState.ERROR,
-        complete_by=None,
-        last_error=reason,
-    )
-
-
-def begin_compensation(
-    instance: InstanceId, *, now: datetime, reason: str, complete_by: datetime
-) -> FencedChange:
-    """The task cannot finish and steps completed: undo them in reverse order (C1, C2)."""
-    return replace(
-        _fenced("begin compensation", instance, [ProcessState.PROCESSING], now),
-        process_state=ProcessState.COMPENSATING,
-        complete_by=complete_by,
-        current_step=None,
-        last_error=reason,
-        compensation_started_at=now,
-    )
-
-
-def mark_compensated(instance: InstanceId, *, now: datetime) -> FencedChange:
-    """Every logged step was undone (C2)."""
-    return replace(
-        _fenced("mark compensated", instance, [ProcessState.COMPENSATING], now),
-        process_state=ProcessState.COMPENSATED,
-        complete_by=None,
-    )
-
-
-def mark_compensation_failed(instance: InstanceId, *, now: datetime, reason: str) -> FencedChange:
-    """A compensating step failed for good: an operator must finish the job (C2)."""
-    return replace(
-        _fenced("mark compensation failed", instance, [ProcessState.COMPENSATING], now),
-        process_state=ProcessState.COMPENSATION_FAILED,
-        complete_by=None,
-        last_error=reason,
-    )
-
-
-def steps_to_compensate(record: StateRecord) -> tuple[CompletedStep, ...]:
-    """The compensation log in the order compensation must run: newest first (C1)."""
-    return tuple(reversed(record.compensation_log))
-
-
-# --- the step workflow (WORKFLOW_STEPS): fenced writes of one attempt -----------------------
-#
-# Each write names the `Steps` entries it changes by index, whole, so one Cosmos DB patch
-# stays within its operation limit and SQLite writes one json_set. Completing step k and
-# starting step k+1 is ONE write (C1: the log entry goes in with the completion).
-
-
 def begin_step(
     instance: InstanceId,
+    step: Step,
     *,
-    index: int,
-    name: str,
     complete_by: datetime,
     now: datetime,
-    completed: tuple[int, CompletedStep] | None = None,
+    done: Step | None = None,
 ) -> FencedChange:
-    """Start step `index` with its CompleteBy (D6, E2); `completed` marks the step before it
-    Completed with its reference and logs it for compensation in the same write (C1), only
-    while that step is still Running: the same write again (C8) is refused, never a second
-    log entry."""
-    steps = [(index, StepStatus(name, StepState.RUNNING, complete_by))]
-    logged = None
-    guard = None
-    if completed is not None:
-        done_index, logged = completed
-        steps.insert(0, (done_index, _completed(logged)))
-        guard = (done_index, StepState.RUNNING)
+    """Start `step` with its CompleteBy (D6, E2); `done`, the step before it, becomes
+    Completed with its reference and is logged for compensation in the same write (C1), only
+    while it is still Running: the same write again (C8) is refused, never a second log
+    entry. Completing one step and starting the next is one write."""
+    steps = [(step.index, StepStatus(step.name, StepState.RUNNING, complete_by))]
+    logged = guard = None
+    if done is not None:
+        logged = CompletedStep(done.name, done.reference, now)
+        steps.insert(0, (done.index, _completed(done)))
+        guard = (done.index, StepState.RUNNING)
     return replace(
         _fenced("begin step", instance, [ProcessState.PROCESSING], now),
         complete_by=complete_by,
-        current_step=name,
+        current_step=step.name,
         steps=tuple(steps),
         logged=logged,
         step_guard=guard,
     )
 
 
-def finish_steps(
-    instance: InstanceId, *, index: int, completed: CompletedStep, now: datetime
-) -> FencedChange:
+def finish_steps(instance: InstanceId, done: Step, *, now: datetime) -> FencedChange:
     """The last step completed: Processed, only while the fence holds (E5, C1)."""
     return replace(
         _fenced("finish steps", instance, [ProcessState.PROCESSING], now),
         process_state=ProcessState.PROCESSED,
         complete_by=None,
         current_step=None,
-        steps=((index, _completed(completed)),),
-        logged=completed,
+        steps=((done.index, _completed(done)),),
+        logged=CompletedStep(done.name, done.reference, now),
     )
 
 
 def fail_step(
     instance: InstanceId,
+    step: Step,
     *,
-    index: int,
-    name: str,
     reason: str,
     now: datetime,
     compensate_by: datetime | None,
 ) -> FencedChange:
-    """Step `index` failed for good (E8). With nothing to undo (`compensate_by` None) the
-    order goes to Error for an operator; otherwise it starts compensating under the same
-    attempt, with `compensate_by` as the deadline of the first compensation (C1, C2)."""
-    failed = StepStatus(name, StepState.FAILED)
+    """`step` failed for good (E8). With nothing to undo (`compensate_by` None) the order
+    goes to Error for an operator; otherwise it starts compensating under the same attempt,
+    with `compensate_by` as the deadline of the first undo (C1, C2)."""
+    change = replace(
+        _fenced("fail step", instance, [ProcessState.PROCESSING], now),
+        last_error=reason,
+        steps=((step.index, StepStatus(step.name, StepState.FAILED)),),
+    )
     if compensate_by is None:
-        return replace(mark_error(instance, now=now, reason=reason), steps=((index, failed),))
+        return replace(change, process_state=ProcessState.ERROR, complete_by=None)
     return replace(
-        begin_compensation(instance, now=now, reason=reason, complete_by=compensate_by),
-        steps=((index, failed),),
+        change,
+        process_state=ProcessState.COMPENSATING,
+        complete_by=compensate_by,
+        current_step=None,
+        compensation_started_at=now,
     )
 
 
-@dataclass(frozen=True)
-class Undo:
-    """One step of a compensation plan: which step, and what the service knows it by.
-
-    `reference` is the id the service gave the side effect; a step whose outcome is in doubt
-    (it was running when the attempt failed, so its side effect may have happened with the
-    answer lost) has none and is undone by the idempotency key of its request.
-    """
-
-    index: int
-    name: str
-    reference: str | None
-
-
-def compensation_plan(record: StateRecord) -> tuple[Undo, ...]:
+def compensation_plan(record: StateRecord) -> tuple[Step, ...]:
     """What is left to undo, in the order to undo it (C1): the step in doubt first, then the
     logged steps newest first; steps already compensated are skipped, so a compensation that
     stalled resumes at the step it reached (C2)."""
     by_name = {step.name: (index, step) for index, step in enumerate(record.steps)}
     in_doubt = [
-        Undo(index, step.name, None)
+        Step(index, step.name)
         for index, step in enumerate(record.steps)
         if step.state in (StepState.FAILED, StepState.RUNNING)
         or (
@@ -643,7 +536,7 @@ def compensation_plan(record: StateRecord) -> tuple[Undo, ...]:
         )
     ]
     logged = [
-        Undo(by_name[entry.step][0], entry.step, entry.reference)
+        Step(by_name[entry.step][0], entry.step, entry.reference)
         for entry in reversed(record.compensation_log)
         if by_name[entry.step][1].state is not StepState.COMPENSATED
     ]
@@ -652,13 +545,13 @@ def compensation_plan(record: StateRecord) -> tuple[Undo, ...]:
 
 def begin_undo(
     instance: InstanceId,
-    undo: Undo,
+    undo: Step,
     *,
     complete_by: datetime,
     now: datetime,
-    undone: Undo | None = None,
+    undone: Step | None = None,
 ) -> FencedChange:
-    """Start undoing `undo` with its CompleteBy; `undone` marks the previous compensation
+    """Start undoing `undo` with its CompleteBy; `undone`, the undo before it, becomes
     Compensated in the same write (C1, C2)."""
     steps = [
         (undo.index, StepStatus(undo.name, StepState.COMPENSATING, complete_by, undo.reference))
@@ -673,25 +566,33 @@ def begin_undo(
     )
 
 
-def finish_undo(instance: InstanceId, *, undone: Undo | None, now: datetime) -> FencedChange:
+def finish_undo(instance: InstanceId, *, undone: Step | None, now: datetime) -> FencedChange:
     """Every step was undone: Compensated (C2)."""
-    steps = () if undone is None else ((undone.index, _compensated(undone)),)
-    return replace(mark_compensated(instance, now=now), current_step=None, steps=steps)
+    return replace(
+        _fenced("finish undo", instance, [ProcessState.COMPENSATING], now),
+        process_state=ProcessState.COMPENSATED,
+        complete_by=None,
+        current_step=None,
+        steps=() if undone is None else ((undone.index, _compensated(undone)),),
+    )
 
 
-def undo_failed(instance: InstanceId, undo: Undo, *, reason: str, now: datetime) -> FencedChange:
+def undo_failed(instance: InstanceId, undo: Step, *, reason: str, now: datetime) -> FencedChange:
     """Undoing `undo` failed for good: CompensationFailed, for an operator (C2)."""
     failed = StepStatus(undo.name, StepState.COMPENSATION_FAILED, None, undo.reference)
     return replace(
-        mark_compensation_failed(instance, now=now, reason=reason),
+        _fenced("undo failed", instance, [ProcessState.COMPENSATING], now),
+        process_state=ProcessState.COMPENSATION_FAILED,
+        complete_by=None,
         current_step=undo.name,
+        last_error=reason,
         steps=((undo.index, failed),),
     )
 
 
-def _completed(entry: CompletedStep) -> StepStatus:
-    return StepStatus(entry.step, StepState.COMPLETED, None, entry.reference)
+def _completed(step: Step) -> StepStatus:
+    return StepStatus(step.name, StepState.COMPLETED, None, step.reference)
 
 
-def _compensated(undo: Undo) -> StepStatus:
-    return StepStatus(undo.name, StepState.COMPENSATED, None, undo.reference)
+def _compensated(step: Step) -> StepStatus:
+    return StepStatus(step.name, StepState.COMPENSATED, None, step.reference)

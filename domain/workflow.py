@@ -1,17 +1,29 @@
-"""The steps an order can run, declared as data (D6, E1, C1).
+"""The steps an order can run, declared as data, and the one `Step` value (D6, E1, C1, C7).
 
-Each step wraps ONE remote service through its own agent: a name (what the state record's
-`Steps` and the status messages say), the agent that runs it (whose request queue and
-remote service the app settings name), the agent's action and the compensating action that
-undoes it. The orchestrator runs whatever list it is given, so adding a step is one more
-declaration here and one more agent, not an edit of the orchestrator. `ORDER_STEPS` picks
-the steps a new order runs, in order.
+Each declaration names a step, the agent (and remote service) that runs it, the action and
+the compensation that undoes it; `ORDER_STEPS` picks a new order's steps, in order. A `Step`
+is one step of one order, from the orchestrator to the store. `WORKFLOW_VERSION` is the
+workflow a new order runs (C7).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+WORKFLOW_VERSION = 1
+"""The workflow new orders run; the record keeps it and the orchestrator dispatches on it."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of an order, by position and name, with the reference its service gave the
+    side effect: None before there is one, and for a step in doubt, which is undone by its
+    action's idempotency key instead (C1)."""
+
+    index: int
+    name: str
+    reference: str | None = None
 
 
 @dataclass(frozen=True)

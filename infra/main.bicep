@@ -42,9 +42,6 @@ param paymentServiceUrl string = ''
 @description('Base URL of the remote shipping service (SHIPPING_SERVICE_URL).')
 param shippingServiceUrl string = ''
 
-@description('Base URL of the remote fulfilment service of version-1 orders (FULFILMENT_SERVICE_URL).')
-param fulfilmentServiceUrl string = ''
-
 @allowed([512, 2048, 4096])
 @description('Memory of one Flex Consumption instance, in MB.')
 param instanceMemoryMB int = 2048
@@ -261,7 +258,6 @@ module functionApp 'app/function.bicep' = {
     stockServiceUrl: stockServiceUrl
     paymentServiceUrl: paymentServiceUrl
     shippingServiceUrl: shippingServiceUrl
-    fulfilmentServiceUrl: fulfilmentServiceUrl
     instanceMemoryMB: instanceMemoryMB
     maximumInstanceCount: maximumInstanceCount
     alwaysReadyInstances: alwaysReadyInstances

@@ -1,91 +1,81 @@
-"""Inputs and outputs of the order orchestration and its activities: small dataclasses.
+"""What the order workflow hands its activities and what they answer (D2, D6, E1, C1, C10).
 
-They cross the Durable Functions boundary as JSON dictionaries (``to_dict``/``from_dict``);
-new fields get defaults so histories written by older code still replay (C7).
+Small frozen dataclasses that cross the Durable Functions boundary through the app's one
+codec (`adapters.codec`): the orchestrator and each activity turn them into JSON data and
+back, typed, so the order and the agent's request and response are read once per hop by
+the codec, never re-parsed by hand.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-from domain.policies import AGENT_TRANSPORT_SERVICEBUS
-from domain.records import InstanceId, format_utc, parse_utc
-
-
-@dataclass(frozen=True)
-class AttemptInput:
-    """What the starter hands a new orchestration instance (D2)."""
-
-    order_id: str
-    attempt: int
-    agent_transport: str = AGENT_TRANSPORT_SERVICEBUS
-
-    @property
-    def instance(self) -> InstanceId:
-        return InstanceId(self.order_id, self.attempt)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> AttemptInput:
-        return cls(**data)
+from domain.agent_messages import AgentRequest, AgentResponse
+from domain.contracts import Order
+from domain.policies import AGENT_TRANSPORT_SERVICEBUS, Timeouts
+from domain.records import InstanceId
+from domain.workflow import Step
 
 
 @dataclass(frozen=True)
-class StepCall:
-    """An activity's fenced write for one attempt, at the orchestration's (replay-safe) time.
+class Attempt:
+    """What the starter, the supervisor or an operator hands one instance of the workflow.
 
-    ``agent_transport`` is for ``begin_attempt``: the attempt's transport (``AttemptInput``),
-    which decides whether beginning the step also sends the agent its request.
+    `resume_at` is the first step the record did not show completed when the attempt was
+    claimed (C10). `undo` is set for an instance started to compensate: the steps to undo,
+    in order (C1, C2). `timeouts` are the CompleteBy budgets the orchestration sets each
+    deadline from (D6).
     """
 
     order_id: str
     attempt: int
-    at: str
-    reason: str | None = None
-    agent_transport: str | None = None
-
-    @classmethod
-    def of(
-        cls,
-        instance: InstanceId,
-        at: datetime,
-        reason: str | None = None,
-        agent_transport: str | None = None,
-    ) -> StepCall:
-        return cls(instance.order_id, instance.attempt, format_utc(at), reason, agent_transport)
+    steps: tuple[str, ...]
+    agent_transport: str
+    timeouts: Timeouts
+    resume_at: int = 0
+    undo: tuple[Step, ...] | None = None
 
     @property
     def instance(self) -> InstanceId:
         return InstanceId(self.order_id, self.attempt)
 
+
+@dataclass(frozen=True)
+class StepWrite:
+    """One fenced write of an attempt, at the orchestration's (replay-safe) time `at`.
+
+    `step` is the step the write is about (to begin, to fail, to undo); `done` the step
+    completed or undone just before, recorded in the same write (C1). `order` is the order
+    once the attempt's first write loaded it, so later requests need no read (D6).
+    `complete_by` is the deadline the orchestration chose for what the write begins (D6).
+    """
+
+    order_id: str
+    attempt: int
+    at: datetime
+    step: Step | None = None
+    done: Step | None = None
+    reason: str | None = None
+    order: Order | None = None
+    agent_transport: str = AGENT_TRANSPORT_SERVICEBUS
+    complete_by: datetime | None = None
+
     @property
-    def now(self) -> datetime:
-        return parse_utc(self.at)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> StepCall:
-        return cls(**data)
+    def instance(self) -> InstanceId:
+        return InstanceId(self.order_id, self.attempt)
 
 
 @dataclass(frozen=True)
-class StepStarted:
-    """begin_attempt's answer: whether the fence held and, if it did, the agent request for
-    this step, with the order and the deadline (D6); with the Service Bus transport it is on
-    the request queue already."""
+class StepWritten:
+    """A write's answer: whether the fence held; for a write that begins a step or an undo,
+    the agent's request (already on its queue over Service Bus) and, when the same activity
+    ran the agent, its response; for a failure that began compensation, what to undo."""
 
     applied: bool
-    request: dict[str, Any] | None = None
+    request: AgentRequest | None = None
+    response: AgentResponse | None = None
+    undo: tuple[Step, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> StepStarted:
-        return cls(**data)
+REFUSED = StepWritten(applied=False)

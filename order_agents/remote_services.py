@@ -1,9 +1,9 @@
 """The remote services the agents wrap, one declaration each (E1).
 
-Each agent wraps ONE remote service: the one-step workflow's fulfilment agent the fulfilment
-service, and each step's agent the service its step declaration names (domain/workflow.py):
-``stock``, ``payment``, ``shipping``. A new step's agent is one more declaration here, its
-settings (<AGENT>_REQUESTS_QUEUE, <AGENT>_SERVICE_URL) and its queue trigger.
+Each agent wraps ONE remote service, the one its step declaration names
+(domain/workflow.py): ``stock``, ``payment``, ``shipping``. A new step's agent is one more
+declaration here, its settings (<AGENT>_REQUESTS_QUEUE, <AGENT>_SERVICE_URL) and its queue
+trigger.
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ def payment_of(order: Order) -> dict[str, Any]:
     quantity = sum(item.quantity for item in order.items)
     return {"amount": quantity * UNIT_PRICE_CENTS, "currency": order.currency}
 
-
-FULFILMENT = ServiceApi("fulfilment", "fulfilments", "fulfilmentId", "cancel", items_of)
 
 STEP_SERVICES: dict[str, ServiceApi] = {
     "stock": ServiceApi("stock", "reservations", "reservationId", "release", items_of),

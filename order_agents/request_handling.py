@@ -18,8 +18,9 @@ from azurefunctions.extensions.bindings.servicebus import (
 )
 
 import bootstrap
+from adapters.codec import PayloadError, from_json, to_json
 from adapters.message_settlement import body_bytes, complete, dead_letter
-from domain.agent_messages import AgentMessageError, AgentRequest, AgentResponse
+from domain.agent_messages import AgentRequest, AgentResponse
 from domain.outgoing_messages import OutgoingMessage
 from observability import logs
 from observability.tracing import order_span
@@ -33,8 +34,8 @@ async def serve_request(
     message: ServiceBusReceivedMessage, actions: ServiceBusMessageActions, agent: Agent
 ) -> None:
     try:
-        request = AgentRequest.from_json(body_bytes(message))
-    except AgentMessageError as error:
+        request = from_json(body_bytes(message), AgentRequest)
+    except PayloadError as error:
         await dead_letter(actions, message, reason="InvalidAgentRequest", description=str(error))
         return
     # Every record of this request - the agent's, the publisher's, the settlement's - carries
@@ -56,7 +57,7 @@ async def serve_request(
         await bootstrap.publisher().send(
             OutgoingMessage(
                 queue=bootstrap.services().settings.agent_responses_queue,
-                body=response.to_json(),
+                body=to_json(response),
                 message_id=response.message_id,
                 correlation_id=request.order.order_id,
                 subject=response.outcome.value,

@@ -2,7 +2,7 @@
 
 Each remote service performs one kind of side effect and undoes it: the stock service
 reserves and releases, the payment service charges and refunds, the shipping service ships
-and cancels, the fulfilment service fulfils and cancels. They share one API shape (a
+and cancels. They share one API shape (a
 collection of side effects, each with an id; an undo by id, or by the idempotency key of the
 action when its outcome is in doubt), so one client serves them all, given a `ServiceApi`
 that names the collection, the id field, the undo and what the action's body holds.

@@ -40,8 +40,9 @@ from domain import transitions
 from domain.contracts import Order
 from domain.policies import Timeouts, compensation_deadline
 from domain.ports import OrderStore, Page, PreconditionFailed, RecordNotFound, StateStore
-from domain.records import WORKFLOW_STEPS, InstanceId, ProcessState, StateRecord
-from services.owed_statuses import owed_statuses, owed_statuses_view
+from domain.records import InstanceId, ProcessState, StateRecord
+from domain.workflow import Step
+from services.owed_statuses import OwedStatuses, owed_statuses_view
 
 MAX_LISTED_ATTEMPTS = 20
 """A timeline names at most this many attempts, the newest."""
@@ -73,7 +74,7 @@ class OrderTimeline:
     attempts: tuple[InstanceId, ...]
     """The instance id of each attempt, oldest first (at most MAX_LISTED_ATTEMPTS, the
     newest); each attempt, compensation runs included, is one orchestration instance (D2)."""
-    left_to_undo: tuple[transitions.Undo, ...]
+    left_to_undo: tuple[Step, ...]
     """What a compensation would undo now, in order (C1)."""
 
 
@@ -81,10 +82,7 @@ def order_timeline(states: StateStore, order_id: str) -> OrderTimeline:
     record = _read(states, order_id)
     first = max(1, record.attempt - MAX_LISTED_ATTEMPTS + 1)
     attempts = tuple(InstanceId(order_id, n) for n in range(first, record.attempt + 1))
-    undo = (
-        transitions.compensation_plan(record) if record.workflow_version == WORKFLOW_STEPS else ()
-    )
-    return OrderTimeline(record, attempts, undo)
+    return OrderTimeline(record, attempts, transitions.compensation_plan(record))
 
 
 def resubmit_order(
@@ -115,7 +113,7 @@ class CompensationRequest:
 
     record: StateRecord
     instance: InstanceId
-    undo: tuple[transitions.Undo, ...]
+    undo: tuple[Step, ...]
     superseded: str | None
 
 
@@ -197,16 +195,12 @@ def list_view(page: Page[StateRecord], state: ProcessState) -> dict[str, Any]:
 def timeline_view(
     timeline: OrderTimeline,
     orchestrations: Mapping[str, Mapping[str, Any] | None],
-    *,
-    reply_queues: frozenset[str],
+    owed: OwedStatuses,
 ) -> dict[str, Any]:
     """The timeline, with what the durable client said of each attempt's instance (None:
     no such instance, e.g. a claim whose start never happened, or a purged one) and the
-    status messages owed to the order's reply queue (R2). Every attempt's history is read
-    for those; the view shows the newest attempt's."""
-    owed = owed_statuses(
-        timeline.record, timeline.attempts, orchestrations, reply_queues=reply_queues
-    )
+    status messages `owed` to the order's reply queue (R2). The view shows the newest
+    attempt's history."""
     newest = str(timeline.attempts[-1]) if timeline.attempts else None
     return {
         "record": record_view(timeline.record),

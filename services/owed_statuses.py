@@ -1,41 +1,15 @@
 """The status messages the app owes one order, for the operator console's timeline (R1, R2,
 S2, C10, E8).
 
-A status message goes to the order's reply queue and leaves no copy in the app; storing one
-per status would cost a state-store write each. The state record is the truth (C10), and
-each status follows one transition it shows:
-
-- `received`: the record's creation. The submission function sends it once the write that
-  created the record returned (S2), outside any orchestration.
-- `in-progress`, one per entry of the compensation log (workflow version 2): the fenced write
-  that logged the step - ``begin_step`` of the next step (``run_step_in_activity`` with the
-  agent as an activity), or ``finish_steps`` after the last - sends it.
-- the final status of a finished record: `completed` (Processed), `failed` (Error),
-  `compensated`, `compensation-failed`, sent by the activity whose write reached the state,
-  or, for `failed` and `compensation-failed`, by the supervisor's sweep when it gave up on an
-  expired attempt (U4) or found a compensation stalling once too often (C2).
-
-An operator's resubmit (from Error) or compensation retry (from CompensationFailed) moves the
-record on under a new attempt, and it no longer shows the final state an earlier attempt
-reached. That attempt's history does: its output says it ended `failed` or
-`compensation-failed`, so its ``fail_step`` (``fail_order_step``) or ``undo_failed`` sent that
-status under its attempt; the time it follows is when that activity completed. A final state
-an earlier attempt reached through the supervisor leaves no trace in any history: the note
-says how often the order was resubmitted.
-
-Each message is built by `services.status.status_for`, the function its senders use, so its
-id is the one sent: `"{orderId}:{status}:{attempt}"`, or `"{orderId}:in-progress:{step}"`.
-
-Whether it went out is read from the orchestration history of the attempt that sends it: an
-activity sends before it returns, so a completed sending activity means `sent`. One that the
-history does not show (yet) completed means `owed`: the activity, retried by the durable
-runtime, sends it, or the supervisor recovers the attempt (U4). The console keeps no inputs
-or results of a history (C3), so the `in-progress` of each step is matched by position:
-every ``begin_step`` (or ``run_step_in_activity``) of an attempt but its first, and its
-``finish_steps``, logged one step
-and sent its `in-progress`, in the order of the log; an attempt whose output says it was superseded
-(D4) did not apply its last write, which sent nothing. Without the history of an attempt
-(purged, or older than the timeline lists) its messages are `unknown`.
+A status message leaves no copy in the app. The state record is the truth (C10) and each
+status follows one transition it shows: `received` its creation, one `in-progress` per
+compensation-log entry, and the final status of a finished record. Whether a message went
+out is read from the history of the attempt whose activity sends it: an activity sends
+before it returns, so a completed sending activity means `sent`, and one not (yet)
+completed means `owed`. Which activities send what is the workflow's to say
+(`StatusSenders`, given by the orchestrator module); histories are matched by activity name
+and position, never by their inputs or results (C3). Without an attempt's history the
+messages it sends are `unknown`.
 """
 
 from __future__ import annotations
@@ -47,7 +21,6 @@ from typing import Any
 
 from domain.contracts import OrderStatus, StatusMessage
 from domain.records import (
-    WORKFLOW_STEPS,
     InstanceId,
     ProcessState,
     RecordFormatError,
@@ -63,51 +36,52 @@ UNKNOWN = "unknown"
 SENT_WITH_RECORD = "sent with the record's creation (S2)"
 SENT_BY_SUPERVISOR = "sent by the supervisor"
 
-SUBMISSION = "receive_order"
+SUBMISSION = "the submission"
 SUPERVISOR = "the supervisor's sweep"
-
-WRITE_ACTIVITIES = frozenset(
-    {
-        "begin_attempt",
-        "complete_order_step",
-        "fail_order_step",
-        "begin_step",
-        "run_step_in_activity",
-        "finish_steps",
-        "fail_step",
-        "begin_undo",
-        "run_undo_in_activity",
-        "finish_undo",
-        "undo_failed",
-    }
-)
-"""The activities that write the state record under the attempt's fence (D4)."""
-
-BEGIN_STEP_ACTIVITIES = ("begin_step", "run_step_in_activity")
-"""The activities that begin a step, each logging the step before it (C1)."""
-
 TERMINAL_RUNTIME_STATUSES = frozenset({"Completed", "Failed", "Terminated"})
+
+
+@dataclass(frozen=True)
+class StatusSenders:
+    """The workflow's activities that write the record under the fence (D4) and send its
+    statuses; the orchestrator module, which names its activities, builds this."""
+
+    begin_step: tuple[str, ...]
+    """The activities that begin a step, each logging the step before it (C1)."""
+    finish_steps: str
+    fail_step: str
+    finish_undo: str
+    undo_failed: str
+    writes: frozenset[str]
+    """Every activity that writes the record under the fence."""
+
+    def final(self, state: ProcessState) -> _Final | None:
+        """Who sends the final status of `state`, and whether the supervisor may have."""
+        return {
+            ProcessState.PROCESSED: _Final(OrderStatus.COMPLETED, self.finish_steps, False),
+            ProcessState.ERROR: _Final(OrderStatus.FAILED, self.fail_step, True),
+            ProcessState.COMPENSATED: _Final(OrderStatus.COMPENSATED, self.finish_undo, False),
+            ProcessState.COMPENSATION_FAILED: _Final(
+                OrderStatus.COMPENSATION_FAILED, self.undo_failed, True
+            ),
+        }.get(state)
+
+    def earlier_final(self, outcome: str | None) -> _Final | None:
+        """The final status an earlier attempt sent, by its orchestration's `outcome`, before
+        an operator moved the record on (E8, C2)."""
+        return {
+            "failed": _Final(OrderStatus.FAILED, self.fail_step, True),
+            "compensation-failed": _Final(OrderStatus.COMPENSATION_FAILED, self.undo_failed, True),
+        }.get(outcome or "")
 
 
 @dataclass(frozen=True)
 class _Final:
     status: OrderStatus
-    senders: tuple[str, ...]
-    """The activities that send it, either workflow version."""
+    sender: str
+    """The activity that sends it."""
     by_supervisor: bool
     """The supervisor's sweep may have reached the state, and sent the status, itself."""
-
-
-FINAL_STATUSES: Mapping[ProcessState, _Final] = {
-    ProcessState.PROCESSED: _Final(
-        OrderStatus.COMPLETED, ("finish_steps", "complete_order_step"), False
-    ),
-    ProcessState.ERROR: _Final(OrderStatus.FAILED, ("fail_step", "fail_order_step"), True),
-    ProcessState.COMPENSATED: _Final(OrderStatus.COMPENSATED, ("finish_undo",), False),
-    ProcessState.COMPENSATION_FAILED: _Final(
-        OrderStatus.COMPENSATION_FAILED, ("undo_failed",), True
-    ),
-}
 
 
 @dataclass(frozen=True)
@@ -132,14 +106,6 @@ class OwedStatuses:
     note: str
 
 
-EARLIER_FINALS: Mapping[str, tuple[OrderStatus, tuple[str, ...]]] = {
-    "failed": (OrderStatus.FAILED, ("fail_step", "fail_order_step")),
-    "compensation-failed": (OrderStatus.COMPENSATION_FAILED, ("undo_failed",)),
-}
-"""An earlier attempt's orchestration output `outcome`, the final status it sent, and the
-activities that send it (an operator moved the record on since, E8, C2)."""
-
-
 @dataclass(frozen=True)
 class _Run:
     """What one attempt's orchestration history shows."""
@@ -153,18 +119,15 @@ class _Run:
     completed_at: Mapping[str, datetime] = field(default_factory=dict)
     """When each activity last completed, as the history says."""
 
-    @property
-    def progress_sent(self) -> int:
-        begun = sum(self.completed.count(begins) for begins in BEGIN_STEP_ACTIVITIES)
-        return max(0, begun - 1) + self.completed.count("finish_steps")
+    def progress_sent(self, senders: StatusSenders) -> int:
+        """How many `in-progress` statuses this attempt sent: every step it began but its
+        first logged the step before it, and so does its last write after the last step."""
+        begun = sum(self.completed.count(begins) for begins in senders.begin_step)
+        return max(0, begun - 1) + self.completed.count(senders.finish_steps)
 
-    @property
-    def begins_steps_with(self) -> str:
-        """The activity that begins this attempt's steps: with an activity agent it runs
-        the agent too."""
-        if "run_step_in_activity" in self.completed:
-            return "run_step_in_activity"
-        return "begin_step"
+    def begins_steps_with(self, senders: StatusSenders) -> str:
+        """The activity that begins this attempt's steps (it depends on the agent shape)."""
+        return next((b for b in senders.begin_step if b in self.completed), senders.begin_step[0])
 
 
 def owed_statuses(
@@ -172,6 +135,7 @@ def owed_statuses(
     attempts: Sequence[InstanceId],
     orchestrations: Mapping[str, Mapping[str, Any] | None],
     *,
+    senders: StatusSenders,
     reply_queues: frozenset[str],
 ) -> OwedStatuses:
     """The status messages `record` says the app owes its order's reply queue (R2), each
@@ -190,12 +154,13 @@ def owed_statuses(
             f"the reply queue {record.reply_to!r} is not on REPLY_QUEUES: the app sends it no "
             f"status messages (R1)",
         )
-    runs = {instance.attempt: _run(orchestrations.get(str(instance))) for instance in attempts}
-    messages = [_received(record, reply_queues)]
-    if record.workflow_version == WORKFLOW_STEPS:
-        messages += _progress(record, attempts, runs, reply_queues)
-    messages += _earlier_finals(record, runs, reply_queues)
-    final = _final(record, runs.get(record.attempt), reply_queues)
+    runs = {
+        instance.attempt: _run(orchestrations.get(str(instance)), senders) for instance in attempts
+    }
+    messages = [_received(record)]
+    messages += _progress(record, attempts, runs, senders)
+    messages += _earlier_finals(record, runs, senders)
+    final = _final(record, runs.get(record.attempt), senders)
     if final is not None:
         messages.append(final)
     return OwedStatuses(
@@ -215,22 +180,21 @@ def _order(message: OwedStatus, newest: int) -> tuple[int, int]:
 
 
 def _earlier_finals(
-    record: StateRecord, runs: Mapping[int, _Run | None], reply_queues: frozenset[str]
+    record: StateRecord, runs: Mapping[int, _Run | None], senders: StatusSenders
 ) -> list[OwedStatus]:
     """The final statuses earlier attempts sent before an operator moved the record on."""
     finals = []
     for attempt, run in sorted(runs.items()):
-        earlier = None if run is None else EARLIER_FINALS.get(run.outcome or "")
+        earlier = None if run is None else senders.earlier_final(run.outcome)
         if attempt >= record.attempt or run is None or earlier is None:
             continue
-        status, senders = earlier
-        sender = next((name for name in senders if name in run.completed_at), None)
-        if sender is None:
+        sender = earlier.sender
+        if sender not in run.completed_at:
             continue
         at = run.completed_at[sender]
         finals.append(
             OwedStatus(
-                _built(replace(record, attempt=attempt), status, at, reply_queues),
+                _built(replace(record, attempt=attempt), earlier.status, at),
                 step=None,
                 attempt=attempt,
                 follows=at,
@@ -241,9 +205,9 @@ def _earlier_finals(
     return finals
 
 
-def _received(record: StateRecord, reply_queues: frozenset[str]) -> OwedStatus:
+def _received(record: StateRecord) -> OwedStatus:
     return OwedStatus(
-        _built(record, OrderStatus.RECEIVED, record.created_at, reply_queues),
+        _built(record, OrderStatus.RECEIVED, record.created_at),
         step=None,
         attempt=None,
         follows=record.created_at,
@@ -256,30 +220,32 @@ def _progress(
     record: StateRecord,
     attempts: Sequence[InstanceId],
     runs: Mapping[int, _Run | None],
-    reply_queues: frozenset[str],
+    senders: StatusSenders,
 ) -> list[OwedStatus]:
     """One `in-progress` per logged step, attributed by position to the attempts whose
     histories show their sending activity completed."""
-    log = record.compensation_log
-    senders: list[tuple[int, str]] = []
+    by_position: list[tuple[int, str]] = []
     known = bool(attempts) and attempts[0].attempt == 1
     for instance in attempts if known else ():
         run = runs.get(instance.attempt)
         if run is None:
             known = False
             break
-        senders += [(instance.attempt, run.begins_steps_with)] * run.progress_sent
+        begins = run.begins_steps_with(senders)
+        by_position += [(instance.attempt, begins)] * run.progress_sent(senders)
     last = len(record.steps) - 1
     progress = []
-    for position, entry in enumerate(log):
-        attempt, begins = senders[position] if position < len(senders) else (None, "begin_step")
+    for position, entry in enumerate(record.compensation_log):
+        attempt, begins = (
+            by_position[position] if position < len(by_position) else (None, senders.begin_step[0])
+        )
         delivery = SENT if attempt is not None else OWED if known else UNKNOWN
         at_step = record.step_index(entry.step)
-        sender = "finish_steps" if at_step == last else begins
+        sender = senders.finish_steps if at_step == last else begins
         sent = record if attempt is None else replace(record, attempt=attempt)
         progress.append(
             OwedStatus(
-                _built(sent, OrderStatus.IN_PROGRESS, entry.completed_at, reply_queues, entry.step),
+                _built(sent, OrderStatus.IN_PROGRESS, entry.completed_at, entry.step),
                 step=entry.step,
                 attempt=attempt,
                 follows=entry.completed_at,
@@ -290,30 +256,28 @@ def _progress(
     return progress
 
 
-def _final(
-    record: StateRecord, run: _Run | None, reply_queues: frozenset[str]
-) -> OwedStatus | None:
-    final = FINAL_STATUSES.get(record.process_state)
+def _final(record: StateRecord, run: _Run | None, senders: StatusSenders) -> OwedStatus | None:
+    final = senders.final(record.process_state)
     if final is None:
         return None
-    senders = " or ".join(final.senders) + (f", or {SUPERVISOR}" if final.by_supervisor else "")
+    sent_by = final.sender + (f", or {SUPERVISOR}" if final.by_supervisor else "")
     if run is None:
         delivery = UNKNOWN
-    elif any(name in run.completed for name in final.senders):
+    elif final.sender in run.completed:
         delivery = SENT
     elif final.by_supervisor and run.finished:
         # The attempt ended without the sending activity: the state was reached by the
         # supervisor, whose sweep sends the status with its write and has no history.
-        delivery, senders = SENT_BY_SUPERVISOR, SUPERVISOR
+        delivery, sent_by = SENT_BY_SUPERVISOR, SUPERVISOR
     else:
         delivery = OWED
     return OwedStatus(
-        _built(record, final.status, record.updated_at, reply_queues),
+        _built(record, final.status, record.updated_at),
         step=None,
         attempt=record.attempt,
         follows=record.updated_at,
         delivery=delivery,
-        sent_by=senders,
+        sent_by=sent_by,
     )
 
 
@@ -321,10 +285,9 @@ def _built(
     record: StateRecord,
     status: OrderStatus,
     at: datetime,
-    reply_queues: frozenset[str],
     step: str | None = None,
 ) -> StatusMessage:
-    message = status_for(record, status, reply_queues=reply_queues, now=at, step=step)
+    message = status_for(record, status, now=at, step=step)
     if message is None:  # owed_statuses checked the reply queue first
         raise AssertionError(f"order {record.order_id!r} has no usable reply queue")
     return message
@@ -346,7 +309,7 @@ def _note(record: StateRecord) -> str:
     return note
 
 
-def _run(view: Mapping[str, Any] | None) -> _Run | None:
+def _run(view: Mapping[str, Any] | None, senders: StatusSenders) -> _Run | None:
     history = None if view is None else view.get("history")
     if view is None or not isinstance(history, list):
         return None
@@ -374,7 +337,7 @@ def _run(view: Mapping[str, Any] | None) -> _Run | None:
     output = view.get("output")
     outcome = output.get("outcome") if isinstance(output, Mapping) else None
     if outcome == "superseded":
-        writes = [i for i, name in enumerate(completed) if name in WRITE_ACTIVITIES]
+        writes = [i for i, name in enumerate(completed) if name in senders.writes]
         if writes:
             del completed[writes[-1]]
     finished = str(view.get("runtimeStatus")) in TERMINAL_RUNTIME_STATUSES

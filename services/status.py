@@ -1,8 +1,8 @@
 """Status replies and operator alerts: who is told what (R1, R2, S3, E8, U4, C2, C5).
 
-Status messages go only to the reply queue recorded in the state record, and only while
-that queue is still on the `REPLY_QUEUES` allow-list (R1): a queue removed from the list
-since submission gets nothing. Functions here decide and build; the Functions layer sends.
+Status messages go only to the reply queue recorded in the state record (R1). Functions
+here decide and build; the Functions layer sends, and holds each send against the
+`REPLY_QUEUES` allow-list at that moment (`reply_queue_allowed`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ def status_for(
     record: StateRecord,
     status: OrderStatus,
     *,
-    reply_queues: frozenset[str],
     now: datetime,
     reason: str | None = None,
     step: str | None = None,
@@ -40,7 +39,7 @@ def status_for(
     `received` carries no attempt (none has started); later statuses carry the attempt
     that reached them, which keeps their message ids distinct across attempts.
     """
-    if record.reply_to is None or not reply_queue_allowed(record.reply_to, reply_queues):
+    if record.reply_to is None:
         return None
     return status_message(
         queue=record.reply_to,
@@ -58,7 +57,6 @@ def rejection_for(
     reply_to: str | None,
     *,
     reason: str,
-    reply_queues: frozenset[str],
     now: datetime,
 ) -> StatusMessage | None:
     """The `rejected` status of an order admission control refused (C5, R2), for the reply
@@ -66,7 +64,7 @@ def rejection_for(
     No attempt: its message id is `"{orderId}:rejected:-"`, stable across redeliveries of the
     message - and across later submissions of the same order, whose rejection the reply
     queue's duplicate detection then drops within its window."""
-    if reply_to is None or not reply_queue_allowed(reply_to, reply_queues):
+    if reply_to is None:
         return None
     return status_message(
         queue=reply_to,

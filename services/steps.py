@@ -1,20 +1,12 @@
-"""Fenced state writes of an orchestration attempt (D4, D6, E2, E5, E6, E8, C1, C2).
+"""Fenced state writes of an attempt, and who is told what (D4, D6, E5, E8, C1, C2, C8, R2).
 
-Each function is one blind conditional write through `StateStore.fenced_update`: it takes
-effect only while `LockedBy` still names the attempt's instance id (D4), so an expired
-attempt that wakes up late changes nothing (E5). A refused write returns an outcome with
-`applied=False` and no messages: the attempt must end quietly, since the supervisor or a
-newer attempt owns the order now.
-
-Timer first (E6) needs no function here: the orchestration ends without touching the
-record, whose expired CompleteBy is the supervisor's signal.
-
-The write that moves an order to a final state counts it and its time since submission
-(`count_if_finished`, C9); a repeat that finds the state already reached does not (C8).
-
-Logs (C9): a refused write (`write superseded`), a step that failed for good and an order that
-reached a final state, each with the attempt's ids only. A disabled level costs one level
-check per call: the logger renders nothing before it (`observability.logs`).
+Each function is one blind conditional write through `StateStore.fenced_update`, applied
+only while `LockedBy` still names the attempt (D4): a refused write returns `applied=False`
+and nothing to send. An activity may run twice (C8): a write that finds its own earlier
+write already made returns the same messages again, and their stable ids de-duplicate
+them (R2). The app hears `in-progress` as each step completes, then the final status;
+operators hear of `Error` and `CompensationFailed` (E8, C2). The write that moves an order
+to a final state counts it (C9).
 """
 
 from __future__ import annotations
@@ -24,36 +16,149 @@ from datetime import datetime
 
 from domain import transitions
 from domain.contracts import AlertKind, OperatorAlert, OrderStatus, StatusMessage
-from domain.policies import Timeouts, compensation_deadline, step_deadline
 from domain.ports import StateStore
-from domain.records import FINISHED_STATES, CompletedStep, InstanceId, ProcessState, StateRecord
+from domain.records import FINISHED_STATES, InstanceId, ProcessState, StateRecord, StepState
+from domain.transitions import FencedChange
+from domain.workflow import Step
 from observability import logs, metrics
-from services.status import alert_for, status_for
+from services.status import alert_for, left_to_undo, status_for
 
 log = logs.get_logger("app.steps")
 
 
 @dataclass(frozen=True)
-class StepOutcome:
-    """Result of a fenced write: the record after it, and what to send if it applied."""
+class Written:
+    """The record after a write, what to send because it applied, and what is left to undo
+    when the write started compensation."""
 
-    instance_id: InstanceId
     applied: bool
     record: StateRecord | None
-    status: StatusMessage | None = None
+    statuses: tuple[StatusMessage, ...] = ()
     alert: OperatorAlert | None = None
+    undo: tuple[Step, ...] = ()
 
 
-def _outcome(instance: InstanceId, record: StateRecord | None, write: str) -> StepOutcome:
+REFUSED = Written(applied=False, record=None)
+
+
+def begin_step(
+    states: StateStore,
+    instance: InstanceId,
+    step: Step,
+    *,
+    done: Step | None,
+    now: datetime,
+    complete_by: datetime,
+) -> Written:
+    """Start `step` with the CompleteBy the orchestration chose (D6, E2); the step before
+    it, `done`, is recorded completed and logged for compensation in the same write (C1)."""
+    change = transitions.begin_step(instance, step, complete_by=complete_by, now=now, done=done)
+    record = states.fenced_update(change) or _begun_already(states, instance, step, done)
     if record is None:
-        superseded(instance, write)
-    return StepOutcome(instance, record is not None, record)
+        return _refused(instance, "begin_step", step.name)
+    progress = () if done is None else _status(record, OrderStatus.IN_PROGRESS, now, step=done)
+    return Written(True, record, progress)
 
 
-def superseded(instance: InstanceId, write: str, step: str | None = None) -> None:
-    """Log a write of `instance` that the fence refused: the supervisor or a newer attempt
-    owns the order now (D4), so the attempt ends without sending anything."""
-    log.info("write superseded", instance_id=instance, step=step, write=write)
+def finish_steps(states: StateStore, instance: InstanceId, done: Step, *, now: datetime) -> Written:
+    """The last step completed: Processed under the fence (E5), `in-progress` for the last
+    step and then `completed` (R2)."""
+    change = transitions.finish_steps(instance, done, now=now)
+    record = _written_or_reached(states, change, instance, ProcessState.PROCESSED)
+    if record is None:
+        return _refused(instance, "finish_steps", done.name)
+    statuses = (
+        *_status(record, OrderStatus.IN_PROGRESS, now, step=done),
+        *_status(record, OrderStatus.COMPLETED, now),
+    )
+    return Written(True, record, statuses)
+
+
+def fail_step(
+    states: StateStore,
+    instance: InstanceId,
+    step: Step,
+    *,
+    reason: str,
+    now: datetime,
+    compensate_by: datetime,
+) -> Written:
+    """`step` failed for good (E8). The steps before it completed (an attempt runs them in
+    order), so for the first step nothing is undone: Error, a `failed` status and an
+    `order-error` alert. Otherwise the order starts compensating with `compensate_by` as
+    its deadline, and the outcome holds what to undo, newest first (C1)."""
+    if step.index > 0:
+        change = transitions.fail_step(
+            instance, step, reason=reason, now=now, compensate_by=compensate_by
+        )
+        record = _written_or_reached(states, change, instance, ProcessState.COMPENSATING)
+        if record is None:
+            return _refused(instance, "fail_step", step.name)
+        log.info("step failed", instance_id=instance, step=step.name, compensate=True)
+        return Written(True, record, undo=transitions.compensation_plan(record))
+    change = transitions.fail_step(instance, step, reason=reason, now=now, compensate_by=None)
+    record = _written_or_reached(states, change, instance, ProcessState.ERROR)
+    if record is None:
+        return _refused(instance, "fail_step", step.name)
+    log.info("step failed", instance_id=instance, step=step.name, compensate=False)
+    return Written(
+        True,
+        record,
+        _status(record, OrderStatus.FAILED, now, reason=reason),
+        alert_for(record, AlertKind.ORDER_ERROR, reason=reason, now=now),
+    )
+
+
+def begin_undo(
+    states: StateStore,
+    instance: InstanceId,
+    undo: Step,
+    *,
+    undone: Step | None,
+    now: datetime,
+    complete_by: datetime,
+) -> Written:
+    """Start undoing `undo` with its own CompleteBy; the undo before it, `undone`, is
+    recorded Compensated in the same write (C1, C2)."""
+    change = transitions.begin_undo(instance, undo, complete_by=complete_by, now=now, undone=undone)
+    record = states.fenced_update(change)
+    if record is None:
+        return _refused(instance, "begin_undo", undo.name)
+    _undone(instance, undone)
+    return Written(True, record)
+
+
+def finish_undo(
+    states: StateStore, instance: InstanceId, *, undone: Step | None, now: datetime
+) -> Written:
+    """Every step was undone: Compensated and a `compensated` status (C2, R2)."""
+    change = transitions.finish_undo(instance, undone=undone, now=now)
+    record = _written_or_reached(states, change, instance, ProcessState.COMPENSATED)
+    if record is None:
+        return _refused(instance, "finish_undo", None if undone is None else undone.name)
+    _undone(instance, undone)
+    return Written(True, record, _status(record, OrderStatus.COMPENSATED, now))
+
+
+def undo_failed(
+    states: StateStore, instance: InstanceId, undo: Step, *, reason: str, now: datetime
+) -> Written:
+    """Undoing a step failed for good: CompensationFailed, a `compensation-failed` status and
+    an operator alert that names the step and why (C2)."""
+    change = transitions.undo_failed(instance, undo, reason=reason, now=now)
+    record = _written_or_reached(states, change, instance, ProcessState.COMPENSATION_FAILED)
+    if record is None:
+        return _refused(instance, "undo_failed", undo.name)
+    log.info("undo failed", instance_id=instance, step=undo.name)
+    why = f"undoing {undo.name} failed: {reason}"
+    return Written(
+        True,
+        record,
+        _status(record, OrderStatus.COMPENSATION_FAILED, now, reason=why),
+        alert_for(
+            record, AlertKind.COMPENSATION_FAILED, reason=f"{why}; {left_to_undo(record)}", now=now
+        ),
+    )
 
 
 def count_if_finished(written: StateRecord) -> StateRecord:
@@ -69,20 +174,14 @@ def count_if_finished(written: StateRecord) -> StateRecord:
     return written
 
 
-def _fenced(states: StateStore, change: transitions.FencedChange) -> StateRecord | None:
-    written = states.fenced_update(change)
-    return None if written is None else count_if_finished(written)
-
-
 def already_reached(
     states: StateStore, instance: InstanceId, state: ProcessState
 ) -> StateRecord | None:
     """After a refused write: the record, when THIS attempt already moved it to `state`.
 
-    An activity may run twice (C8): the first run's write applied but its status message was
-    not sent. The repeat must recognise its own earlier write and send the message again
-    (stable message ids de-duplicate it), while a stale attempt still gets nothing. Only the
-    refusal path pays this read.
+    The first run of the activity applied its write but did not send its message (C8); the
+    repeat sends it again under its stable id, while a stale attempt still gets nothing.
+    Only the refusal path pays this read.
     """
     record = states.get(instance.order_id)
     if record is not None and record.locked_by == str(instance) and record.process_state is state:
@@ -90,122 +189,59 @@ def already_reached(
     return None
 
 
-def start_step(
-    states: StateStore,
-    instance: InstanceId,
-    *,
-    step: str,
-    now: datetime,
-    timeouts: Timeouts,
-    completed: CompletedStep | None = None,
-) -> StepOutcome:
-    """Set CompleteBy = now + the step timeout of `timeouts` for `step` (D6, E2).
+def _refused(instance: InstanceId, write: str, step: str | None) -> Written:
+    """The fence refused the write: the supervisor or a newer attempt owns the order now
+    (D4), so the attempt ends without sending anything."""
+    log.info("write superseded", instance_id=instance, step=step, write=write)
+    return REFUSED
 
-    The new deadline is `outcome.record.complete_by`: the orchestration's durable timer
-    races the agent against it. `completed` logs the previous step for compensation (C1).
-    """
-    change = transitions.set_step_deadline(
-        instance,
-        step=step,
-        complete_by=step_deadline(now, timeouts),
-        now=now,
-        completed=completed,
+
+def _undone(instance: InstanceId, undone: Step | None) -> None:
+    if undone is not None:
+        log.info("undo finished", instance_id=instance, step=undone.name)
+
+
+def _written_or_reached(
+    states: StateStore, change: FencedChange, instance: InstanceId, state: ProcessState
+) -> StateRecord | None:
+    """The record `change` wrote, counted when it finished the order, or the one this
+    attempt wrote before (C8)."""
+    written = states.fenced_update(change)
+    if written is not None:
+        return count_if_finished(written)
+    return already_reached(states, instance, state)
+
+
+def _begun_already(
+    states: StateStore, instance: InstanceId, step: Step, done: Step | None
+) -> StateRecord | None:
+    """After a refused `begin_step`: the record, when THIS attempt already made that write
+    (the activity ran twice, C8): `step` running, `done` completed and logged once. Its
+    progress status is sent again under its stable id (R2); a stale attempt gets None."""
+    if done is None:
+        return None
+    record = states.get(instance.order_id)
+    if (
+        record is None
+        or record.locked_by != str(instance)
+        or record.process_state is not ProcessState.PROCESSING
+        or step.index >= len(record.steps)
+        or record.steps[step.index].state is not StepState.RUNNING
+        or record.steps[done.index].state is not StepState.COMPLETED
+    ):
+        return None
+    return record
+
+
+def _status(
+    record: StateRecord,
+    status: OrderStatus,
+    now: datetime,
+    *,
+    reason: str | None = None,
+    step: Step | None = None,
+) -> tuple[StatusMessage, ...]:
+    message = status_for(
+        record, status, now=now, reason=reason, step=None if step is None else step.name
     )
-    return _outcome(instance, states.fenced_update(change), "start_step")
-
-
-def complete_order(
-    states: StateStore,
-    instance: InstanceId,
-    *,
-    now: datetime,
-    reply_queues: frozenset[str],
-    completed: CompletedStep | None = None,
-) -> StepOutcome:
-    """The agent answered before the timer: Processed and a `completed` status (E5, R2)."""
-    record = _fenced(
-        states, transitions.mark_processed(instance, now=now, completed=completed)
-    ) or already_reached(states, instance, ProcessState.PROCESSED)
-    if record is None:
-        return _outcome(instance, None, "complete_order")
-    status = status_for(record, OrderStatus.COMPLETED, reply_queues=reply_queues, now=now)
-    return StepOutcome(instance, True, record, status=status)
-
-
-def fail_order(
-    states: StateStore,
-    instance: InstanceId,
-    *,
-    reason: str,
-    compensate: bool,
-    now: datetime,
-    timeouts: Timeouts,
-    reply_queues: frozenset[str],
-) -> StepOutcome:
-    """A non-transient error from the remote service (E8).
-
-    With nothing to undo: Error, an `order-error` alert and a `failed` status. When steps
-    completed (`compensate`, the orchestration knows its own log): Compensating, and the
-    orchestration runs the compensation next (C1); its end is reported by
-    `finish_compensation`.
-    """
-    if compensate:
-        change = transitions.begin_compensation(
-            instance, now=now, reason=reason, complete_by=compensation_deadline(now, timeouts)
-        )
-        outcome = _outcome(instance, states.fenced_update(change), "fail_order")
-        if outcome.applied:
-            log.info("step failed", instance_id=instance, compensate=True)
-        return outcome
-    record = _fenced(
-        states, transitions.mark_error(instance, now=now, reason=reason)
-    ) or already_reached(states, instance, ProcessState.ERROR)
-    if record is None:
-        return _outcome(instance, None, "fail_order")
-    log.info("step failed", instance_id=instance, compensate=False)
-    return StepOutcome(
-        instance,
-        True,
-        record,
-        status=status_for(
-            record, OrderStatus.FAILED, reply_queues=reply_queues, now=now, reason=reason
-        ),
-        alert=alert_for(record, AlertKind.ORDER_ERROR, reason=reason, now=now),
-    )
-
-
-def finish_compensation(
-    states: StateStore,
-    instance: InstanceId,
-    *,
-    failure: str | None,
-    now: datetime,
-    reply_queues: frozenset[str],
-) -> StepOutcome:
-    """Compensation ran: Compensated, or CompensationFailed with an alert (C2, R2).
-
-    `failure` is None when every logged step was undone, else what went wrong.
-    """
-    if failure is None:
-        record = _fenced(states, transitions.mark_compensated(instance, now=now))
-        if record is None:
-            return _outcome(instance, None, "finish_compensation")
-        status = status_for(record, OrderStatus.COMPENSATED, reply_queues=reply_queues, now=now)
-        return StepOutcome(instance, True, record, status=status)
-    change = transitions.mark_compensation_failed(instance, now=now, reason=failure)
-    record = _fenced(states, change)
-    if record is None:
-        return _outcome(instance, None, "finish_compensation")
-    return StepOutcome(
-        instance,
-        True,
-        record,
-        status=status_for(
-            record,
-            OrderStatus.COMPENSATION_FAILED,
-            reply_queues=reply_queues,
-            now=now,
-            reason=failure,
-        ),
-        alert=alert_for(record, AlertKind.COMPENSATION_FAILED, reason=failure, now=now),
-    )
+    return () if message is None else (message,)

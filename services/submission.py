@@ -91,7 +91,7 @@ def submit_order(
     admission: BacklogGate,
     reply_queues: frozenset[str],
     now: datetime,
-    steps: Sequence[str] = (),
+    steps: Sequence[str],
     trace_parent: str | None = None,
 ) -> Accepted | Rejected | DeadLetter:
     """Handle one submission message; `message_id` is the broker's id of that message.
@@ -109,7 +109,7 @@ def submit_order(
     if isinstance(place, Full):
         if states.get(order.order_id) is None:
             metrics.order_rejected(metrics.REJECTED_BACKLOG_FULL)
-            return _rejected(order, parsed.reply_to, place, reply_queues, now)
+            return _rejected(order, parsed.reply_to, place, now)
         # Accepted before: a resend is never refused, it is answered as before (S2).
         return _write(
             order,
@@ -117,7 +117,6 @@ def submit_order(
             message_id,
             orders,
             states,
-            reply_queues,
             now,
             steps,
             trace_parent,
@@ -130,7 +129,6 @@ def submit_order(
             message_id,
             orders,
             states,
-            reply_queues,
             now,
             steps,
             trace_parent,
@@ -147,7 +145,6 @@ def _write(
     message_id: str,
     orders: OrderStore,
     states: StateStore,
-    reply_queues: frozenset[str],
     now: datetime,
     steps: Sequence[str],
     trace_parent: str | None = None,
@@ -164,15 +161,11 @@ def _write(
         record=stored_state.record,
         order_created=stored_order.created,
         state_created=stored_state.created,
-        status=status_for(
-            stored_state.record, OrderStatus.RECEIVED, reply_queues=reply_queues, now=now
-        ),
+        status=status_for(stored_state.record, OrderStatus.RECEIVED, now=now),
     )
 
 
-def _rejected(
-    order: Order, reply_to: str | None, full: Full, reply_queues: frozenset[str], now: datetime
-) -> Rejected:
+def _rejected(order: Order, reply_to: str | None, full: Full, now: datetime) -> Rejected:
     reason = (
         f"backlog at its bound: {full.backlog} of at most {full.bound} orders are Pending, "
         "Processing or Compensating; the order was not stored, submit it again later"
@@ -182,9 +175,7 @@ def _rejected(
         reason=reason,
         backlog=full.backlog,
         bound=full.bound,
-        status=rejection_for(
-            order.order_id, reply_to, reason=reason, reply_queues=reply_queues, now=now
-        ),
+        status=rejection_for(order.order_id, reply_to, reason=reason, now=now),
     )
 
 

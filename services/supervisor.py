@@ -72,6 +72,7 @@ from domain.policies import (
 )
 from domain.ports import Page, PreconditionFailed, StateStore
 from domain.records import InstanceId, ProcessState, StateRecord, format_utc
+from domain.workflow import Step
 from observability import metrics
 from services.paging import BoundedScan, StopReason
 from services.status import alert_for, left_to_undo, status_for
@@ -107,7 +108,7 @@ class Recovery:
     status: StatusMessage | None = None
     alert: OperatorAlert | None = None
     compensation_instance: InstanceId | None = None
-    undo: tuple[transitions.Undo, ...] = ()
+    undo: tuple[Step, ...] = ()
     """For a compensation instance: what it undoes, in order (C1)."""
     overdue_alert: OperatorAlert | None = None
     """Set when the catch-up found the record past the sweep window, or past its own (U2)."""
@@ -157,12 +158,10 @@ def sweep(
     *,
     policy: SupervisorPolicy,
     timeouts: Timeouts,
-    reply_queues: frozenset[str],
 ) -> SweepReport:
     """Run one bounded sweep at `now` (U1, U2, U4, U5, U6, C2).
 
-    A give-up that starts compensation gets the compensation deadline of `timeouts`; status
-    messages go only to reply queues on the allow-list `reply_queues` (R1).
+    A give-up that starts compensation gets the compensation deadline of `timeouts`.
     """
     window_start = sweep_window_start(now, policy)
     report = _recover_expired(
@@ -176,7 +175,6 @@ def sweep(
         now,
         policy=policy,
         timeouts=timeouts,
-        reply_queues=reply_queues,
     )
     finished_removed = states.expire_finished(now=now, limit=policy.scan.max_items)
     return replace(report, finished_removed=finished_removed)
@@ -188,7 +186,6 @@ def catch_up(
     *,
     policy: SupervisorPolicy,
     timeouts: Timeouts,
-    reply_queues: frozenset[str],
 ) -> SweepReport:
     """Run one bounded catch-up at `now` over the deadlines older than the sweep window,
     then one bounded scan of the state records over every deadline older than the catch-up
@@ -207,7 +204,6 @@ def catch_up(
         window_end,
         policy=policy,
         timeouts=timeouts,
-        reply_queues=reply_queues,
     )
     until = beyond_catch_up_window_end(now, policy)
     beyond = _recover_expired(
@@ -221,7 +217,6 @@ def catch_up(
         until,
         policy=policy,
         timeouts=timeouts,
-        reply_queues=reply_queues,
     )
     return replace(report, beyond_window=beyond)
 
@@ -236,7 +231,6 @@ def _recover_expired(
     *,
     policy: SupervisorPolicy,
     timeouts: Timeouts,
-    reply_queues: frozenset[str],
 ) -> SweepReport:
     """One bounded scan of `fetch`, the records expired with a CompleteBy in [window_start,
     window_end], each recovered with a conditional replace (U2, U4, U6); the catch-up's
@@ -260,7 +254,7 @@ def _recover_expired(
             lost_races += 1
             continue
         _count(kind, expired, stored)
-        recovery = _recovery(kind, expired, stored, reply_queues, now)
+        recovery = _recovery(kind, expired, stored, now)
         if kind_of_scan is not Scan.SWEEP:
             alert = _overdue_alert(expired, kind, kind_of_scan, policy, now)
             recovery = replace(recovery, overdue_alert=alert)
@@ -367,7 +361,6 @@ def _recovery(
     kind: RecoveryKind,
     expired: StateRecord,
     stored: StateRecord,
-    reply_queues: frozenset[str],
     now: datetime,
 ) -> Recovery:
     expired_instance = expired.locked_by or ""
@@ -381,9 +374,7 @@ def _recovery(
             kind,
             expired_instance,
             stored,
-            status=status_for(
-                stored, OrderStatus.FAILED, reply_queues=reply_queues, now=now, reason=reason
-            ),
+            status=status_for(stored, OrderStatus.FAILED, now=now, reason=reason),
             alert=alert_for(stored, AlertKind.ORDER_ERROR, reason=alert_reason, now=now),
         )
     if kind in (RecoveryKind.COMPENSATION_REQUESTED, RecoveryKind.COMPENSATION_RESUMED):
@@ -399,13 +390,7 @@ def _recovery(
             kind,
             expired_instance,
             stored,
-            status=status_for(
-                stored,
-                OrderStatus.COMPENSATION_FAILED,
-                reply_queues=reply_queues,
-                now=now,
-                reason=reason,
-            ),
+            status=status_for(stored, OrderStatus.COMPENSATION_FAILED, now=now, reason=reason),
             alert=alert_for(stored, AlertKind.COMPENSATION_FAILED, reason=reason, now=now),
         )
     return Recovery(kind, expired_instance, stored)

@@ -26,11 +26,11 @@ import azure.durable_functions as df
 import azure.functions as func
 
 import bootstrap
+from activities.replies import send_alert, send_statuses
 from adapters import blocking_calls
-from domain.outgoing_messages import alert_outgoing, status_outgoing
 from domain.policies import Timeouts
 from observability import logs
-from observability.tracing import order_span, status_span
+from observability.tracing import order_span
 from orchestrators.order_workflow import ORCHESTRATOR, compensation_input, orchestration_version
 from services.supervisor import Recovery, RecoveryKind, SweepReport, catch_up, sweep
 
@@ -98,7 +98,6 @@ async def _scan_and_recover(
         bootstrap.now(),
         policy=app.settings.supervisor_policy,
         timeouts=app.settings.timeouts,
-        reply_queues=app.settings.reply_queues,
     )
     await _request_recoveries(report, client)
     return report
@@ -108,7 +107,6 @@ async def _request_recoveries(report: SweepReport, client: df.DurableOrchestrati
     """Send what the recoveries of `report` say - alerts, status messages - and start the
     compensations they requested (U4, C1, C2)."""
     settings = bootstrap.services().settings
-    publisher = bootstrap.publisher()
     for recovery in report.all_recoveries:
         record = recovery.record
         with order_span(
@@ -120,10 +118,9 @@ async def _request_recoveries(report: SweepReport, client: df.DurableOrchestrati
         ) as span:
             span.set_attribute("recovery.kind", recovery.kind.value)
             for alert in recovery.alerts:
-                await publisher.send(alert_outgoing(alert, settings.operator_alerts_queue))
+                await send_alert(alert)
             if recovery.status is not None:
-                with status_span(record.order_id, recovery.status.subject):
-                    await publisher.send(status_outgoing(recovery.status))
+                await send_statuses((recovery.status,))
             if recovery.compensation_instance is not None:
                 await _start_compensation(
                     client, recovery, settings.agent_transport, settings.timeouts

@@ -33,7 +33,6 @@ param consumerLagMessages int = 1000
 var settings = loadJsonContent('../app-settings.json')
 var consumedQueues = [
   settings.ORDERS_QUEUE
-  settings.AGENT_REQUESTS_QUEUE
   settings.AGENT_RESPONSES_QUEUE
   settings.STOCK_REQUESTS_QUEUE
   settings.PAYMENT_REQUESTS_QUEUE

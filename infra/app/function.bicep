@@ -36,7 +36,6 @@ param replyQueues string = ''
 param stockServiceUrl string = ''
 param paymentServiceUrl string = ''
 param shippingServiceUrl string = ''
-param fulfilmentServiceUrl string = ''
 @allowed([512, 2048, 4096])
 param instanceMemoryMB int = 2048
 param maximumInstanceCount int = 100
@@ -56,7 +55,6 @@ var serviceBusFunctions = [
   'stock_agent'
   'payment_agent'
   'shipping_agent'
-  'fulfil_order_request'
 ]
 var alwaysReadyServiceBus = [
   for function in serviceBusFunctions: {
@@ -81,7 +79,6 @@ var deploymentSettings = {
   STOCK_SERVICE_URL: stockServiceUrl
   PAYMENT_SERVICE_URL: paymentServiceUrl
   SHIPPING_SERVICE_URL: shippingServiceUrl
-  FULFILMENT_SERVICE_URL: fulfilmentServiceUrl
   PYTHON_ISOLATE_WORKER_DEPENDENCIES: '1'
   // DefaultAzureCredential in the app's own SDK clients (Service Bus publisher, Cosmos).
   AZURE_CLIENT_ID: identityClientId

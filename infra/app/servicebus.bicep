@@ -59,7 +59,6 @@ var queues = concat(appQueues, clientReplyQueues)
 var settings = loadJsonContent('../app-settings.json')
 var triggeredQueues = [
   settings.ORDERS_QUEUE
-  settings.AGENT_REQUESTS_QUEUE
   settings.STOCK_REQUESTS_QUEUE
   settings.PAYMENT_REQUESTS_QUEUE
   settings.SHIPPING_REQUESTS_QUEUE

@@ -36,7 +36,7 @@ def a_record(**changes: object) -> StateRecord:
         "current_step": "fulfil",
         "last_error": None,
         "compensation_log": (CompletedStep("reserve-stock", "res-17", T0),),
-        "workflow_version": 2,
+        "workflow_version": 1,
         "steps": (
             StepStatus("reserve-stock", StepState.COMPLETED, None, "res-17"),
             StepStatus("charge-payment", StepState.RUNNING, T0 + timedelta(seconds=30)),
@@ -100,8 +100,8 @@ def test_document_uses_the_contract_field_names() -> None:
     assert document["id"] == document["OrderID"] == "order-1"
     assert document["ProcessState"] == "Processing"
     assert document["CompleteBy"] == "2026-03-04T05:06:37.890000Z"
-    assert document["SchemaVersion"] == 2
-    assert document["WorkflowVersion"] == 2
+    assert document["SchemaVersion"] == 1
+    assert document["WorkflowVersion"] == 1
     assert document["Steps"] == [
         {"Name": "reserve-stock", "State": "Completed", "CompleteBy": None, "Reference": "res-17"},
         {
@@ -131,33 +131,21 @@ def test_document_round_trips_and_keeps_the_etag_apart() -> None:
 
 def test_the_submission_trace_context_is_kept_and_optional_c9() -> None:
     """The record keeps the W3C traceparent of its submission (TraceParent) so the starter
-    and the supervisor join the order's trace; records written without one read as None."""
+    and the supervisor join the order's trace; a submission without one keeps None."""
     parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     record = replace(a_record(), trace_parent=parent)
     document = record.to_document()
     assert document["TraceParent"] == parent
     assert StateRecord.from_document(document) == record
-    del document["TraceParent"]
+    document["TraceParent"] = None
     assert StateRecord.from_document(document).trace_parent is None
 
 
 def test_unknown_schema_version_is_refused_c7() -> None:
     document = a_record().to_document()
-    document["SchemaVersion"] = 3
-    with pytest.raises(RecordFormatError, match="SchemaVersion 3"):
+    document["SchemaVersion"] = 2
+    with pytest.raises(RecordFormatError, match="SchemaVersion 2"):
         StateRecord.from_document(document)
-
-
-def test_a_version_1_document_reads_as_a_one_step_workflow_record_c7() -> None:
-    """Records written before the step list existed stay readable: workflow 1, no steps."""
-    document = a_record().to_document()
-    document["SchemaVersion"] = 1
-    for added in ("WorkflowVersion", "Steps"):
-        del document[added]
-    document["CompensationLog"] = []
-    record = StateRecord.from_document(document)
-    assert (record.schema_version, record.workflow_version, record.steps) == (1, 1, ())
-    assert record.process_state is ProcessState.PROCESSING
 
 
 def test_an_attempt_resumes_at_the_first_step_not_completed_c10() -> None:

@@ -9,7 +9,6 @@ import pytest
 
 from domain import transitions
 from domain.records import (
-    WORKFLOW_STEPS,
     CompletedStep,
     InstanceId,
     ProcessState,
@@ -17,7 +16,8 @@ from domain.records import (
     StepState,
     StepStatus,
 )
-from domain.transitions import FenceLost, Undo
+from domain.transitions import FenceLost
+from domain.workflow import WORKFLOW_VERSION, Step
 
 NOW = datetime(2026, 9, 1, 10, 0, tzinfo=UTC)
 LATER = NOW + timedelta(seconds=30)
@@ -43,34 +43,25 @@ def done(name: str, reference: str) -> CompletedStep:
 
 def happy_path() -> list[transitions.FencedChange]:
     return [
-        transitions.begin_step(ATTEMPT, index=0, name=STEPS[0], complete_by=LATER, now=NOW),
+        transitions.begin_step(ATTEMPT, Step(0, STEPS[0]), complete_by=LATER, now=NOW),
         transitions.begin_step(
-            ATTEMPT,
-            index=1,
-            name=STEPS[1],
-            complete_by=LATER,
-            now=NOW,
-            completed=(0, done(STEPS[0], "res-1")),
+            ATTEMPT, Step(1, STEPS[1]), complete_by=LATER, now=NOW, done=Step(0, STEPS[0], "res-1")
         ),
         transitions.begin_step(
-            ATTEMPT,
-            index=2,
-            name=STEPS[2],
-            complete_by=LATER,
-            now=NOW,
-            completed=(1, done(STEPS[1], "pay-1")),
+            ATTEMPT, Step(2, STEPS[2]), complete_by=LATER, now=NOW, done=Step(1, STEPS[1], "pay-1")
         ),
-        transitions.finish_steps(ATTEMPT, index=2, completed=done(STEPS[2], "ship-1"), now=NOW),
+        transitions.finish_steps(ATTEMPT, Step(2, STEPS[2], "ship-1"), now=NOW),
     ]
 
 
 def test_a_new_step_order_lists_its_steps_not_started() -> None:
     record = transitions.new_record("order-9", None, NOW, STEPS)
-    assert record.workflow_version == WORKFLOW_STEPS
+    assert record.workflow_version == WORKFLOW_VERSION
     assert [(s.name, s.state) for s in record.steps] == [
         (name, StepState.NOT_STARTED) for name in STEPS
     ]
-    assert transitions.new_record("order-9", None, NOW).steps == ()
+    with pytest.raises(ValueError, match="at least one step"):
+        transitions.new_record("order-9", None, NOW, ())
 
 
 def test_completing_a_step_logs_it_in_the_same_write_that_starts_the_next_c1() -> None:
@@ -109,7 +100,7 @@ def test_a_stale_attempt_changes_no_step_d4() -> None:
 def test_a_failure_with_nothing_logged_ends_in_error_e8() -> None:
     record = run(claimed(), happy_path()[0])
     failed = transitions.fail_step(
-        ATTEMPT, index=0, name=STEPS[0], reason="out of stock", now=NOW, compensate_by=None
+        ATTEMPT, Step(0, STEPS[0]), reason="out of stock", now=NOW, compensate_by=None
     ).apply(record)
     assert failed.process_state is ProcessState.ERROR
     assert failed.steps[0].state is StepState.FAILED
@@ -119,7 +110,7 @@ def test_a_failure_with_nothing_logged_ends_in_error_e8() -> None:
 def compensating() -> StateRecord:
     record = run(claimed(), *happy_path()[:3])
     return transitions.fail_step(
-        ATTEMPT, index=2, name=STEPS[2], reason="no carrier", now=NOW, compensate_by=LATER
+        ATTEMPT, Step(2, STEPS[2]), reason="no carrier", now=NOW, compensate_by=LATER
     ).apply(record)
 
 
@@ -133,16 +124,16 @@ def test_a_failure_after_completed_steps_starts_compensating_c1_c2() -> None:
 
 def test_the_plan_undoes_the_step_in_doubt_then_the_log_newest_first_c1() -> None:
     assert transitions.compensation_plan(compensating()) == (
-        Undo(2, STEPS[2], None),
-        Undo(1, STEPS[1], "pay-1"),
-        Undo(0, STEPS[0], "res-1"),
+        Step(2, STEPS[2], None),
+        Step(1, STEPS[1], "pay-1"),
+        Step(0, STEPS[0], "res-1"),
     )
 
 
 def test_compensation_runs_in_reverse_and_ends_compensated_c2() -> None:
     record = compensating()
     plan = transitions.compensation_plan(record)
-    previous: Undo | None = None
+    previous: Step | None = None
     for undo in plan:
         change = transitions.begin_undo(ATTEMPT, undo, complete_by=LATER, now=NOW, undone=previous)
         record = change.apply(record)
@@ -189,7 +180,7 @@ def test_giving_up_marks_the_running_step_in_doubt_for_compensation_u4_c1() -> N
     assert given_up.process_state is ProcessState.COMPENSATING
     assert given_up.compensation_started_at == LATER
     assert given_up.steps[1] == StepStatus(STEPS[1], StepState.FAILED)
-    assert transitions.compensation_plan(given_up)[0] == Undo(1, STEPS[1], None)
+    assert transitions.compensation_plan(given_up)[0] == Step(1, STEPS[1], None)
 
 
 def test_changes_name_contract_document_paths() -> None:

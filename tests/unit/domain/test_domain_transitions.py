@@ -10,7 +10,6 @@ import pytest
 
 from domain import transitions
 from domain.records import (
-    WORKFLOW_STEPS,
     CompletedStep,
     InstanceId,
     ProcessState,
@@ -19,17 +18,19 @@ from domain.records import (
     StepStatus,
 )
 from domain.transitions import FencedChange, FenceLost, IllegalTransition
+from domain.workflow import Step
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 PAST = NOW - timedelta(seconds=1)
 FUTURE = NOW + timedelta(seconds=1)
-STEP = CompletedStep("reserve", "order-7:reserve", PAST)
+STEPS = ("reserve-stock", "charge-payment", "ship-order")
+STEP = CompletedStep(STEPS[0], "r-1", PAST)
 ALL_STATES = list(ProcessState)
 
 
 def record_in(state: ProcessState, **changes: object) -> StateRecord:
     base = replace(
-        transitions.new_record("order-7", "replies-a", PAST),
+        transitions.new_record("order-7", "replies-a", PAST, STEPS),
         process_state=state,
         attempt=2,
         locked_by=None if state is ProcessState.PENDING else "order-7:2",
@@ -39,7 +40,7 @@ def record_in(state: ProcessState, **changes: object) -> StateRecord:
 
 
 def test_first_write_is_pending_unlocked_without_deadline_s4() -> None:
-    record = transitions.new_record("order-7", "replies-a", NOW)
+    record = transitions.new_record("order-7", "replies-a", NOW, STEPS)
     assert record.process_state is ProcessState.PENDING
     assert record.locked_by is None
     assert record.complete_by is None
@@ -76,12 +77,7 @@ WHOLE_RECORD: dict[str, tuple[WholeRecordTransition, set[ProcessState]]] = {
         {ProcessState.COMPENSATION_FAILED},
     ),
     "cancel": (
-        lambda r: transitions.cancel(
-            replace(r, workflow_version=WORKFLOW_STEPS, steps=(StepStatus("reserve-stock"),)),
-            now=NOW,
-            reason="r",
-            compensation_deadline=FUTURE,
-        ),
+        lambda r: transitions.cancel(r, now=NOW, reason="r", compensation_deadline=FUTURE),
         {ProcessState.PENDING, ProcessState.PROCESSING},
     ),
 }
@@ -211,7 +207,7 @@ def test_resubmit_is_refused_once_the_order_spent_its_resubmissions_c4() -> None
 
 
 def steps_record(state: ProcessState, *steps: StepStatus, **changes: object) -> StateRecord:
-    return replace(record_in(state, **changes), workflow_version=WORKFLOW_STEPS, steps=steps)
+    return replace(record_in(state, **changes), steps=steps)
 
 
 def test_cancel_fences_the_running_attempt_out_and_compensates_the_step_in_doubt_c1() -> None:
@@ -235,13 +231,6 @@ def test_cancel_fences_the_running_attempt_out_and_compensates_the_step_in_doubt
         "charge-payment",
         "reserve-stock",
     ]
-
-
-def test_cancel_refuses_a_one_step_order_it_cannot_compensate_c7() -> None:
-    with pytest.raises(IllegalTransition, match="one-step workflow"):
-        transitions.cancel(
-            record_in(ProcessState.PROCESSING), now=NOW, reason="r", compensation_deadline=FUTURE
-        )
 
 
 def test_retry_compensation_resumes_at_the_failed_undo_with_a_fresh_stall_count_c2() -> None:
@@ -271,33 +260,42 @@ def test_retry_compensation_resumes_at_the_failed_undo_with_a_fresh_stall_count_
 INSTANCE = InstanceId("order-7", 2)
 FencedFactory = Callable[[InstanceId], FencedChange]
 FENCED: dict[str, tuple[FencedFactory, ProcessState, ProcessState]] = {
-    "set_step_deadline": (
-        lambda i: transitions.set_step_deadline(i, step="ship", complete_by=FUTURE, now=NOW),
+    "begin_step": (
+        lambda i: transitions.begin_step(i, Step(0, STEPS[0]), complete_by=FUTURE, now=NOW),
         ProcessState.PROCESSING,
         ProcessState.PROCESSING,
     ),
-    "mark_processed": (
-        lambda i: transitions.mark_processed(i, now=NOW),
+    "finish_steps": (
+        lambda i: transitions.finish_steps(i, Step(2, STEPS[2], "s-1"), now=NOW),
         ProcessState.PROCESSING,
         ProcessState.PROCESSED,
     ),
-    "mark_error": (
-        lambda i: transitions.mark_error(i, now=NOW, reason="permanent"),
+    "fail_step, nothing to undo": (
+        lambda i: transitions.fail_step(
+            i, Step(0, STEPS[0]), reason="permanent", now=NOW, compensate_by=None
+        ),
         ProcessState.PROCESSING,
         ProcessState.ERROR,
     ),
-    "begin_compensation": (
-        lambda i: transitions.begin_compensation(i, now=NOW, reason="x", complete_by=FUTURE),
+    "fail_step, steps to undo": (
+        lambda i: transitions.fail_step(
+            i, Step(1, STEPS[1]), reason="declined", now=NOW, compensate_by=FUTURE
+        ),
         ProcessState.PROCESSING,
         ProcessState.COMPENSATING,
     ),
-    "mark_compensated": (
-        lambda i: transitions.mark_compensated(i, now=NOW),
+    "begin_undo": (
+        lambda i: transitions.begin_undo(i, Step(0, STEPS[0], "r-1"), complete_by=FUTURE, now=NOW),
+        ProcessState.COMPENSATING,
+        ProcessState.COMPENSATING,
+    ),
+    "finish_undo": (
+        lambda i: transitions.finish_undo(i, undone=Step(0, STEPS[0], "r-1"), now=NOW),
         ProcessState.COMPENSATING,
         ProcessState.COMPENSATED,
     ),
-    "mark_compensation_failed": (
-        lambda i: transitions.mark_compensation_failed(i, now=NOW, reason="undo failed"),
+    "undo_failed": (
+        lambda i: transitions.undo_failed(i, Step(0, STEPS[0], "r-1"), reason="refused", now=NOW),
         ProcessState.COMPENSATING,
         ProcessState.COMPENSATION_FAILED,
     ),
@@ -333,46 +331,6 @@ def test_fenced_changes_of_a_stale_attempt_are_refused_d4_e5(name: str) -> None:
 
 
 def test_a_fenced_change_never_applies_to_another_order() -> None:
-    change = transitions.mark_processed(InstanceId("order-8", 2), now=NOW)
+    change = transitions.finish_steps(InstanceId("order-8", 2), Step(2, STEPS[2]), now=NOW)
     with pytest.raises(FenceLost):
         change.apply(record_in(ProcessState.PROCESSING, locked_by="order-8:2"))
-
-
-def test_step_deadline_sets_complete_by_and_logs_the_previous_step_in_one_change_c1() -> None:
-    change = transitions.set_step_deadline(
-        INSTANCE, step="ship", complete_by=FUTURE, now=NOW, completed=STEP
-    )
-    changed = change.apply(record_in(ProcessState.PROCESSING))
-    assert changed.complete_by == FUTURE
-    assert changed.current_step == "ship"
-    assert changed.compensation_log == (STEP,)
-
-
-def test_processed_clears_the_deadline_and_can_log_the_last_step_e5() -> None:
-    later = CompletedStep("ship", "order-7:ship", NOW)
-    change = transitions.mark_processed(INSTANCE, now=NOW, completed=later)
-    changed = change.apply(record_in(ProcessState.PROCESSING, compensation_log=(STEP,)))
-    assert changed.complete_by is None
-    assert changed.compensation_log == (STEP, later)
-
-
-def test_error_and_compensation_failures_keep_their_reason_e8_c2() -> None:
-    errored = transitions.mark_error(INSTANCE, now=NOW, reason="card declined").apply(
-        record_in(ProcessState.PROCESSING)
-    )
-    assert errored.last_error == "card declined"
-    assert errored.complete_by is None
-    compensating = transitions.begin_compensation(
-        INSTANCE, now=NOW, reason="card declined", complete_by=FUTURE
-    ).apply(record_in(ProcessState.PROCESSING))
-    assert compensating.complete_by == FUTURE
-    failed = transitions.mark_compensation_failed(INSTANCE, now=NOW, reason="undo refused").apply(
-        compensating
-    )
-    assert failed.last_error == "undo refused"
-
-
-def test_compensation_runs_the_log_newest_first_c1() -> None:
-    steps = tuple(CompletedStep(f"s{i}", f"k{i}", NOW) for i in range(3))
-    record = record_in(ProcessState.COMPENSATING, compensation_log=steps)
-    assert [s.step for s in transitions.steps_to_compensate(record)] == ["s2", "s1", "s0"]

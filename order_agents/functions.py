@@ -1,17 +1,15 @@
-"""The step agents: one per remote service of the step workflow (E1, E4, E7, E9, C1, C8).
+"""The agents' Functions entry points: one per remote service (E1, E4, E7, E9, C1, C8).
 
 Each agent wraps ONE service (``order_agents.remote_services``): ``do`` performs the step's
 side effect, ``undo`` its compensation - by the reference of the side effect, or for a step
 in doubt by the idempotency key of its action (C1). Behind the Service Bus queue pair each
 agent has its own request queue trigger (<AGENT>_REQUESTS_QUEUE) and answers on
-AGENT_RESPONSES_QUEUE; as an activity (E1's other shape) ``run_agent_in_activity`` runs the
-agent the request's step names. Each service has its own circuit breaker (E9). Each run is a
-span of the order's trace; the calls to the service carry it (C9).
+AGENT_RESPONSES_QUEUE; as an activity (E1's other shape) the step's activity runs it through
+``run_step_agent_once``. Each service has its own circuit breaker (E9). Each run is a span
+of the order's trace; the calls to the service carry it (C9).
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import azure.durable_functions as df
 from azurefunctions.extensions.bindings.servicebus import (
@@ -107,13 +105,3 @@ async def run_step_agent_once(request: AgentRequest) -> AgentResponse:
             error=type(error).__name__,
         )
         return respond(request, AgentOutcome.GAVE_UP, f"the agent failed: {type(error).__name__}")
-
-
-@bp.activity_trigger(input_name="request")
-async def run_agent_in_activity(request: Any) -> dict[str, Any]:
-    # The agent's own activity, for instances started before the write that begins a step
-    # ran the agent too (C7). Any, the JSON value the trigger delivers: the Python worker
-    # refuses a builtin generic such as dict[str, Any] on a binding parameter, and with it
-    # the whole app.
-    response = await run_step_agent(AgentRequest.from_document(request))
-    return response.to_document()

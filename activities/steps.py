@@ -1,0 +1,218 @@
+"""The workflow's fenced writes as activity functions (D4, D6, E1, E4, E5, E8, C1, C2, R2).
+
+Each activity takes the orchestration's (replay-safe) time, runs one write of
+`services.steps` and sends what it produced - statuses, operator alerts - only when the
+write applied for this attempt (D4). `begin_step` and `begin_undo` set the CompleteBy the
+orchestration chose (D6) and, once the fence held, put the agent's request on its own
+queue with a stable MessageId, so a re-run's second send is removed by duplicate
+detection (E1, E4). `run_step_in_activity` and `run_undo_in_activity` make the same write
+and then run the agent here (E1's activity shape): once per activity, so a retry of the
+activity for its store write never spends more of the budget (C4). The order is read from
+the orders database by an attempt's first write and then travels with the orchestration.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any, TypeVar
+
+import azure.durable_functions as df
+from opentelemetry.trace import Span
+
+import bootstrap
+from activities.agent_bridge import send_agent_request
+from activities.replies import send_alert, send_statuses
+from adapters import blocking_calls
+from adapters.codec import from_data, to_data
+from domain.agent_messages import AgentOperation, AgentRequest
+from domain.policies import AGENT_TRANSPORT_ACTIVITY
+from domain.workflow import declaration
+from observability import logs
+from observability.tracing import order_span
+from orchestrators.payloads import REFUSED, StepWrite, StepWritten
+from order_agents.functions import run_step_agent_once
+from services import steps
+from services.operator import load_order
+
+T = TypeVar("T")
+bp = df.Blueprint()
+log = logs.get_logger("app.steps")
+_BEGUN = {AgentOperation.DO: "step begun", AgentOperation.UNDO: "undo begun"}
+
+# Activity inputs are annotated Any, the JSON value the trigger delivers: the Python worker
+# refuses a builtin generic such as dict[str, Any] on a binding parameter, and with it the
+# whole app (its indexing check).
+
+
+@bp.activity_trigger(input_name="call")
+async def begin_step(call: Any) -> Any:
+    write = from_data(call, StepWrite)
+    with _span(write, "begin_step"):
+        return to_data(_written(await _begun(write, AgentOperation.DO)))
+
+
+@bp.activity_trigger(input_name="call")
+async def run_step_in_activity(call: Any) -> Any:
+    write = from_data(call, StepWrite)
+    with _span(write, "run_step_in_activity"):
+        return to_data(await _answered(await _begun(write, AgentOperation.DO)))
+
+
+@bp.activity_trigger(input_name="call")
+async def finish_steps(call: Any) -> Any:
+    write = from_data(call, StepWrite)
+    with _span(write, "finish_steps"):
+        written = await blocking_calls.run(
+            steps.finish_steps,
+            bootstrap.services().states,
+            write.instance,
+            _required(write.done, "finish_steps"),
+            now=write.at,
+        )
+        return to_data(await _sent(written))
+
+
+@bp.activity_trigger(input_name="call")
+async def fail_step(call: Any) -> Any:
+    write = from_data(call, StepWrite)
+    with _span(write, "fail_step"):
+        written = await blocking_calls.run(
+            steps.fail_step,
+            bootstrap.services().states,
+            write.instance,
+            _required(write.step, "fail_step"),
+            reason=write.reason or "the service refused the order",
+            now=write.at,
+            compensate_by=_required(write.complete_by, "fail_step"),
+        )
+        return to_data(await _sent(written))
+
+
+@bp.activity_trigger(input_name="call")
+async def begin_undo(call: Any) -> Any:
+    write = from_data(call, StepWrite)
+    with _span(write, "begin_undo"):
+        return to_data(_written(await _begun(write, AgentOperation.UNDO)))
+
+
+@bp.activity_trigger(input_name="call")
+async def run_undo_in_activity(call: Any) -> Any:
+    write = from_data(call, StepWrite)
+    with _span(write, "run_undo_in_activity"):
+        return to_data(await _answered(await _begun(write, AgentOperation.UNDO)))
+
+
+@bp.activity_trigger(input_name="call")
+async def finish_undo(call: Any) -> Any:
+    write = from_data(call, StepWrite)
+    with _span(write, "finish_undo"):
+        written = await blocking_calls.run(
+            steps.finish_undo,
+            bootstrap.services().states,
+            write.instance,
+            undone=write.done,
+            now=write.at,
+        )
+        return to_data(await _sent(written))
+
+
+@bp.activity_trigger(input_name="call")
+async def undo_failed(call: Any) -> Any:
+    write = from_data(call, StepWrite)
+    with _span(write, "undo_failed"):
+        written = await blocking_calls.run(
+            steps.undo_failed,
+            bootstrap.services().states,
+            write.instance,
+            _required(write.step, "undo_failed"),
+            reason=write.reason or "the service refused to undo it",
+            now=write.at,
+        )
+        return to_data(await _sent(written))
+
+
+async def _begun(write: StepWrite, operation: AgentOperation) -> AgentRequest | None:
+    """The write that begins a step or its undo, then the agent's request, None when the
+    fence refused it; over Service Bus the request is on the agent's queue already."""
+    step = _required(write.step, "the write that begins a step")
+    complete_by = _required(write.complete_by, "the write that begins a step")
+    app = bootstrap.services()
+    if operation is AgentOperation.DO:
+        written = await blocking_calls.run(
+            steps.begin_step,
+            app.states,
+            write.instance,
+            step,
+            done=write.done,
+            now=write.at,
+            complete_by=complete_by,
+        )
+    else:
+        written = await blocking_calls.run(
+            steps.begin_undo,
+            app.states,
+            write.instance,
+            step,
+            undone=write.done,
+            now=write.at,
+            complete_by=complete_by,
+        )
+    if not written.applied:
+        return None
+    await send_statuses(written.statuses)
+    order = write.order
+    if order is None:
+        order = await blocking_calls.run(load_order, app.orders, write.instance)
+    request = AgentRequest(
+        instance_id=str(write.instance),
+        step=step.name,
+        order=order,
+        deadline=complete_by,
+        operation=operation,
+        reference=step.reference if operation is AgentOperation.UNDO else None,
+    )
+    if write.agent_transport != AGENT_TRANSPORT_ACTIVITY:
+        await send_agent_request(request, app.settings.agent_queue(declaration(step.name).agent))
+    log.info(
+        _BEGUN[operation],
+        instance_id=write.instance,
+        step=step.name,
+        agent_transport=write.agent_transport,
+    )
+    return request
+
+
+def _written(request: AgentRequest | None) -> StepWritten:
+    return REFUSED if request is None else StepWritten(applied=True, request=request)
+
+
+async def _answered(request: AgentRequest | None) -> StepWritten:
+    """The begun step's request with its agent's answer, run here (E1's activity shape)."""
+    if request is None:
+        return REFUSED
+    return StepWritten(applied=True, request=request, response=await run_step_agent_once(request))
+
+
+async def _sent(written: steps.Written) -> StepWritten:
+    if not written.applied:
+        return REFUSED
+    if written.alert is not None:
+        await send_alert(written.alert)
+    await send_statuses(written.statuses)
+    return StepWritten(applied=True, undo=written.undo)
+
+
+def _span(write: StepWrite, activity: str) -> AbstractContextManager[Span]:
+    return order_span(
+        f"step.{activity}",
+        order_id=write.order_id,
+        instance_id=write.instance,
+        attempt=write.attempt,
+        step=None if write.step is None else write.step.name,
+    )
+
+
+def _required(value: T | None, what: str) -> T:
+    if value is None:
+        raise ValueError(f"{what} needs its step and deadline")
+    return value
