@@ -15,7 +15,7 @@ from config import Settings
 from domain.agent_messages import AgentOperation, AgentOutcome, AgentRequest, AgentResponse
 from domain.contracts import Order, OrderItem
 from domain.policies import CircuitBreaker
-from order_agents import step_agents
+from order_agents import functions as agent_functions
 from order_agents.call_policy import request_call, run_agent
 from order_agents.remote_services import STEP_SERVICES
 from order_agents.service_client import ServiceClient
@@ -131,10 +131,10 @@ async def test_an_agent_that_fails_inside_an_activity_gives_up_after_one_run_c4(
         runs.append(req)
         raise RuntimeError("a bug in the agent")
 
-    monkeypatch.setattr(step_agents, "run_step_agent", broken)
+    monkeypatch.setattr(agent_functions, "run_step_agent", broken)
     req = request("charge-payment")
 
-    response = await step_agents.run_step_agent_once(req)
+    response = await agent_functions.run_step_agent_once(req)
 
     assert runs == [req]
     assert (response.request_id, response.outcome) == (req.request_id, AgentOutcome.GAVE_UP)

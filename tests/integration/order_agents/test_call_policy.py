@@ -1,4 +1,4 @@
-"""The fulfilment agent against the real simulated service (E7, E8, E9, C4, C8).
+"""An agent's call policy against the real simulated stock service (E7, E8, E9, C4, C8).
 
 The agent's time is injected: its sleeps move a fake clock instead of waiting, while every
 call goes over HTTP to the running service, whose ledger proves what happened remotely.
@@ -6,6 +6,7 @@ call goes over HTTP to the running service, whose ledger proves what happened re
 
 import datetime as dt
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -15,9 +16,9 @@ from domain.agent_messages import AgentOutcome, AgentRequest
 from domain.contracts import Order, OrderItem
 from domain.policies import CircuitBreaker
 from order_agents.call_policy import request_call, run_agent
-from order_agents.remote_services import FULFILMENT
+from order_agents.remote_services import STEP_SERVICES
 from order_agents.service_client import ServiceClient
-from tools.simulators.fulfilment import FaultKind, FaultPlan, FaultRule, FulfilmentService
+from tools.simulators.services import FaultKind, FaultPlan, FaultRule, SimulatedServices
 
 T0 = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 POLICY = Settings(
@@ -39,24 +40,35 @@ class FakeTime:
         self.now += dt.timedelta(seconds=seconds)
 
 
-@pytest.fixture
-async def service() -> AsyncIterator[FulfilmentService]:
-    running = FulfilmentService(FaultPlan.preset("none"))
-    await running.start()
-    yield running
-    await running.stop()
+class Stock:
+    """The simulated stock service as the tests below steer and read it."""
+
+    def __init__(self, services: SimulatedServices) -> None:
+        self._services = services
+
+    def replace_fault_plan(self, plan: FaultPlan) -> None:
+        self._services.replace_fault_plan("stock", plan)
+
+    def stats(self) -> dict[str, Any]:
+        return self._services.stats("stock")
 
 
 @pytest.fixture
-async def client(service: FulfilmentService) -> AsyncIterator[ServiceClient]:
-    async with aiohttp.ClientSession() as session:
-        yield ServiceClient(FULFILMENT, service.base_url, session)
+def service(services: SimulatedServices) -> Stock:
+    return Stock(services)
+
+
+@pytest.fixture
+async def client(
+    services: SimulatedServices, session: aiohttp.ClientSession
+) -> AsyncIterator[ServiceClient]:
+    yield ServiceClient(STEP_SERVICES["stock"], services.url("stock"), session)
 
 
 def request(attempt: int = 1, deadline_seconds: float = 30) -> AgentRequest:
     return AgentRequest(
         instance_id=f"o-1:{attempt}",
-        step="fulfil",
+        step="reserve-stock",
         order=ORDER,
         deadline=T0 + dt.timedelta(seconds=deadline_seconds),
     )
@@ -84,20 +96,20 @@ async def run(
     )
 
 
-def fulfilments(service: FulfilmentService) -> int:
-    return int(service.stats()["fulfilments"])
+def reservations(service: Stock) -> int:
+    return int(service.stats()["reservations"])
 
 
-async def test_success_first_try(service: FulfilmentService, client: ServiceClient) -> None:
+async def test_success_first_try(service: Stock, client: ServiceClient) -> None:
     response = await run(client, FakeTime(), request())
     assert response.outcome is AgentOutcome.SUCCEEDED
     assert response.reference
-    assert response.message_id == "o-1:1:fulfil:response"
-    assert fulfilments(service) == 1
+    assert response.message_id == "o-1:1:reserve-stock:response"
+    assert reservations(service) == 1
 
 
 async def test_transient_faults_are_retried_with_backoff_e9(
-    service: FulfilmentService, client: ServiceClient
+    service: Stock, client: ServiceClient
 ) -> None:
     service.replace_fault_plan(FaultPlan(rules=(FaultRule(FaultKind.TRANSIENT, times=2),)))
     time = FakeTime()
@@ -105,22 +117,22 @@ async def test_transient_faults_are_retried_with_backoff_e9(
     assert response.outcome is AgentOutcome.SUCCEEDED
     assert service.stats()["requests"] == 3
     assert time.slept == [0.05, 0.1]  # full jitter at 0.5 of base 0.1 x 2^(n-1)
-    assert fulfilments(service) == 1
+    assert reservations(service) == 1
 
 
 async def test_lost_response_then_retry_performs_the_side_effect_once_c8(
-    service: FulfilmentService, client: ServiceClient
+    service: Stock, client: ServiceClient
 ) -> None:
     service.replace_fault_plan(FaultPlan(rules=(FaultRule(FaultKind.LOST_RESPONSE, times=1),)))
     response = await run(client, FakeTime(), request())
     assert response.outcome is AgentOutcome.SUCCEEDED
     assert service.stats()["replays"] == 1
     assert service.stats()["double_side_effects"] == 0
-    assert fulfilments(service) == 1
+    assert reservations(service) == 1
 
 
 async def test_a_newer_attempt_replays_the_older_attempts_side_effect_e7(
-    service: FulfilmentService, client: ServiceClient
+    service: Stock, client: ServiceClient
 ) -> None:
     first = await run(client, FakeTime(), request(attempt=1))
     second = await run(client, FakeTime(), request(attempt=2))
@@ -130,7 +142,7 @@ async def test_a_newer_attempt_replays_the_older_attempts_side_effect_e7(
 
 
 async def test_a_stale_attempt_is_refused_by_the_service_e7(
-    service: FulfilmentService, client: ServiceClient
+    service: Stock, client: ServiceClient
 ) -> None:
     await run(client, FakeTime(), request(attempt=2))
     stale = await run(client, FakeTime(), request(attempt=1))
@@ -139,17 +151,17 @@ async def test_a_stale_attempt_is_refused_by_the_service_e7(
 
 
 async def test_permanent_failure_is_reported_not_retried_e8(
-    service: FulfilmentService, client: ServiceClient
+    service: Stock, client: ServiceClient
 ) -> None:
     service.replace_fault_plan(FaultPlan(rules=(FaultRule(FaultKind.PERMANENT),)))
     response = await run(client, FakeTime(), request())
     assert response.outcome is AgentOutcome.FAILED
     assert service.stats()["requests"] == 1
-    assert fulfilments(service) == 0
+    assert reservations(service) == 0
 
 
 async def test_tries_stop_at_the_agents_share_of_the_retry_budget_c4(
-    service: FulfilmentService, client: ServiceClient
+    service: Stock, client: ServiceClient
 ) -> None:
     service.replace_fault_plan(FaultPlan(rules=(FaultRule(FaultKind.TRANSIENT),)))
     response = await run(client, FakeTime(), request(deadline_seconds=3600))
@@ -158,7 +170,7 @@ async def test_tries_stop_at_the_agents_share_of_the_retry_budget_c4(
 
 
 async def test_no_new_call_starts_after_the_deadline_e7(
-    service: FulfilmentService, client: ServiceClient
+    service: Stock, client: ServiceClient
 ) -> None:
     service.replace_fault_plan(FaultPlan(rules=(FaultRule(FaultKind.TRANSIENT),)))
     time = FakeTime()
@@ -169,7 +181,7 @@ async def test_no_new_call_starts_after_the_deadline_e7(
 
 
 async def test_an_open_breaker_keeps_calls_away_from_a_failing_service_e9(
-    service: FulfilmentService, client: ServiceClient
+    service: Stock, client: ServiceClient
 ) -> None:
     service.replace_fault_plan(FaultPlan(rules=(FaultRule(FaultKind.TRANSIENT),)))
     time = FakeTime()
