@@ -5,7 +5,6 @@ call goes over HTTP to the running service, whose ledger proves what happened re
 """
 
 import datetime as dt
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -59,10 +58,8 @@ def service(services: SimulatedServices) -> Stock:
 
 
 @pytest.fixture
-async def client(
-    services: SimulatedServices, session: aiohttp.ClientSession
-) -> AsyncIterator[ServiceClient]:
-    yield ServiceClient(STEP_SERVICES["stock"], services.url("stock"), session)
+def client(services: SimulatedServices, session: aiohttp.ClientSession) -> ServiceClient:
+    return ServiceClient(STEP_SERVICES["stock"], services.url("stock"), session)
 
 
 def request(attempt: int = 1, deadline_seconds: float = 30) -> AgentRequest:
