@@ -5,7 +5,8 @@ attempts with a fencing token, cancels fulfilments as compensation, records ever
 and injects faults on demand. It is one of the simulated services of `simulators.services`
 (declared there as ``FULFILMENT``), served at the root of their port: this package is its
 entry point under the names the version-1 agent's tests and the demo use, and
-``python -m tools.simulators.fulfilment`` runs the same command as ``python -m tools.simulators.services``.
+``python -m tools.simulators.fulfilment`` runs the same command as
+``python -m tools.simulators.services``.
 """
 
 from tools.simulators.fulfilment.service import (
