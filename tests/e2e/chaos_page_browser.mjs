@@ -1,6 +1,7 @@
 // Opens the chaos report's page (tools/chaos/report_page.py) in headless Chromium (playwright-core),
-// for tests/e2e/test_e2e_chaos_page.py: reports what the chart's SVG drew as one JSON line on
-// stdout, and saves a screenshot of the whole page.
+// for tests/e2e/test_e2e_chaos_page.py: reports where the chart's SVG drew its lines, crash
+// markers, fault cells and texts as one JSON line on stdout, and saves a screenshot of the
+// whole page.
 //
 //   node chaos_page_browser.mjs PAGE_URL CHROMIUM_PATH USER_DATA_DIR SCREENSHOT_PATH
 import { chromium } from "playwright-core";
@@ -36,34 +37,55 @@ try {
   await page.locator("svg#timeline").waitFor();
   const seen = await page.evaluate(() => {
     const svg = document.querySelector("svg#timeline");
+    // Where an element is drawn on the screen: its centre and its size, in CSS pixels.
     const box = (element) => {
-      const { width, height } = element.getBoundingClientRect();
-      return { width, height };
+      const { x, y, width, height } = element.getBoundingClientRect();
+      return { x: x + width / 2, y: y + height / 2, width, height };
     };
+    const named = (prefix) => [...svg.querySelectorAll(`g[id^="${prefix}"]`)];
     return {
       title: document.title,
       verdict: document.getElementById("verdict").textContent,
       svg: box(svg),
-      series: [...svg.querySelectorAll("polyline.series")].map((line) => ({
-        name: line.dataset.series,
-        points: line.points.numberOfItems,
-        length: line.getTotalLength(),
-        stroke: getComputedStyle(line).stroke,
+      series: named("series-").map((group) => {
+        const line = group.querySelector("path");
+        const length = line.getTotalLength();
+        const onScreen = (along) => {
+          const { x, y } = line.getPointAtLength(along);
+          const point = new DOMPoint(x, y).matrixTransform(line.getScreenCTM());
+          return { x: point.x, y: point.y };
+        };
+        return {
+          name: group.id.replace("series-", ""),
+          start: onScreen(0),
+          end: onScreen(length),
+          length,
+          stroke: getComputedStyle(line).stroke,
+        };
+      }),
+      crashes: named("crash-").map((group) => ({
+        number: Number(group.id.replace("crash-", "")),
+        ...box(group.querySelector("use")),
       })),
-      crashes: [...svg.querySelectorAll("g.crash-marker")].map((marker) => ({
-        kind: marker.dataset.kind,
-        t: Number(marker.dataset.t),
-        title: marker.querySelector("title").textContent,
-        ...box(marker.querySelector(".crash-shape")),
+      cells: named("faults-").map((group) => ({
+        opacity: Number(getComputedStyle(group.querySelector("path")).fillOpacity),
+        ...box(group.querySelector("path")),
       })),
-      faultBins: [...svg.querySelectorAll("rect.fault-bin")].map((cell) => ({
-        kind: cell.dataset.kind,
-        count: Number(cell.dataset.count),
-        ...box(cell),
+      // The axes' tick labels (matplotlib's groups for them are xtick_1, ytick_1, ...).
+      ticks: Object.fromEntries(["xtick", "ytick"].map((axis) => [
+        axis,
+        [...svg.querySelectorAll(`g[id^="${axis}"] text`)].map((text) => ({
+          value: Number(text.textContent),
+          ...box(text),
+        })),
+      ])),
+      texts: [...svg.querySelectorAll("text")].map((text) => ({
+        text: text.textContent,
+        ...box(text),
       })),
-      legend: [...svg.querySelectorAll(".legend-item")].map((item) => item.dataset.label),
       invariantRows: [...document.querySelectorAll("#invariants tbody tr")].map((row) => [
         row.dataset.invariant, row.className]),
+      crashRows: [...document.querySelectorAll("#crashes tbody tr")].map((row) => row.dataset.kind),
       scripts: document.querySelectorAll("script").length,
     };
   });

@@ -3,15 +3,19 @@
 Headless Chromium (Debian's ``chromium``, driven by ``playwright-core`` through
 ``chaos_page_browser.mjs``) opens the page ``make chaos`` writes beside its JSON report, from a
 ``file://`` URL as a person would: the chart's SVG draws the three series (submitted, in flight,
-finished) as lines of some length, one visible marker per crash and the timed faults' strip,
-the page runs no script and requests nothing else, and a screenshot of the whole page is left
-in the test's temporary directory. Under CI (CI=true) a missing browser fails the test rather
+finished) as lines of some length, a visible marker per crash over its time on the time axis
+with its number above it, and the timed faults' strip with a cell over each second that had
+any; the page runs no script and requests nothing else, and a screenshot of the whole page is
+left in the test's temporary directory. Under CI (CI=true) a missing browser fails the test rather
 than skipping it.
 """
 
 from __future__ import annotations
 
+import math
 import random
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -128,23 +132,59 @@ async def test_the_chaos_page_charts_the_orders_and_marks_every_crash_in_a_brows
     assert seen["svg"]["width"] > 900
     assert seen["svg"]["height"] > 400
     assert [s["name"] for s in seen["series"]] == ["submitted", "in_flight", "finished"]
+    x_at = scale(seen["ticks"]["xtick"], "x")
+    # The strip's row labels are ticks on their own axis, and not numbers.
+    orders_at = scale([t for t in seen["ticks"]["ytick"] if t["value"] is not None], "y")
+    first, last = report["timeline"]["series"][0], report["timeline"]["series"][-1]
+    # Each line runs from the first sample to the last, ending at the run's last figures (up
+    # and down, a label's middle is the font's: a few pixels of leeway).
     for line in seen["series"]:
-        assert line["points"] == len(report["timeline"]["series"])
+        assert abs(line["start"]["x"] - x_at(first["t"])) < 1, line
+        assert abs(line["end"]["x"] - x_at(last["t"])) < 1, line
+        assert abs(line["end"]["y"] - orders_at(last[line["name"]])) < 3, line
         assert line["length"] > 500
     assert len({line["stroke"] for line in seen["series"]}) == 3
     crashes = report["crashes"]
-    assert [(m["kind"], m["t"]) for m in seen["crashes"]] == [(c["kind"], c["at"]) for c in crashes]
-    for marker in seen["crashes"]:
+    assert [m["number"] for m in seen["crashes"]] == list(range(1, len(crashes) + 1))
+    for marker, crash in zip(seen["crashes"], crashes, strict=True):
+        assert abs(marker["x"] - x_at(crash["at"])) < 1, crash
         assert marker["width"] > 5
         assert marker["height"] > 5
-    assert seen["crashes"][2]["title"] == (
-        "#3 devhost-kill at 48 s, restarted at 55.9 s, next order finished 3.1 s after"
-    )
+        assert any(
+            t["text"] == str(marker["number"])
+            and abs(t["x"] - marker["x"]) < 2
+            and t["y"] < marker["y"]
+            for t in seen["texts"]
+        ), f"crash {marker['number']} is not numbered above its marker"
+    assert seen["crashRows"] == [c["kind"] for c in crashes]
     answers = [e for e in report["timeline"]["events"] if e["kind"].startswith("agent-response")]
-    assert sum(cell["count"] for cell in seen["faultBins"]) == len(answers)
-    assert {cell["kind"] for cell in seen["faultBins"]} == {e["kind"] for e in answers}
-    assert all(cell["width"] > 0 and cell["height"] > 0 for cell in seen["faultBins"])
-    assert seen["legend"][:3] == ["submitted", "in flight", "finished"]
+    labels = {
+        label.group(1): (int(label.group(2)), t["y"])
+        for t in seen["texts"]
+        if (label := re.fullmatch(r"answer (\w+) \((\d+)\)", t["text"]))
+    }
+    assert {fate: total for fate, (total, _) in labels.items()} == {
+        fate: sum(1 for e in answers if e["kind"] == f"agent-response-{fate}")
+        for fate in AGENT_ANSWERS
+    }
+    # A cell in the row of its kind over each second with any answer of that kind.
+    second = x_at(1) - x_at(0)
+    drawn = set()
+    for cell in seen["cells"]:
+        fate = min(labels, key=lambda f: abs(labels[f][1] - cell["y"]))
+        assert abs(labels[fate][1] - cell["y"]) < 3, cell
+        start = round((cell["x"] - x_at(0)) / second - 0.5)
+        assert abs(cell["x"] - x_at(start + 0.5)) < 1, cell
+        assert cell["width"] > 0
+        assert cell["height"] > 0
+        assert 0.3 < cell["opacity"] <= 1
+        drawn.add((fate, start))
+    assert drawn == {
+        (e["kind"].removeprefix("agent-response-"), math.floor(e["t"])) for e in answers
+    }
+    words = {t["text"] for t in seen["texts"]}
+    assert {"submitted", "in flight", "finished", "down until restart"} <= words
+    assert {c["kind"] for c in crashes} <= words
     assert seen["invariantRows"] == [
         ["lost", "held"],
         ["no_side_effect_after_compensation_began", "violated"],
@@ -153,3 +193,10 @@ async def test_the_chaos_page_charts_the_orders_and_marks_every_crash_in_a_brows
     assert seen["external"] == []
     assert seen["errors"] == []
     assert screenshot.read_bytes().startswith(b"\x89PNG")
+
+
+def scale(ticks: list[dict[str, float]], across: str) -> Callable[[float], float]:
+    """Where a value is on the screen along an axis, from where its first and last labels are."""
+    first, last = ticks[0], ticks[-1]
+    per_unit = (last[across] - first[across]) / (last["value"] - first["value"])
+    return lambda value: first[across] + (value - first["value"]) * per_unit

@@ -1,12 +1,18 @@
 """The chaos report's page (`chaos.report_page`): one self-contained HTML document that loads
 nothing, escapes every string from the report, shows every invariant held or violated with its
 examples, and marks every crash and every timed fault of the run on its chart's time axis
-(C1-C10 are what the report proves; the page is how people read it)."""
+(C1-C10 are what the report proves; the page is how people read it).
+
+The chart is read as drawn: where each line, marker and strip cell is on the drawing (the
+``series-*``, ``crash-<number>`` and ``faults-<row>-<second>`` shapes), and its text."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from html.parser import HTMLParser
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +22,8 @@ from tools.chaos.run import ChaosReport, CrashEvent
 from tools.demo.evidence import Evidence
 
 VOID = {"meta", "br", "hr", "img", "input", "link", "col", "area", "base", "source", "wbr"}
-# The drawing's own elements may close themselves (<line/>); they are not HTML void elements.
-SELF_CLOSED_SVG = {"line", "rect", "circle", "polygon", "polyline", "path"}
+# The drawing's own elements may close themselves (<path/>); they are not HTML void elements.
+SELF_CLOSED_SVG = {"g", "path", "use", "rect"}
 INJECTED = "<script>alert(\"x\")</script> & 'quoted'"
 
 
@@ -94,6 +100,74 @@ class Tables(HTMLParser):
     def handle_data(self, data: str) -> None:
         if self._cell is not None:
             self._cell.append(data)
+
+
+class Drawing(HTMLParser):
+    """The chart's shapes (paths and placed markers) and texts, each with where it is drawn."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.groups: list[str] = []
+        self.shapes: dict[str, list[tuple[float, float]]] = {}
+        self.styles: dict[str, str] = {}
+        self.texts: list[tuple[str, float, float]] = []
+        self._text: tuple[float, float, list[str]] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if tag == "g":
+            self.groups.append(found.get("id") or "")
+        elif tag == "text":
+            self._text = (float(found["x"] or 0), float(found["y"] or 0), [])
+        elif tag in ("path", "use") and "id" not in found and self.groups:
+            # A shape belongs to the innermost group named by the page, not by the drawing.
+            named = next(g for g in reversed(self.groups) if g)
+            if named not in self.shapes:
+                numbers = [float(n) for n in re.findall(r"-?[\d.]+", found.get("d") or "")]
+                if tag == "use":
+                    numbers = [float(found["x"] or 0), float(found["y"] or 0)]
+                self.shapes[named] = list(zip(numbers[::2], numbers[1::2], strict=True))
+                self.styles[named] = found.get("style") or ""
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "g":
+            self.groups.pop()
+        elif tag == "text" and self._text is not None:
+            x, y, text = self._text
+            self.texts.append(("".join(text), x, y))
+            self._text = None
+
+    def handle_data(self, data: str) -> None:
+        if self._text is not None:
+            self._text[2].append(data)
+
+    def words(self) -> list[str]:
+        return [text for text, _, _ in self.texts]
+
+    def time_axis(self, series: list[dict[str, float]]) -> Callable[[float], float]:
+        """Where a time is across the chart, from where the series' first and last samples are."""
+        (first, _), *_, (last, _) = self.shapes["series-submitted"]
+        start, end = series[0]["t"], series[-1]["t"]
+        return lambda t: first + (t - start) * (last - first) / (end - start)
+
+    def strip(self) -> dict[str, dict[float, float]]:
+        """Each strip row's label, and its cells by the second they start at, with their
+        opacity (darker: more faults in the bin)."""
+        labels = [text for text in self.words() if re.fullmatch(r".+ \(\d+\)", text)]
+        rows: dict[str, dict[float, float]] = {label: {} for label in labels}
+        for name, style in self.styles.items():
+            if cell := re.fullmatch(r"faults-(\d+)-([\d.]+)", name):
+                opacity = re.search(r"fill-opacity: ([\d.]+)", style)
+                shade = float(opacity.group(1)) if opacity else 1.0
+                rows[labels[int(cell.group(1))]][float(cell.group(2))] = shade
+        return rows
+
+
+def drawn(page: str) -> Drawing:
+    drawing = Drawing()
+    drawing.feed(page[page.index("<svg") : page.index("</svg>")])
+    drawing.close()
+    return drawing
 
 
 def table_text(page: str, table_id: str) -> list[list[str]]:
@@ -182,16 +256,29 @@ def test_the_page_is_one_well_formed_document_that_loads_nothing() -> None:
 
     assert document.declarations == ["DOCTYPE html"]
     assert [tag for tag, _ in document.elements[:3]] == ["html", "head", "meta"]
-    for tag in ("html", "head", "body", "style", "svg"):
+    for tag in ("html", "head", "body", "svg"):
         assert len(document.all(tag)) == 1, tag
-    assert document.all("script") == []
-    assert document.all("link") == []
-    assert document.all("img") == []
-    assert document.having("src") == []
-    assert document.having("href") == []
-    assert "url(" not in page
+    for tag in ("script", "link", "img", "iframe", "object", "embed"):
+        assert document.all(tag) == [], tag
+    # The drawing refers to its own parts only (markers, clip paths): "#" and an id.
+    references = [
+        str(found[name])
+        for name in ("src", "href", "xlink:href")
+        for found in document.having(name)
+    ]
+    assert references
+    assert all(ref.startswith("#") for ref in references)
+    assert all(url.startswith("#") for url in re.findall(r"url\(([^)]*)\)", page))
+    assert 'src="http' not in page
+    assert 'href="http' not in page
     assert "@import" not in page
-    assert "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    namespaces = (
+        'xmlns="http://www.w3.org/2000/svg"',
+        'xmlns:xlink="http://www.w3.org/1999/xlink"',
+    )
+    for namespace in namespaces:
+        page = page.replace(namespace, "")
+    assert "http" not in page
 
 
 def test_every_string_from_the_report_is_escaped() -> None:
@@ -207,42 +294,42 @@ def test_every_string_from_the_report_is_escaped() -> None:
     text = "".join(document.text)
     assert f"order-1: charged twice {INJECTED}" in text
     assert f"odd {INJECTED}" in text
-    bins = document.all("rect", **{"class": "fault-bin"})
-    assert f"agent-response-{INJECTED}" in {b["data-kind"] for b in bins}
+    assert f"answer {INJECTED} (1)" in drawn(page).strip()
 
 
 def test_the_chart_draws_the_three_series_and_marks_every_crash_and_every_fault() -> None:
     given = report()
-    document = parsed(render_page(given))
+    series = given["timeline"]["series"]
+    drawing = drawn(render_page(given))
+    x_at = drawing.time_axis(series)
 
-    lines = document.all("polyline", **{"class": "series"})
-    assert [line["data-series"] for line in lines] == ["submitted", "in_flight", "finished"]
-    for line in lines:
-        assert len(str(line["points"]).split()) == len(given["timeline"]["series"])
-    markers = document.all("g", **{"class": "crash-marker"})
-    assert [(m["data-kind"], m["data-t"]) for m in markers] == [
-        ("devhost-kill", "2.5"),
-        ("broker-kill", "5.25"),
-        ("crash-between-claim-and-start", "3"),
-    ]
-    bins = document.all("rect", **{"class": "fault-bin"})
-    counted: dict[str, int] = {}
-    for cell in bins:
-        counted[str(cell["data-kind"])] = counted.get(str(cell["data-kind"]), 0) + int(
-            str(cell["data-count"])
-        )
-    assert counted == {
-        "agent-response-lost": 3,
-        "agent-response-duplicated": 1,
-        f"agent-response-{INJECTED}": 1,
-    }
-    # 1.2 s and 1.7 s share the one-second bin starting at 1.
-    lost = [(b["data-t"], b["data-count"]) for b in bins if b["data-kind"] == "agent-response-lost"]
-    assert lost == [("1", "2"), ("4", "1")]
-    legend = [item["data-label"] for item in document.all("g", **{"class": "legend-item"})]
-    assert legend[:3] == ["submitted", "in flight", "finished"]
-    assert {"devhost-kill", "broker-kill", "crash-between-claim-and-start"} <= set(legend)
-    assert {"agent-response-lost", "agent-response-duplicated"} <= set(legend)
+    for key in ("submitted", "in_flight", "finished"):
+        line = drawing.shapes[f"series-{key}"]
+        assert [round(x, 1) for x, _ in line] == [round(x_at(p["t"]), 1) for p in series]
+    # The finished line climbs one order a second: its points rise evenly.
+    heights = [y for _, y in drawing.shapes["series-finished"]]
+    assert len({round(a - b, 1) for a, b in pairwise(heights)}) == 1
+    # Two crashes from the list and the one only the timeline's events hold, each at its time,
+    # numbered above it.
+    crashes = {name: shape[0] for name, shape in drawing.shapes.items() if name.startswith("crash")}
+    assert list(crashes) == ["crash-1", "crash-2", "crash-3"]
+    for (name, (x, y)), at in zip(crashes.items(), (2.5, 5.25, 3.0), strict=True):
+        assert abs(x - x_at(at)) < 0.5, name
+        number = name.removeprefix("crash-")
+        assert any(t == number and abs(tx - x) < 0.5 and ty < y for t, tx, ty in drawing.texts)
+    strip = drawing.strip()
+    assert list(strip) == [f"answer {INJECTED} (1)", "answer duplicated (1)", "answer lost (3)"]
+    assert list(strip["answer duplicated (1)"]) == [2.0]
+    assert list(strip[f"answer {INJECTED} (1)"]) == [6.0]
+    # 1.2 s and 1.7 s share the one-second bin starting at 1, darker than the bin of one.
+    lost = strip["answer lost (3)"]
+    assert list(lost) == [1.0, 4.0]
+    assert lost[1.0] > lost[4.0]
+    cell = next(n for n in drawing.shapes if n.startswith("faults-") and n.endswith("-4"))
+    assert abs(drawing.shapes[cell][0][0] - x_at(4.0)) < 0.5
+    legend = {"submitted", "in flight", "finished", "down until restart"}
+    legend |= {"devhost-kill", "broker-kill", "crash-between-claim-and-start"}
+    assert legend <= set(drawing.words())
 
 
 def test_the_page_shows_the_verdict_invariants_crashes_and_recovery() -> None:
@@ -294,18 +381,13 @@ def test_faults_at_the_services_are_binned_by_second_and_kind_with_their_counts(
         {"t": 1.6, "kind": "service-transient", "service": "stock", "count": 1},
         {"t": 3.2, "kind": "service-transient", "service": "payment", "count": 4},
     ]
-    document = parsed(render_page(given))
-    text = " ".join(" ".join(document.text).split())
+    page = render_page(given)
+    text = " ".join(" ".join(parsed(page).text).split())
 
-    bins = [
-        (b["data-t"], b["data-count"])
-        for b in document.all("rect", **{"class": "fault-bin"})
-        if b["data-kind"] == "service-transient"
-    ]
-    assert bins == [("1", "6"), ("3", "4")]
-    rows = {g["data-kind"]: g["data-events"] for g in document.all("g", **{"class": "fault-row"})}
-    assert rows["service-transient"] == "10"
-    assert "service transient" in text
+    # 5 at payment and 1 at stock in the second from 1 s, 4 in the second from 3 s.
+    transient = drawn(page).strip()["service transient (10)"]
+    assert list(transient) == [1.0, 3.0]
+    assert transient[1.0] > transient[3.0]
     assert "not timed" not in text
     assert "gives no times for service-hang (counted in the faults table)" in text
     assert "service-transient (counted" not in text
@@ -361,15 +443,15 @@ def test_the_page_reads_what_the_chaos_run_writes() -> None:
             {"t": 2.25, "kind": "service-transient", "service": "stock", "count": 2}
         ],
     ).to_json()
-    document = parsed(render_page(written))
+    page = render_page(written)
+    document = parsed(page)
+    drawing = drawn(page)
 
-    assert [m["data-kind"] for m in document.all("g", **{"class": "crash-marker"})] == [
-        "services-kill"
-    ]
-    assert len(document.all("polyline", **{"class": "series"})) == 3
-    assert [
-        (b["data-kind"], b["data-count"]) for b in document.all("rect", **{"class": "fault-bin"})
-    ] == [("agent-response-lost", "1"), ("service-transient", "2")]
+    assert [name for name in drawing.shapes if name.startswith("crash")] == ["crash-1"]
+    assert "services-kill" in drawing.words()
+    for key in ("submitted", "in_flight", "finished"):
+        assert len(drawing.shapes[f"series-{key}"]) == 2
+    assert drawing.strip() == {"answer lost (1)": {1.0: 1.0}, "service transient (2)": {2.0: 1.0}}
     assert written["faults_injected"]["transient"] == {"do": 2, "undo": 0, "total": 2}
     assert document.all("span", id="verdict")[0]["class"] == "verdict failed"
     assert "order-9: Processing" in "".join(document.text)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # The benchmarks run `python -m devhost ...` from here, whatever the caller's directory.
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)

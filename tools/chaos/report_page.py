@@ -1,52 +1,72 @@
 """The chaos run's report (``chaos.run.ChaosReport.to_json``) as one self-contained HTML page.
 
-``make chaos`` writes it beside the JSON report: the verdict, every invariant held or violated
-with its examples (C1-C10), the faults injected by kind, split between the requests of a
-step's action (do) and of its compensation (undo), and per service and operation, the answers
-that came after their deadline, every crash with its downtime and its time to recover, the
-final states and the recovery p50/p95, and a chart of the orders submitted, in flight and
-finished over time with each crash marked on the time axis (a vertical marker, its shape and
-colour by kind, a band while it was down) and every other timed fault (the relay's lost,
-duplicated, late and reordered agent answers, and the faults injected at the services,
-``service-<kind>``, counted per second) binned in a strip under it. The chart is inline SVG
-drawn here; the page loads nothing (no scripts, fonts or style sheets from elsewhere), its
-tooltips are SVG ``<title>`` elements, and every string from the report is escaped.
+The page shows the verdict, every invariant with its examples, the faults injected per kind
+(do, undo, total) and per service and operation, the answers after their deadline, the crashes
+and the recovery times as HTML tables, and a timeline of the orders submitted, in flight and
+finished with each crash marked on the time axis and the other timed faults binned in a strip
+under it. The timeline is matplotlib's SVG, inline: the page runs no script and loads nothing,
+and every string from the report is escaped.
 """
 
 from __future__ import annotations
 
 import html
+import io
 import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import matplotlib
+from matplotlib.artist import Artist
+from matplotlib.axes import Axes
+from matplotlib.colors import to_rgb
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 SERIES: tuple[tuple[str, str, str], ...] = (
     ("submitted", "submitted", "#1f6fb4"),
     ("in_flight", "in flight", "#f28e2b"),
     ("finished", "finished", "#2e9e44"),
 )
+# Shapes in matplotlib's marker codes: triangle, square, diamond, circle.
 CRASH_STYLES: dict[str, tuple[str, str]] = {
-    "devhost-kill": ("#d62728", "triangle"),
-    "broker-kill": ("#7b3fb3", "square"),
-    "services-kill": ("#8c564b", "diamond"),
-    "crash-between-claim-and-start": ("#d4499e", "circle"),
+    "devhost-kill": ("#d62728", "^"),
+    "broker-kill": ("#7b3fb3", "s"),
+    "services-kill": ("#8c564b", "D"),
+    "crash-between-claim-and-start": ("#d4499e", "o"),
 }
 OTHER_COLOURS = ("#17becf", "#bcbd22", "#e15759", "#4e79a7", "#59a14f", "#b07aa1", "#9c755f")
-SHAPES = ("triangle", "square", "diamond", "circle")
-
-WIDTH = 960
-LEFT = 120
-RIGHT = 24
-TOP = 44
-PLOT_HEIGHT = 300
-STRIP_ROW = 16
+SHAPES = ("^", "s", "D", "o")
 DASH = "\N{EN DASH}"
 MAX_BINS = 240
 """At most this many bins across the strip: a bin is one second or as long as needs be."""
+WIDTH_INCHES, PLOT_INCHES, ROW_INCHES, LEGEND_INCHES = 9.6, 3.4, 0.24, 1.2
+"""The drawing's width, the plot's height, a strip row's, and room for the legend below."""
+RC: dict[RcKeyType, Any] = {
+    # Text stays text (smaller, and selectable) rather than glyph outlines.
+    "svg.fonttype": "none",
+    # Fixed ids for the clip paths, so one report always gives the same page.
+    "svg.hashsalt": "chaos-page",
+    "svg.id": "timeline",
+    # The report's strings are labels, never TeX: a "$" in a kind is a dollar sign.
+    "text.parse_math": False,
+    "font.family": "sans-serif",
+    "font.sans-serif": ["DejaVu Sans"],
+    "font.size": 9,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+}
+SVG_METADATA = ("Creator", "Date", "Format", "Type")
+"""Left out of the drawing: a date would make every page differ; the rest names the tool."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +75,6 @@ class Marker:
     kind: str
     at: float
     restarted_at: float | None
-    recovery_seconds: float | None
 
 
 def render_page(report: Mapping[str, Any]) -> str:
@@ -203,14 +222,14 @@ def _chart_section(report: Mapping[str, Any]) -> str:
         + svg
         + "<figcaption>Orders submitted, in flight and finished, "
         + _e(note)
-        + ". Each crash is a vertical marker (numbered as in the crashes table; the band lasts "
-        "until its restart); every other timed fault is binned per "
+        + ". Each crash is a dashed line, numbered as in the crashes table, with a band until "
+        "its restart. Under the time axis every other timed fault is binned per "
         + _e(_number(bin_seconds))
-        + " s in the strip under the time axis (darker: more in the bin): the agents' answers "
+        + " s, a row per kind with its count (darker: more in the bin): the agents' answers "
         "the relay lost, duplicated, delayed or reordered, and the faults injected at the "
-        "services (the service-… rows, timed to the second)."
+        "services (the service rows, timed to the second)."
         + timed
-        + " Hover a marker, a bin or the chart for its figures.</figcaption></figure></section>"
+        + "</figcaption></figure></section>"
     )
 
 
@@ -225,7 +244,6 @@ def _events(
             str(c.get("kind", "")),
             float(c.get("at", 0)),
             None if c.get("restartedAt") is None else float(c["restartedAt"]),
-            None if c.get("recoverySeconds") is None else float(c["recoverySeconds"]),
         )
         for number, c in enumerate(crashes, start=1)
     ]
@@ -236,7 +254,7 @@ def _events(
         kind, at = str(event.get("kind", "")), float(event.get("t", 0))
         if kind in crash_kinds:
             if (kind, round(at, 2)) not in listed:
-                markers.append(Marker(len(markers) + 1, kind, at, None, None))
+                markers.append(Marker(len(markers) + 1, kind, at, None))
                 listed.add((kind, round(at, 2)))
         else:
             faults.append(event)
@@ -250,201 +268,123 @@ def chart(
     end: float,
     bin_seconds: float,
 ) -> str:
-    """The SVG chart: three lines, the crash markers, the fault strip and a legend."""
-    right = WIDTH - RIGHT
-    bottom = TOP + PLOT_HEIGHT
-    x_step = _tick_step(end)
-    x_max = max(end, x_step)
-    top_value = max([float(p.get(key, 0)) for p in series for key, _, _ in SERIES] + [1.0])
-    y_step = _tick_step(top_value)
-    y_max = math.ceil(top_value / y_step) * y_step
-
-    def x(t: float) -> float:
-        return LEFT + (right - LEFT) * t / x_max
-
-    def y(value: float) -> float:
-        return bottom - PLOT_HEIGHT * value / y_max
-
-    parts: list[str] = []
-    # Axes, grid and tick labels.
-    tick = 0.0
-    while tick <= y_max + 1e-9:
-        parts.append(
-            f'<line class="grid" x1="{LEFT}" x2="{right}" y1="{y(tick):.1f}" y2="{y(tick):.1f}"/>'
-            f'<text class="tick" x="{LEFT - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">'
-            f"{_e(_number(tick))}</text>"
+    """The timeline as inline SVG: the three series, a marker per crash (with a band until its
+    restart), and under the time axis a strip row per kind of the other timed faults."""
+    bins = _bins(faults, bin_seconds)
+    strip_inches = ROW_INCHES * len(bins)
+    with matplotlib.rc_context(RC):
+        figure = Figure(
+            figsize=(WIDTH_INCHES, PLOT_INCHES + strip_inches + LEGEND_INCHES),
+            layout="constrained",
         )
-        tick += y_step
-    tick = 0.0
-    while tick <= x_max + 1e-9:
-        parts.append(
-            f'<line class="axis" x1="{x(tick):.1f}" x2="{x(tick):.1f}" y1="{bottom}" '
-            f'y2="{bottom + 5}"/><text class="tick" x="{x(tick):.1f}" y="{bottom + 18}" '
-            f'text-anchor="middle">{_e(_number(tick))}</text>'
-        )
-        tick += x_step
-    parts.append(
-        f'<line class="axis" x1="{LEFT}" x2="{right}" y1="{bottom}" y2="{bottom}"/>'
-        f'<line class="axis" x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{bottom}"/>'
-        f'<text class="axis-title" x="{(LEFT + right) / 2:.1f}" y="{bottom + 36}" '
-        'text-anchor="middle">seconds after the first submission</text>'
-        f'<text class="axis-title" transform="translate(16 {(TOP + bottom) / 2:.1f}) rotate(-90)"'
-        ' text-anchor="middle">orders</text>'
-    )
-    # A hover column per sample, under everything else, for the figures at that moment.
-    for index, point in enumerate(series):
-        t = float(point.get("t", 0))
-        following = float(series[index + 1].get("t", t)) if index + 1 < len(series) else t + 1
-        width = max(x(following) - x(t), 1.0)
-        figures = ", ".join(f"{label} {_number(point.get(key, 0))}" for key, label, _ in SERIES)
-        parts.append(
-            f'<rect class="hover" x="{x(t):.1f}" y="{TOP}" width="{width:.1f}" '
-            f'height="{PLOT_HEIGHT}"><title>{_e(_number(t))} s: {_e(figures)}</title></rect>'
-        )
-    # Crash markers: the band while down, the line, the shape above the plot, its number.
+        if bins:
+            orders, lowest = figure.subplots(
+                2, 1, sharex=True, height_ratios=(PLOT_INCHES, strip_inches)
+            )
+            _strip(lowest, bins, bin_seconds)
+        else:
+            orders = lowest = figure.subplots()
+        _orders(orders, series, markers, end)
+        lowest.set_xlabel("seconds after the first submission")
+        figure.legend(handles=_legend(markers), loc="outside lower center", ncols=4, frameon=False)
+        drawn = io.StringIO()
+        figure.savefig(drawn, format="svg", metadata=dict.fromkeys(SVG_METADATA))
+    svg = drawn.getvalue()
+    return svg[svg.index("<svg") :]
+
+
+def _orders(
+    axes: Axes, series: Sequence[Mapping[str, Any]], markers: Sequence[Marker], end: float
+) -> None:
+    """The three series and, for each crash, a dashed line, its shape and number above the
+    plot, and a band until its restart."""
+    times = [float(p.get("t", 0)) for p in series]
+    for key, _, colour in SERIES:
+        values = [float(p.get(key, 0)) for p in series]
+        axes.plot(times, values, color=colour, linewidth=2, gid=f"series-{key}")
+    axes.set(xlim=(0, end), ylim=(0, max(axes.get_ylim()[1], 1.0)), ylabel="orders")
+    axes.yaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.grid(axis="y", color="#eeeeee")
+    # In axes height, so the shapes sit on the plot's top edge whatever the orders' scale.
+    top_edge = axes.get_xaxis_transform()
     for marker in markers:
         colour, shape = _crash_style(marker.kind)
-        at = x(marker.at)
-        band = ""
         if marker.restarted_at is not None and marker.restarted_at > marker.at:
-            band = (
-                f'<rect class="downtime" x="{at:.1f}" y="{TOP}" '
-                f'width="{max(x(marker.restarted_at) - at, 1.0):.1f}" height="{PLOT_HEIGHT}" '
-                f'fill="{colour}"/>'
-            )
-        parts.append(
-            f'<g class="crash-marker" data-kind="{_e(marker.kind)}" data-t="{marker.at:g}">'
-            f"<title>{_e(_describe(marker))}</title>{band}"
-            f'<line class="crash-line" x1="{at:.1f}" x2="{at:.1f}" y1="{TOP - 8}" y2="{bottom}" '
-            f'stroke="{colour}"/>{_shape(shape, at, TOP - 14, colour)}'
-            f'<text class="marker-number" x="{at:.1f}" y="{TOP - 24}" text-anchor="middle">'
-            f"{marker.number}</text></g>"
+            axes.axvspan(marker.at, marker.restarted_at, color=colour, alpha=0.12, linewidth=0)
+        axes.axvline(marker.at, color=colour, linestyle="--", linewidth=1.2)
+        axes.plot(
+            [marker.at],
+            [1.0],
+            marker=shape,
+            markersize=7,
+            color=colour,
+            transform=top_edge,
+            clip_on=False,
+            gid=f"crash-{marker.number}",
         )
-    # The three series.
-    for key, label, colour in SERIES:
-        points = " ".join(
-            f"{x(float(p.get('t', 0))):.1f},{y(float(p.get(key, 0))):.1f}" for p in series
+        axes.annotate(
+            str(marker.number),
+            (marker.at, 1.0),
+            xycoords=top_edge,
+            xytext=(0, 6),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            fontsize=8,
         )
-        parts.append(
-            f'<polyline class="series" data-series="{key}" points="{points}" '
-            f'stroke="{colour}"><title>{label}</title></polyline>'
-        )
-    # The strip of the other timed faults, a row per kind, a cell per bin with any.
-    strip_top = bottom + 52
-    by_kind: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+
+
+def _legend(markers: Sequence[Marker]) -> list[Artist]:
+    """The series, each crash kind's shape, and the band of a crash that was restarted."""
+    handles: list[Artist] = [
+        Line2D([], [], color=colour, linewidth=2, label=label) for _, label, colour in SERIES
+    ]
+    for kind in _unique(m.kind for m in markers):
+        colour, shape = _crash_style(kind)
+        handles.append(Line2D([], [], color=colour, marker=shape, linestyle="", label=kind))
+    if markers:
+        handles.append(Patch(color="#888888", alpha=0.25, label="down until restart"))
+    return handles
+
+
+def _bins(faults: Iterable[Mapping[str, Any]], bin_seconds: float) -> dict[str, dict[float, int]]:
+    """Each kind's fault count per bin (by the second it starts at), the kinds in name order."""
+    by_kind: dict[str, dict[float, int]] = defaultdict(lambda: defaultdict(int))
     for event in faults:
-        bin_index = int(max(float(event.get("t", 0)), 0.0) // bin_seconds)
-        by_kind[str(event.get("kind", ""))][bin_index] += int(event.get("count", 1))
-    kinds = sorted(by_kind)
-    fault_colours = {kind: OTHER_COLOURS[i % len(OTHER_COLOURS)] for i, kind in enumerate(kinds)}
-    if kinds:
-        parts.append(
-            f'<text class="strip-title" x="{LEFT - 6}" y="{strip_top - 6}" text-anchor="end">'
-            "timed faults</text>"
-        )
-    for row, kind in enumerate(kinds):
-        row_y = strip_top + row * STRIP_ROW
-        bins = by_kind[kind]
-        most = max(bins.values())
-        parts.append(
-            f'<g class="fault-row" data-kind="{_e(kind)}" data-events="{sum(bins.values())}">'
-            f'<rect class="strip-back" x="{LEFT}" y="{row_y}" width="{right - LEFT}" '
-            f'height="{STRIP_ROW - 3}"/>'
-            f'<text class="strip-label" x="{LEFT - 6}" y="{row_y + 10}" text-anchor="end">'
-            f"{_e(_short(kind))}</text>"
-        )
-        for index in sorted(bins):
-            count = bins[index]
-            start = index * bin_seconds
-            parts.append(
-                f'<rect class="fault-bin" data-kind="{_e(kind)}" data-t="{start:g}" '
-                f'data-count="{count}" x="{x(start):.1f}" y="{row_y}" '
-                f'width="{max(x(start + bin_seconds) - x(start), 2.0):.1f}" '
-                f'height="{STRIP_ROW - 3}" fill="{fault_colours[kind]}" '
-                f'fill-opacity="{0.35 + 0.65 * count / most:.2f}"><title>{_e(kind)}: {count} '
-                f"at {_e(_number(start))}-{_e(_number(start + bin_seconds))} s</title></rect>"
-            )
-        parts.append("</g>")
-    legend_top = strip_top + len(kinds) * STRIP_ROW + (12 if kinds else -12)
-    legend, height = _legend(
-        [(label, "line", colour) for _, label, colour in SERIES]
-        + [(kind, *_crash_style(kind)[::-1]) for kind in _unique(m.kind for m in markers)]
-        + ([("down until restart", "band", "#888888")] if markers else [])
-        + [(kind, "cell", fault_colours[kind]) for kind in kinds],
-        legend_top,
-    )
-    parts.append(legend)
-    total = legend_top + height + 8
-    return (
-        f'<svg id="timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {total}" '
-        f'width="{WIDTH}" height="{total}" role="img" aria-label="orders submitted, in flight '
-        f"and finished over time, with {len(markers)} crashes and {len(faults)} other faults "
-        f'marked">' + "".join(parts) + "</svg>"
-    )
+        start = max(float(event.get("t", 0)), 0.0) // bin_seconds * bin_seconds
+        by_kind[str(event.get("kind", ""))][start] += int(event.get("count", 1))
+    return {kind: dict(sorted(by_kind[kind].items())) for kind in sorted(by_kind)}
 
 
-def _legend(items: Sequence[tuple[str, str, str]], top: float) -> tuple[str, float]:
-    """Legend entries flowing left to right, wrapping at the chart's width."""
-    parts = ['<g class="legend">']
-    x_at, y_at = float(LEFT), top + 10
-    for label, shape, colour in items:
-        width = 30 + 6.6 * len(label)
-        if x_at + width > WIDTH - RIGHT and x_at > LEFT:
-            x_at, y_at = float(LEFT), y_at + 20
-        if shape == "line":
-            swatch = (
-                f'<line x1="{x_at:.1f}" x2="{x_at + 18:.1f}" y1="{y_at:.1f}" y2="{y_at:.1f}" '
-                f'stroke="{colour}" stroke-width="2.5"/>'
-            )
-        elif shape in ("band", "cell"):
-            opacity = "0.25" if shape == "band" else "1"
-            swatch = (
-                f'<rect x="{x_at + 2:.1f}" y="{y_at - 6:.1f}" width="14" height="12" '
-                f'fill="{colour}" fill-opacity="{opacity}"/>'
-            )
-        else:
-            swatch = _shape(shape, x_at + 9, y_at, colour)
-        parts.append(
-            f'<g class="legend-item" data-label="{_e(label)}">{swatch}'
-            f'<text x="{x_at + 24:.1f}" y="{y_at + 4:.1f}">{_e(label)}</text></g>'
+def _strip(strip: Axes, bins: Mapping[str, Mapping[float, int]], bin_seconds: float) -> None:
+    """A row per kind, labelled with its total; a cell per bin with any, darker with more."""
+    for row, counts in enumerate(bins.values()):
+        most = max(counts.values())
+        red, green, blue = to_rgb(OTHER_COLOURS[row % len(OTHER_COLOURS)])
+        cells = strip.bar(
+            list(counts),
+            0.8,
+            width=bin_seconds,
+            bottom=row - 0.4,
+            align="edge",
+            linewidth=0,
+            color=[(red, green, blue, 0.35 + 0.65 * count / most) for count in counts.values()],
         )
-        x_at += width
-    parts.append("</g>")
-    return "".join(parts), y_at - top + 10
-
-
-def _shape(shape: str, cx: float, cy: float, colour: str) -> str:
-    if shape == "triangle":
-        points = f"{cx:.1f},{cy - 6:.1f} {cx + 6:.1f},{cy + 5:.1f} {cx - 6:.1f},{cy + 5:.1f}"
-        return f'<polygon class="crash-shape" points="{points}" fill="{colour}"/>'
-    if shape == "square":
-        return (
-            f'<rect class="crash-shape" x="{cx - 5:.1f}" y="{cy - 5:.1f}" width="10" '
-            f'height="10" fill="{colour}"/>'
-        )
-    if shape == "diamond":
-        points = (
-            f"{cx:.1f},{cy - 7:.1f} {cx + 6:.1f},{cy:.1f} {cx:.1f},{cy + 7:.1f} "
-            f"{cx - 6:.1f},{cy:.1f}"
-        )
-        return f'<polygon class="crash-shape" points="{points}" fill="{colour}"/>'
-    return f'<circle class="crash-shape" cx="{cx:.1f}" cy="{cy:.1f}" r="5.5" fill="{colour}"/>'
+        for cell, start in zip(cells, counts, strict=True):
+            cell.set_gid(f"faults-{row}-{start:g}")
+    labels = [f"{_short(kind)} ({sum(counts.values())})" for kind, counts in bins.items()]
+    strip.set_yticks(range(len(bins)), labels)
+    strip.set_ylim(len(bins) - 0.5, -0.5)
+    strip.tick_params(axis="y", length=0)
+    strip.set_facecolor("#f3f3f3")
 
 
 def _crash_style(kind: str) -> tuple[str, str]:
+    """A crash kind's colour and marker shape; a kind not known here gets one of its own."""
     if kind in CRASH_STYLES:
         return CRASH_STYLES[kind]
     index = sum(map(ord, kind))
     return OTHER_COLOURS[index % len(OTHER_COLOURS)], SHAPES[index % len(SHAPES)]
-
-
-def _describe(marker: Marker) -> str:
-    text = f"#{marker.number} {marker.kind} at {_number(marker.at)} s"
-    if marker.restarted_at is not None:
-        text += f", restarted at {_number(marker.restarted_at)} s"
-    if marker.recovery_seconds is not None:
-        text += f", next order finished {_number(marker.recovery_seconds)} s after"
-    return text
 
 
 def _invariants(invariants: Mapping[str, Mapping[str, Any]]) -> str:
@@ -653,14 +593,6 @@ def _short(kind: str) -> str:
     return kind.replace("service-", "service ", 1) if kind.startswith("service-") else kind
 
 
-def _tick_step(span: float) -> float:
-    """A 1, 2 or 5 times a power of ten step giving about five ticks over ``span``."""
-    raw = max(span, 1e-9) / 5
-    power = 10 ** math.floor(math.log10(raw))
-    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
-    return float(max(step, 1.0))
-
-
 def _number(value: Any) -> str:
     if value is None:
         return DASH
@@ -692,14 +624,6 @@ h1{font-size:22px;margin:8px 0 4px}h2{font-size:16px;margin:22px 0 8px}
 .chart{margin:0;background:#fff;border:1px solid #ddd;border-radius:8px;padding:8px}
 .chart svg{max-width:100%;height:auto;display:block}
 figcaption{color:#555;font-size:12px;margin:4px 8px}
-svg text{font:11px system-ui,sans-serif;fill:#333}
-svg .axis-title,svg .strip-title{font-size:12px;fill:#555}
-svg .grid{stroke:#eee}svg .axis{stroke:#999}
-svg .series{fill:none;stroke-width:2.2;stroke-linejoin:round}
-svg .hover{fill:transparent}svg .hover:hover{fill:rgba(0,0,0,.05)}
-svg .downtime{fill-opacity:.12}svg .crash-line{stroke-width:1.5;stroke-dasharray:4 3}
-svg .marker-number{font-size:10px;fill:#444}svg .strip-back{fill:#f3f3f3}
-svg .strip-label{font-size:10px}
 table{border-collapse:collapse;background:#fff;width:100%;font-size:13px}
 th,td{border:1px solid #e2e2e2;padding:4px 8px;text-align:left;vertical-align:top}
 th{background:#f2f2f2;font-weight:600}td.num{text-align:right;font-variant-numeric:tabular-nums}

@@ -44,7 +44,7 @@ from domain.ports import StoreError
 from tools.simulators.fulfilment import FaultPlan, FulfilmentService
 from tools.simulators.services import SimulatedServices
 
-REPOSITORY = Path(__file__).resolve().parent.parent
+REPOSITORY = Path(__file__).resolve().parents[2]
 BROKER_CONFIG = REPOSITORY / "servicebus.config.json"
 SAMPLE_SETTINGS = REPOSITORY / "local.settings.sample.json"
 DEMO_REPLY_QUEUE = "demo-replies"
