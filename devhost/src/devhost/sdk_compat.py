@@ -12,6 +12,8 @@ it.
 - ``encode_payload`` and the AMQP type tags (``azure.servicebus._pyamqp``): the settlement
   service encodes a trigger message's annotations as the Service Bus extension does before
   handing it to the binding extension.
+- ``received_amqp_message``: the AMQP message an azure-servicebus received message wraps,
+  which the settlement service re-encodes for the SDK-type binding.
 - ``LinkState`` and the receiver's and its AMQP client's state (``receiver_fault``):
   azure-servicebus can fail a receiver without raising, and the trigger's listener must see
   that to restart it, as the Functions host's listener does.
@@ -68,6 +70,7 @@ __all__ = [
     "df_dumps",
     "encode_payload",
     "patch_durable_replay_helpers",
+    "received_amqp_message",
     "receiver_fault",
     "receiver_handler",
 ]
@@ -99,6 +102,20 @@ def check(pinned: Mapping[str, str] = PINNED) -> list[str]:
         if not hasattr(importlib.import_module(module), name):
             problems.append(f"{module} has no {name}: adapt devhost/sdk_compat.py")
     return problems
+
+
+def received_amqp_message(message: Any) -> Any:
+    """The pyamqp ``Message`` behind an azure-servicebus ``ServiceBusReceivedMessage``
+    (``message._message``), with every section the broker sent.
+
+    The Functions host hands an SDK-type binding the AMQP-encoded message, and
+    ``encode_payload`` encodes a pyamqp ``Message``; the SDK's public ``raw_amqp_message`` is
+    an ``AmqpAnnotatedMessage``, with no public way back to the message it came from.
+    """
+    try:
+        return message._message
+    except AttributeError as error:
+        raise _adapt("ServiceBusReceivedMessage._message", error) from error
 
 
 def receiver_handler(receiver: object) -> object | None:

@@ -39,7 +39,7 @@ from google.protobuf import empty_pb2
 
 from devhost.indexing import IndexedFunction
 from devhost.invocation import DeferredArgument
-from devhost.sdk_compat import TYPE, VALUE, AMQPTypes, encode_payload
+from devhost.sdk_compat import TYPE, VALUE, AMQPTypes, encode_payload, received_amqp_message
 
 LOCK_TOKEN_MARKER = b"x-opt-lock-token"
 SETTLE_TIMEOUT_SECONDS = 60.0
@@ -82,7 +82,7 @@ class SdkMessageArgument(DeferredArgument):
         if message.lock_token is None:
             raise ValueError("SDK-type bindings need messages received in PEEK_LOCK mode")
         token = uuid.UUID(str(message.lock_token))
-        raw = message._message
+        raw = received_amqp_message(message)
         typed = raw._replace(message_annotations=_typed_annotations(raw.message_annotations or {}))
         encoded = bytes(encode_payload(bytearray(), typed))
         return cls(token.bytes_le + LOCK_TOKEN_MARKER + encoded)

@@ -13,9 +13,9 @@ import azure.durable_functions as df
 import azure.functions as func
 import pytest
 import pytest_asyncio
-from azure.durable_functions.models.utils import http_utils
 from devhost_tests_support.durable import EngineFactory, semantics_functions
 
+from devhost import sdk_compat
 from devhost.durable import DurableEngine, RuntimeStatus
 from devhost.durable.management_http import ManagementApi
 
@@ -34,7 +34,7 @@ async def api(make_engine: EngineFactory) -> AsyncIterator[ManagementApi]:
     await server.stop()
     await engine.stop()
     # The SDK keeps one aiohttp session per process, bound to this test's event loop.
-    await http_utils._close_session()
+    await sdk_compat.close_durable_http_session()
 
 
 def client_for(api: ManagementApi) -> df.DurableOrchestrationClient:

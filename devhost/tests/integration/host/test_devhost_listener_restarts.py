@@ -20,6 +20,7 @@ import pytest
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
 
+from devhost import sdk_compat
 from devhost.host import DevHost, HostOptions
 from devhost.host_config import ServiceBusOptions
 from devhost.indexing import index_app
@@ -180,7 +181,7 @@ async def test_a_receiver_the_sdk_shut_down_silently_is_replaced(
         # once, with no error. A listener that did not look would never receive again.
         link = trigger._link
         assert link is not None
-        handler = link.receiver._handler
+        handler = sdk_compat.receiver_handler(link.receiver)
         assert handler is not None
         await handler.close_async()
         await eventually(lambda: trigger.restarts == 1, "the listener replaced the receiver")

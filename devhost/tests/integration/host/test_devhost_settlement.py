@@ -1,31 +1,39 @@
-"""The app's settlement helpers against the devhost's gRPC settlement service (S1, S3, C8).
+"""Settlement that fails through the devhost's gRPC ``Settlement`` service, and what follows.
 
 Real pieces throughout: the embedded broker, the devhost's serviceBusTrigger and its
-``Settlement`` gRPC service, the extension's ``ServiceBusMessageActions`` client and
-``adapters.message_settlement``. A settlement that fails (lost lock, no answer before the
-deadline) must end in a logged outcome and a redelivery, never a hang or a lost message.
+``Settlement`` service, the Service Bus extension's ``ServiceBusMessageActions`` client and,
+where a call needs a deadline, a client sending the extension's own requests with one
+(``devhost_tests_support.settlement_client``). A function whose settlement fails (lost lock,
+no answer before its deadline) sees the gRPC status that says why and can abandon the
+message; the message comes back, at once after an abandon and after its lock otherwise,
+never hanging or lost. A settlement the service applies after its caller gave up is refused.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import logging
+import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import azure.functions as func
+import grpc
 import pytest
-from adapters import message_settlement
-from adapters.message_settlement import Outcome
 from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient
+from azure.servicebus.exceptions import MessageAlreadySettled, MessageLockLostError
 from azurefunctions.extensions.bindings.servicebus import ServiceBusMessageActions
 from azurefunctions.extensions.bindings.servicebus import (
     ServiceBusReceivedMessage as SdkMessage,
 )
+from azurefunctions.extensions.bindings.servicebus.serviceBusMessageActions import (
+    SettlementError,
+)
+from devhost_tests_support.settlement_client import DeadlineSettlement
 
 from devhost.host_config import ServiceBusOptions
 from devhost.indexing import index_app
@@ -43,7 +51,7 @@ TIMEOUT = 15
 # service's own wait (60 s), which is what the call would otherwise block on.
 TEST_DEADLINE = 0.5
 NO_RENEWAL = dt.timedelta(0)
-SETTLEMENT_LOGGER = "app.settlement"
+OK = "OK"
 
 
 @pytest.fixture(scope="module")
@@ -71,14 +79,15 @@ class Stall:
 
     The trigger holds each message in the devhost's settlement service with the function that
     applies its settlements; ``delay`` holds it again, through the service's own ``release``
-    and ``hold``, with that function behind the stall.
+    and ``hold``, with that function behind the stall. ``late`` is what became of each
+    stalled settlement once applied: the error it was refused with, or None.
     """
 
     def __init__(self, operations: frozenset[str]) -> None:
         self.operations = operations
         self.release = asyncio.Event()
         self.calls = 0
-        self.calls_done = 0
+        self.late: list[tuple[str, Exception | None]] = []
 
     def delay(self, message: SdkMessage) -> None:
         service = SettlementService.shared()
@@ -91,50 +100,93 @@ class Stall:
                 await apply(operation, received, **options)
                 return
             self.calls += 1
+            await self.release.wait()
             try:
-                await self.release.wait()
                 await apply(operation, received, **options)
-            finally:
-                self.calls_done += 1
+            except Exception as error:
+                self.late.append((operation, error))
+                raise
+            self.late.append((operation, None))
 
         service.hold(held.message, held.loop, stalled)
 
 
+@dataclass(frozen=True)
+class Call:
+    """One settlement call a function made, and the gRPC status it ended with."""
+
+    operation: str
+    status: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What one delivery's function saw: the delivery count, its settlement calls in order
+    (an abandon after a settlement that failed), and the seconds those calls took."""
+
+    count: int
+    calls: tuple[Call, ...]
+    seconds: float
+
+    @property
+    def statuses(self) -> list[tuple[str, str]]:
+        return [(call.operation, call.status) for call in self.calls]
+
+
+async def _call(operation: str, settle: Callable[[], None]) -> Call:
+    try:
+        await asyncio.to_thread(settle)
+    except (SettlementError, grpc.RpcError) as error:
+        # The extension's client wraps the call's error; the deadline client raises it.
+        failed = error.original if isinstance(error, SettlementError) else error
+        assert isinstance(failed, grpc.Call), f"not a gRPC call's error: {failed!r}"
+        return Call(operation, failed.code().name, str(failed.details() or ""))
+    return Call(operation, OK)
+
+
 def settling_app(
     queue_name: str,
-    outcomes: list[tuple[int, Outcome, float]],
+    deliveries: list[Delivery],
     *,
     operation: str = "complete",
+    deadline: float | None = None,
     before_first: Callable[[SdkMessage], Awaitable[None]] | None = None,
     stall: Stall | None = None,
 ) -> func.FunctionApp:
-    """An SDK-type trigger that settles through the app's helpers and records what became of
-    each delivery: (delivery_count, outcome, seconds the helper took)."""
+    """An SDK-type trigger that settles its message itself and, when that fails, abandons it,
+    recording each delivery; through the extension's client, or with ``deadline`` on each
+    call."""
     app = func.FunctionApp()
 
     @app.service_bus_queue_trigger(
         arg_name="message", queue_name=queue_name, connection="SB", auto_complete_messages=False
     )
     async def handle(message: SdkMessage, message_actions: ServiceBusMessageActions) -> None:
-        delivery = message.delivery_count or 0
-        if delivery == 0 and before_first is not None:
+        count = message.delivery_count or 0
+        if count == 0 and before_first is not None:
             await before_first(message)
-        if delivery == 0 and stall is not None:
+        if count == 0 and stall is not None:
             stall.delay(message)
-        started = time.monotonic()
+        client: Any = message_actions if deadline is None else DeadlineSettlement(deadline)
         if operation == "complete":
-            outcome = await message_settlement.complete(
-                message_actions, message, deadline=TEST_DEADLINE
-            )
+            settle = functools.partial(client.complete, message)
         else:
-            outcome = await message_settlement.dead_letter(
-                message_actions,
+            settle = functools.partial(
+                client.deadletter,
                 message,
-                reason="InvalidMessage",
-                description="body is not an order",
-                deadline=TEST_DEADLINE,
+                deadletter_reason="InvalidMessage",
+                deadletter_error_description="body is not an order",
             )
-        outcomes.append((delivery, outcome, time.monotonic() - started))
+        started = time.monotonic()
+        try:
+            calls = [await _call(operation, settle)]
+            if calls[0].status != OK:
+                calls.append(await _call("abandon", functools.partial(client.abandon, message)))
+        finally:
+            if isinstance(client, DeadlineSettlement):
+                client.close()
+        deliveries.append(Delivery(count, tuple(calls), time.monotonic() - started))
 
     return app
 
@@ -184,15 +236,11 @@ async def run_until(
         if stall is not None:
             stall.release.set()
             await eventually(
-                lambda: stall.calls_done == stall.calls,
+                lambda: len(stall.late) == stall.calls,
                 "the stalled settlements were applied (and refused) once released",
             )
         await trigger.stop()
         await asyncio.wait_for(task, timeout=TIMEOUT)
-
-
-def settlement_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == SETTLEMENT_LOGGER]
 
 
 async def wait_for_lock_expiry(message: SdkMessage) -> None:
@@ -203,28 +251,30 @@ async def wait_for_lock_expiry(message: SdkMessage) -> None:
     )
 
 
-async def test_a_lost_lock_is_logged_and_the_broker_redelivers_the_message(
-    broker: ServiceBusBroker, invoker: FunctionInvoker, caplog: pytest.LogCaptureFixture
+def refusals(late: list[tuple[str, Exception | None]]) -> list[tuple[str, type[Exception] | None]]:
+    """Each stalled settlement with the type of the error it was refused with (None: applied)."""
+    return [(operation, None if error is None else type(error)) for operation, error in late]
+
+
+async def test_a_lost_lock_fails_the_settlement_and_the_broker_redelivers_the_message(
+    broker: ServiceBusBroker, invoker: FunctionInvoker
 ) -> None:
-    caplog.set_level(logging.INFO, logger=SETTLEMENT_LOGGER)
-    outcomes: list[tuple[int, Outcome, float]] = []
-    app = settling_app("lost-lock", outcomes, before_first=wait_for_lock_expiry)
+    deliveries: list[Delivery] = []
+    app = settling_app("lost-lock", deliveries, before_first=wait_for_lock_expiry)
     trigger = trigger_for(app, broker, invoker)
     await send(broker, "lost-lock", ServiceBusMessage(b"order", message_id="lost-1"))
 
-    await run_until(trigger, lambda: len(outcomes) == 2, "the redelivered message was settled")
+    await run_until(trigger, lambda: len(deliveries) == 2, "the redelivered message was settled")
 
-    assert [(delivery, outcome) for delivery, outcome, _ in outcomes] == [
-        (0, Outcome.LOCK_EXPIRES),
-        (1, Outcome.SETTLED),
-    ]
-    failed, lock_expires = settlement_lines(caplog)
-    assert "operation=complete message_id=lost-1" in failed
-    assert "delivery_count=0" in failed
-    assert "status=FAILED_PRECONDITION" in failed
-    assert "next=abandon" in failed
-    assert "message_id=lost-1" in lock_expires
-    assert "outcome=lock-expires" in lock_expires
+    first, second = deliveries
+    # Through the extension's client: the lock is gone, so neither settling nor abandoning
+    # the message can succeed, and the function is told so rather than left waiting.
+    assert (first.count, first.statuses) == (
+        0,
+        [("complete", "FAILED_PRECONDITION"), ("abandon", "FAILED_PRECONDITION")],
+    )
+    assert all("lock" in call.detail.lower() for call in first.calls), first.calls
+    assert (second.count, second.statuses) == (1, [("complete", OK)])
     assert await is_empty(broker, "lost-lock")
 
 
@@ -232,60 +282,60 @@ async def test_a_lost_lock_is_logged_and_the_broker_redelivers_the_message(
     ("operation", "queue_name"),
     [("complete", "stalled-complete"), ("dead_letter", "stalled-dead-letter")],
 )
-async def test_a_settlement_without_an_answer_ends_at_its_deadline_and_abandons(
-    broker: ServiceBusBroker,
-    invoker: FunctionInvoker,
-    caplog: pytest.LogCaptureFixture,
-    operation: str,
-    queue_name: str,
+async def test_a_settlement_without_an_answer_ends_at_its_deadline_and_the_abandon_redelivers(
+    broker: ServiceBusBroker, invoker: FunctionInvoker, operation: str, queue_name: str
 ) -> None:
-    caplog.set_level(logging.INFO, logger=SETTLEMENT_LOGGER)
-    outcomes: list[tuple[int, Outcome, float]] = []
+    deliveries: list[Delivery] = []
     stall = Stall(frozenset({operation}))
-    app = settling_app(queue_name, outcomes, operation=operation, stall=stall)
+    app = settling_app(
+        queue_name, deliveries, operation=operation, deadline=TEST_DEADLINE, stall=stall
+    )
     trigger = trigger_for(app, broker, invoker)
     await send(broker, queue_name, ServiceBusMessage(b"order", message_id=f"{operation}-1"))
 
     # The lock lasts 30 s: a redelivery within the wait's bound can only come from the abandon.
-    await run_until(trigger, lambda: len(outcomes) == 2, "the abandoned message came back", stall)
+    await run_until(trigger, lambda: len(deliveries) == 2, "the abandoned message came back", stall)
 
-    (first_delivery, first, first_seconds), (second_delivery, second, _) = outcomes
-    assert (first_delivery, first) == (0, Outcome.ABANDONED)
-    assert TEST_DEADLINE <= first_seconds < TEST_DEADLINE + 5
-    assert (second_delivery, second) == (1, Outcome.SETTLED)
-    failed, abandoned = settlement_lines(caplog)
-    assert f"operation={operation} message_id={operation}-1" in failed
-    assert "status=DEADLINE_EXCEEDED" in failed
-    assert "outcome=abandoned" in abandoned
+    first, second = deliveries
+    assert (first.count, first.statuses) == (
+        0,
+        [(operation, "DEADLINE_EXCEEDED"), ("abandon", OK)],
+    )
+    assert TEST_DEADLINE <= first.seconds < TEST_DEADLINE + 5
+    assert (second.count, second.statuses) == (1, [(operation, OK)])
+    # Applied once released, the stalled settlement finds that delivery abandoned already.
+    assert refusals(stall.late) == [(operation, MessageAlreadySettled)]
     assert await is_empty(broker, queue_name)
     if operation == "dead_letter":
         (dead,) = await dead_letters(broker, queue_name)
         assert dead.message_id == f"{operation}-1"
         assert dead.dead_letter_reason == "InvalidMessage"
+        assert dead.dead_letter_error_description == "body is not an order"
         assert dead.delivery_count == 1
 
 
 async def test_when_the_abandon_gets_no_answer_either_the_lock_expiry_redelivers(
-    broker: ServiceBusBroker, invoker: FunctionInvoker, caplog: pytest.LogCaptureFixture
+    broker: ServiceBusBroker, invoker: FunctionInvoker
 ) -> None:
-    caplog.set_level(logging.INFO, logger=SETTLEMENT_LOGGER)
-    outcomes: list[tuple[int, Outcome, float]] = []
+    deliveries: list[Delivery] = []
     stall = Stall(frozenset({"complete", "abandon"}))
-    app = settling_app("stalled-both", outcomes, stall=stall)
+    app = settling_app("stalled-both", deliveries, deadline=TEST_DEADLINE, stall=stall)
     trigger = trigger_for(app, broker, invoker)
     await send(broker, "stalled-both", ServiceBusMessage(b"order", message_id="both-1"))
 
     await run_until(
-        trigger, lambda: len(outcomes) == 2, "the message came back after its lock", stall
+        trigger, lambda: len(deliveries) == 2, "the message came back after its lock", stall
     )
 
-    (first_delivery, first, first_seconds), (second_delivery, second, _) = outcomes
-    assert (first_delivery, first) == (0, Outcome.LOCK_EXPIRES)
-    assert 2 * TEST_DEADLINE <= first_seconds < 2 * TEST_DEADLINE + 5
-    assert (second_delivery, second) == (1, Outcome.SETTLED)
-    failed, lock_expires = settlement_lines(caplog)
-    assert "operation=complete message_id=both-1" in failed
-    assert "status=DEADLINE_EXCEEDED" in failed
-    assert "status=DEADLINE_EXCEEDED" in lock_expires
-    assert "outcome=lock-expires" in lock_expires
+    first, second = deliveries
+    assert (first.count, first.statuses) == (
+        0,
+        [("complete", "DEADLINE_EXCEEDED"), ("abandon", "DEADLINE_EXCEEDED")],
+    )
+    assert 2 * TEST_DEADLINE <= first.seconds < 2 * TEST_DEADLINE + 5
+    assert (second.count, second.statuses) == (1, [("complete", OK)])
+    assert refusals(stall.late) == [
+        ("complete", MessageLockLostError),
+        ("abandon", MessageLockLostError),
+    ]
     assert await is_empty(broker, "stalled-both")

@@ -1,0 +1,291 @@
+"""The app's settlement helpers against the devhost's gRPC settlement service (S1, S3, C8).
+
+Real pieces throughout: the embedded broker, the devhost's serviceBusTrigger and its
+``Settlement`` gRPC service, the extension's ``ServiceBusMessageActions`` client and
+``adapters.message_settlement``. A settlement that fails (lost lock, no answer before the
+deadline) must end in a logged outcome and a redelivery, never a hang or a lost message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import azure.functions as func
+import pytest
+from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
+from azure.servicebus.aio import ServiceBusClient
+from azurefunctions.extensions.bindings.servicebus import ServiceBusMessageActions
+from azurefunctions.extensions.bindings.servicebus import (
+    ServiceBusReceivedMessage as SdkMessage,
+)
+from devhost.host_config import ServiceBusOptions
+from devhost.indexing import index_app
+from devhost.invocation import FunctionInvoker
+from devhost.servicebus.server import ServiceBusBroker
+from devhost.settings import AppSettings
+from devhost.testing import eventually, queue, running_broker
+from devhost.triggers.servicebus import ServiceBusTrigger
+from devhost.triggers.settlement import SettlementService
+
+from adapters import message_settlement
+from adapters.message_settlement import Outcome
+
+pytestmark = pytest.mark.timeout(60)
+
+TIMEOUT = 15
+# Small, so the tests show the call ending at its deadline; far below the devhost settlement
+# service's own wait (60 s), which is what the call would otherwise block on.
+TEST_DEADLINE = 0.5
+NO_RENEWAL = dt.timedelta(0)
+SETTLEMENT_LOGGER = "app.settlement"
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[ServiceBusBroker]:
+    queues = [
+        queue("lost-lock", LockDuration="PT1S", MaxDeliveryCount=5),
+        queue("stalled-complete", LockDuration="PT30S", MaxDeliveryCount=5),
+        queue("stalled-dead-letter", LockDuration="PT30S", MaxDeliveryCount=5),
+        queue("stalled-both", LockDuration="PT1S", MaxDeliveryCount=5),
+    ]
+    with running_broker(queues) as running:
+        yield running
+
+
+@pytest.fixture
+async def invoker(tmp_path: Path) -> AsyncIterator[FunctionInvoker]:
+    running = FunctionInvoker(str(tmp_path), max_threads=4)
+    yield running
+    running.close()
+
+
+class Stall:
+    """A host that does not answer: the settlements named in ``operations`` of the message
+    passed to ``delay`` are not applied until ``release`` is set.
+
+    The trigger holds each message in the devhost's settlement service with the function that
+    applies its settlements; ``delay`` holds it again, through the service's own ``release``
+    and ``hold``, with that function behind the stall.
+    """
+
+    def __init__(self, operations: frozenset[str]) -> None:
+        self.operations = operations
+        self.release = asyncio.Event()
+        self.calls = 0
+        self.calls_done = 0
+
+    def delay(self, message: SdkMessage) -> None:
+        service = SettlementService.shared()
+        held = service.release(str(message.lock_token))
+        assert held is not None, "the trigger holds the message in the settlement service"
+        apply = held.settle
+
+        async def stalled(operation: str, received: Any, **options: Any) -> None:
+            if operation not in self.operations:
+                await apply(operation, received, **options)
+                return
+            self.calls += 1
+            try:
+                await self.release.wait()
+                await apply(operation, received, **options)
+            finally:
+                self.calls_done += 1
+
+        service.hold(held.message, held.loop, stalled)
+
+
+def settling_app(
+    queue_name: str,
+    outcomes: list[tuple[int, Outcome, float]],
+    *,
+    operation: str = "complete",
+    before_first: Callable[[SdkMessage], Awaitable[None]] | None = None,
+    stall: Stall | None = None,
+) -> func.FunctionApp:
+    """An SDK-type trigger that settles through the app's helpers and records what became of
+    each delivery: (delivery_count, outcome, seconds the helper took)."""
+    app = func.FunctionApp()
+
+    @app.service_bus_queue_trigger(
+        arg_name="message", queue_name=queue_name, connection="SB", auto_complete_messages=False
+    )
+    async def handle(message: SdkMessage, message_actions: ServiceBusMessageActions) -> None:
+        delivery = message.delivery_count or 0
+        if delivery == 0 and before_first is not None:
+            await before_first(message)
+        if delivery == 0 and stall is not None:
+            stall.delay(message)
+        started = time.monotonic()
+        if operation == "complete":
+            outcome = await message_settlement.complete(
+                message_actions, message, deadline=TEST_DEADLINE
+            )
+        else:
+            outcome = await message_settlement.dead_letter(
+                message_actions,
+                message,
+                reason="InvalidMessage",
+                description="body is not an order",
+                deadline=TEST_DEADLINE,
+            )
+        outcomes.append((delivery, outcome, time.monotonic() - started))
+
+    return app
+
+
+def trigger_for(
+    app: func.FunctionApp, broker: ServiceBusBroker, invoker: FunctionInvoker
+) -> ServiceBusTrigger:
+    """The devhost's trigger, one invocation at a time, locks never renewed."""
+    settings = AppSettings({"SB": broker.connection_string})
+    (function,) = index_app(app, settings)
+    options = ServiceBusOptions(1, max_auto_lock_renewal=NO_RENEWAL)
+    return ServiceBusTrigger(function, invoker, settings, options)
+
+
+async def send(broker: ServiceBusBroker, queue_name: str, message: ServiceBusMessage) -> None:
+    async with ServiceBusClient.from_connection_string(broker.connection_string) as client:
+        sender = client.get_queue_sender(queue_name)
+        async with sender:
+            await sender.send_messages(message, timeout=TIMEOUT)
+
+
+async def is_empty(broker: ServiceBusBroker, queue_name: str) -> bool:
+    async with ServiceBusClient.from_connection_string(broker.connection_string) as client:
+        receiver = client.get_queue_receiver(queue_name)
+        async with receiver:
+            return not await receiver.peek_messages(max_message_count=1, timeout=TIMEOUT)
+
+
+async def dead_letters(broker: ServiceBusBroker, queue_name: str) -> list[Any]:
+    async with ServiceBusClient.from_connection_string(broker.connection_string) as client:
+        receiver = client.get_queue_receiver(queue_name, sub_queue=ServiceBusSubQueue.DEAD_LETTER)
+        async with receiver:
+            received = await receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            for message in received:
+                await receiver.complete_message(message)
+            return received
+
+
+async def run_until(
+    trigger: ServiceBusTrigger, done: Callable[[], bool], what: str, stall: Stall | None = None
+) -> None:
+    """Run the trigger until ``done()`` holds, then let stalled settlements finish and stop."""
+    task = asyncio.create_task(trigger.run())
+    try:
+        await eventually(done, what)
+    finally:
+        if stall is not None:
+            stall.release.set()
+            await eventually(
+                lambda: stall.calls_done == stall.calls,
+                "the stalled settlements were applied (and refused) once released",
+            )
+        await trigger.stop()
+        await asyncio.wait_for(task, timeout=TIMEOUT)
+
+
+def settlement_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == SETTLEMENT_LOGGER]
+
+
+async def wait_for_lock_expiry(message: SdkMessage) -> None:
+    locked_until = message.locked_until_utc
+    assert locked_until is not None
+    await eventually(
+        lambda: dt.datetime.now(dt.UTC) > locked_until, "the message's lock expired", bound=10
+    )
+
+
+async def test_a_lost_lock_is_logged_and_the_broker_redelivers_the_message(
+    broker: ServiceBusBroker, invoker: FunctionInvoker, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=SETTLEMENT_LOGGER)
+    outcomes: list[tuple[int, Outcome, float]] = []
+    app = settling_app("lost-lock", outcomes, before_first=wait_for_lock_expiry)
+    trigger = trigger_for(app, broker, invoker)
+    await send(broker, "lost-lock", ServiceBusMessage(b"order", message_id="lost-1"))
+
+    await run_until(trigger, lambda: len(outcomes) == 2, "the redelivered message was settled")
+
+    assert [(delivery, outcome) for delivery, outcome, _ in outcomes] == [
+        (0, Outcome.LOCK_EXPIRES),
+        (1, Outcome.SETTLED),
+    ]
+    failed, lock_expires = settlement_lines(caplog)
+    assert "operation=complete message_id=lost-1" in failed
+    assert "delivery_count=0" in failed
+    assert "status=FAILED_PRECONDITION" in failed
+    assert "next=abandon" in failed
+    assert "message_id=lost-1" in lock_expires
+    assert "outcome=lock-expires" in lock_expires
+    assert await is_empty(broker, "lost-lock")
+
+
+@pytest.mark.parametrize(
+    ("operation", "queue_name"),
+    [("complete", "stalled-complete"), ("dead_letter", "stalled-dead-letter")],
+)
+async def test_a_settlement_without_an_answer_ends_at_its_deadline_and_abandons(
+    broker: ServiceBusBroker,
+    invoker: FunctionInvoker,
+    caplog: pytest.LogCaptureFixture,
+    operation: str,
+    queue_name: str,
+) -> None:
+    caplog.set_level(logging.INFO, logger=SETTLEMENT_LOGGER)
+    outcomes: list[tuple[int, Outcome, float]] = []
+    stall = Stall(frozenset({operation}))
+    app = settling_app(queue_name, outcomes, operation=operation, stall=stall)
+    trigger = trigger_for(app, broker, invoker)
+    await send(broker, queue_name, ServiceBusMessage(b"order", message_id=f"{operation}-1"))
+
+    # The lock lasts 30 s: a redelivery within the wait's bound can only come from the abandon.
+    await run_until(trigger, lambda: len(outcomes) == 2, "the abandoned message came back", stall)
+
+    (first_delivery, first, first_seconds), (second_delivery, second, _) = outcomes
+    assert (first_delivery, first) == (0, Outcome.ABANDONED)
+    assert TEST_DEADLINE <= first_seconds < TEST_DEADLINE + 5
+    assert (second_delivery, second) == (1, Outcome.SETTLED)
+    failed, abandoned = settlement_lines(caplog)
+    assert f"operation={operation} message_id={operation}-1" in failed
+    assert "status=DEADLINE_EXCEEDED" in failed
+    assert "outcome=abandoned" in abandoned
+    assert await is_empty(broker, queue_name)
+    if operation == "dead_letter":
+        (dead,) = await dead_letters(broker, queue_name)
+        assert dead.message_id == f"{operation}-1"
+        assert dead.dead_letter_reason == "InvalidMessage"
+        assert dead.delivery_count == 1
+
+
+async def test_when_the_abandon_gets_no_answer_either_the_lock_expiry_redelivers(
+    broker: ServiceBusBroker, invoker: FunctionInvoker, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=SETTLEMENT_LOGGER)
+    outcomes: list[tuple[int, Outcome, float]] = []
+    stall = Stall(frozenset({"complete", "abandon"}))
+    app = settling_app("stalled-both", outcomes, stall=stall)
+    trigger = trigger_for(app, broker, invoker)
+    await send(broker, "stalled-both", ServiceBusMessage(b"order", message_id="both-1"))
+
+    await run_until(
+        trigger, lambda: len(outcomes) == 2, "the message came back after its lock", stall
+    )
+
+    (first_delivery, first, first_seconds), (second_delivery, second, _) = outcomes
+    assert (first_delivery, first) == (0, Outcome.LOCK_EXPIRES)
+    assert 2 * TEST_DEADLINE <= first_seconds < 2 * TEST_DEADLINE + 5
+    assert (second_delivery, second) == (1, Outcome.SETTLED)
+    failed, lock_expires = settlement_lines(caplog)
+    assert "operation=complete message_id=both-1" in failed
+    assert "status=DEADLINE_EXCEEDED" in failed
+    assert "status=DEADLINE_EXCEEDED" in lock_expires
+    assert "outcome=lock-expires" in lock_expires
+    assert await is_empty(broker, "stalled-both")
