@@ -1,13 +1,11 @@
-"""The step workflow with the agent as an activity, through the real SDK replay (E1, E2, D6, C7).
+"""The workflow with the agent as an activity, through the real SDK replay (E1, E2, D6).
 
-With the CompleteBy budgets in its input, the orchestration picks each deadline itself, and
-one activity (``run_step_in_activity``, ``run_undo_in_activity``) makes the fenced write and
-runs the agent while a durable timer at that deadline races it: one activity and one episode
-per step. An instance whose input carries no budgets was started by older code; it must
-replay the path it started on, ``begin_step`` then ``run_agent_in_activity``, or the
-upgrade would break it (C7).
+The orchestration picks each deadline from the budgets in its input, and one activity
+(``run_step_in_activity``, ``run_undo_in_activity``) makes the fenced write and runs the
+agent while a durable timer at that deadline races it: one activity and one episode per
+step.
 
-``drive`` plays the Durable extension: it replays ``step_workflow`` with
+``drive`` plays the Durable extension: it replays ``run_attempt`` with
 ``azure.durable_functions`` itself, records what the episode scheduled as the extension
 would, answers each activity at once and replays again, until the instance ends. The
 timers never fire: every activity answers first.
@@ -26,28 +24,36 @@ import azure.durable_functions as df
 import pytest
 from azure.durable_functions.models.actions.ActionType import ActionType
 
-from domain.agent_messages import UNDO_SUFFIX, AgentOutcome, AgentResponse
+from adapters.codec import from_data, to_data
+from domain.agent_messages import AgentOperation, AgentOutcome, AgentRequest, AgentResponse
+from domain.contracts import Order, OrderItem
 from domain.policies import Timeouts
 from domain.records import format_utc, parse_utc
-from orchestrators.step_payloads import StepRef, StepsAttempt, StepWritten
-from orchestrators.step_workflow import step_workflow
+from domain.workflow import Step
+from orchestrators.order_workflow import (
+    FINISH_STEPS,
+    FINISH_UNDO,
+    RUN_STEP,
+    RUN_UNDO,
+    run_attempt,
+)
+from orchestrators.payloads import Attempt, StepWrite, StepWritten
 
 STEPS = ("reserve-stock", "charge-payment", "ship-order")
-STARTED_BY_OLDER_CODE = StepsAttempt(
-    order_id="o-1", attempt=1, steps=STEPS, agent_transport="activity"
-)
-ATTEMPT = replace(
-    STARTED_BY_OLDER_CODE,
+ATTEMPT = Attempt(
+    order_id="o-1",
+    attempt=1,
+    steps=STEPS,
+    agent_transport="activity",
     timeouts=Timeouts(claim_seconds=60.0, step_seconds=30.0, compensation_seconds=20.0),
 )
 INSTANCE = "o-1:1"
-ORDER = {"OrderID": "o-1", "items": [{"sku": "s-1", "quantity": 1}]}
+ORDER = Order("o-1", "c-1", (OrderItem("s-1", 1),), "EUR")
 START = datetime(2030, 1, 1, 8, tzinfo=UTC)
-STEP_DEADLINE = "2030-01-01T09:00:00.000000Z"  # what an older begin_step wrote
 
 
 def workflow(context: df.DurableOrchestrationContext) -> Generator[Any, Any, dict[str, Any]]:
-    return (yield from step_workflow(context, StepsAttempt.from_dict(context.get_input())))
+    return (yield from run_attempt(context, from_data(context.get_input(), Attempt)))
 
 
 REPLAY = df.Orchestrator.create(workflow)
@@ -57,7 +63,7 @@ REPLAY = df.Orchestrator.create(workflow)
 class Run:
     """An instance's history as the extension records it, and what it scheduled."""
 
-    attempt: StepsAttempt
+    attempt: Attempt
     history: list[dict[str, Any]] = field(default_factory=list)
     activities: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     timers: list[datetime] = field(default_factory=list)
@@ -76,10 +82,10 @@ class Run:
         }
 
 
-Answer = Callable[[str, dict[str, Any]], dict[str, Any]]
+Answer = Callable[[str, dict[str, Any]], Any]
 
 
-def drive(attempt: StepsAttempt, answer: Answer) -> Run:
+def drive(attempt: Attempt, answer: Answer) -> Run:
     """Replay episodes until the instance returns; every activity answers in the next one."""
     run = Run(attempt)
     run.history += [
@@ -87,8 +93,8 @@ def drive(attempt: StepsAttempt, answer: Answer) -> Run:
         run.event(
             0,
             Name="order_workflow",
-            Input=json.dumps(attempt.to_dict()),
-            Version="2.0",
+            Input=json.dumps(to_data(attempt)),
+            Version="1.0",
             OrchestrationInstance={"InstanceId": INSTANCE},
             ParentInstance=None,
         ),
@@ -124,7 +130,7 @@ def _replay(run: Run) -> dict[str, Any]:
         "instanceId": INSTANCE,
         "isReplaying": False,
         "parentInstanceId": None,
-        "input": json.dumps(run.attempt.to_dict()),
+        "input": json.dumps(to_data(run.attempt)),
         "upperSchemaVersion": 1,
     }
     state: dict[str, Any] = json.loads(REPLAY(json.dumps(context)))
@@ -147,34 +153,30 @@ def _leaves(action: dict[str, Any]) -> list[dict[str, Any]]:
     return [leaf for inner in action["compoundActions"] for leaf in _leaves(inner)]
 
 
-def request_for(call: dict[str, Any], deadline: str, *, undo: bool = False) -> dict[str, Any]:
-    request_id = f"{INSTANCE}:{call['step']['name']}{UNDO_SUFFIX if undo else ''}"
-    return {"requestId": request_id, "deadline": deadline, "order": ORDER}
+def answered(call: dict[str, Any], operation: AgentOperation) -> Any:
+    """The answer of an activity that made its write and ran an agent that succeeded."""
+    write = from_data(call, StepWrite)
+    assert write.step is not None
+    assert write.complete_by is not None
+    request = AgentRequest(INSTANCE, write.step.name, ORDER, write.complete_by, operation)
+    response = AgentResponse(request.request_id, INSTANCE, AgentOutcome.SUCCEEDED, reference="r")
+    return to_data(StepWritten(True, request=request, response=response))
 
 
-def succeeded(request: dict[str, Any]) -> dict[str, Any]:
-    return AgentResponse(
-        request["requestId"], INSTANCE, AgentOutcome.SUCCEEDED, reference="ref"
-    ).to_document()
-
-
-def services(name: str, call: dict[str, Any]) -> dict[str, Any]:
+def services(name: str, call: dict[str, Any]) -> Any:
     """Every write applies and every agent succeeds."""
-    if name == "run_step_in_activity":
-        request = request_for(call, call["complete_by"])
-        return StepWritten(True, request=request, response=succeeded(request)).to_dict()
-    if name == "begin_step":
-        return StepWritten(True, request=request_for(call, STEP_DEADLINE)).to_dict()
-    if name == "run_agent_in_activity":
-        return succeeded(call)
-    return StepWritten(applied=True).to_dict()
+    if name == RUN_STEP:
+        return answered(call, AgentOperation.DO)
+    if name == RUN_UNDO:
+        return answered(call, AgentOperation.UNDO)
+    return to_data(StepWritten(applied=True))
 
 
 def test_each_step_is_one_activity_and_one_episode_racing_the_deadline_it_wrote() -> None:
     run = drive(ATTEMPT, services)
 
     assert run.output == {"outcome": "completed"}
-    assert [name for name, _ in run.activities] == ["run_step_in_activity"] * 3 + ["finish_steps"]
+    assert [name for name, _ in run.activities] == [RUN_STEP] * 3 + [FINISH_STEPS]
     # the start, one per step, the one that saw finish_steps done
     assert run.episodes == 1 + len(STEPS) + 1
     written = [parse_utc(call["complete_by"]) for name, call in run.activities[:3]]
@@ -183,31 +185,13 @@ def test_each_step_is_one_activity_and_one_episode_racing_the_deadline_it_wrote(
     assert [d - s for d, s in zip(written, starts, strict=True)] == [timedelta(seconds=30)] * 3
 
 
-def test_an_instance_started_by_older_code_replays_the_two_activity_path_c7() -> None:
-    run = drive(STARTED_BY_OLDER_CODE, services)
-
-    assert run.output == {"outcome": "completed"}
-    assert [name for name, _ in run.activities] == [
-        "begin_step",
-        "run_agent_in_activity",
-    ] * 3 + ["finish_steps"]
-    assert all(call.get("complete_by") is None for name, call in run.activities)
-    assert run.timers == [parse_utc(STEP_DEADLINE)] * 3
-
-
 def test_an_undo_is_one_activity_racing_its_own_deadline() -> None:
-    undo = replace(ATTEMPT, undo=(StepRef(1, "charge-payment", "p-1"), StepRef(0, "reserve-stock")))
+    undo = replace(ATTEMPT, undo=(Step(1, "charge-payment", "p-1"), Step(0, "reserve-stock")))
 
-    def undoing(name: str, call: dict[str, Any]) -> dict[str, Any]:
-        if name == "run_undo_in_activity":
-            request = request_for(call, call["complete_by"], undo=True)
-            return StepWritten(True, request=request, response=succeeded(request)).to_dict()
-        return StepWritten(applied=True).to_dict()
-
-    run = drive(undo, undoing)
+    run = drive(undo, services)
 
     assert run.output == {"outcome": "compensated"}
-    assert [name for name, _ in run.activities] == ["run_undo_in_activity"] * 2 + ["finish_undo"]
+    assert [name for name, _ in run.activities] == [RUN_UNDO] * 2 + [FINISH_UNDO]
     written = [parse_utc(call["complete_by"]) for _, call in run.activities[:2]]
     starts = [parse_utc(call["at"]) for _, call in run.activities[:2]]
     assert run.timers == written
@@ -216,12 +200,12 @@ def test_an_undo_is_one_activity_racing_its_own_deadline() -> None:
 
 @pytest.mark.parametrize("refused_at", [0, 1, 2])
 def test_a_step_the_fence_refused_ends_the_instance_superseded_d4(refused_at: int) -> None:
-    def refusing(name: str, call: dict[str, Any]) -> dict[str, Any]:
-        if name == "run_step_in_activity" and call["step"]["index"] == refused_at:
-            return StepWritten(applied=False).to_dict()
+    def refusing(name: str, call: dict[str, Any]) -> Any:
+        if name == RUN_STEP and call["step"]["index"] == refused_at:
+            return to_data(StepWritten(applied=False))
         return services(name, call)
 
     run = drive(ATTEMPT, refusing)
 
     assert run.output == {"outcome": "superseded"}
-    assert [name for name, _ in run.activities] == ["run_step_in_activity"] * (refused_at + 1)
+    assert [name for name, _ in run.activities] == [RUN_STEP] * (refused_at + 1)

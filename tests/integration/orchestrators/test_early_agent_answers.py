@@ -20,21 +20,27 @@ from typing import Any
 import azure.durable_functions as df
 import pytest
 
-from domain.agent_messages import AgentOutcome, AgentResponse
+from adapters.codec import from_data, to_data
+from domain.agent_messages import AgentOutcome, AgentRequest, AgentResponse
+from domain.contracts import Order, OrderItem
+from domain.policies import Timeouts
 from domain.records import format_utc
-from orchestrators.step_payloads import StepsAttempt, StepWritten
-from orchestrators.step_workflow import step_workflow
+from orchestrators.order_workflow import run_attempt
+from orchestrators.payloads import Attempt, StepWritten
 
 INSTANCE = "o-1:1"
 STEPS = ("reserve-stock", "charge-payment", "ship-order")
-ATTEMPT = StepsAttempt(order_id="o-1", attempt=1, steps=STEPS, agent_transport="servicebus")
-ORDER = {"OrderID": "o-1", "items": [{"sku": "s-1", "quantity": 1}]}
+TIMEOUTS = Timeouts(claim_seconds=60, step_seconds=30, compensation_seconds=60)
+ATTEMPT = Attempt(
+    order_id="o-1", attempt=1, steps=STEPS, agent_transport="servicebus", timeouts=TIMEOUTS
+)
+ORDER = Order("o-1", "c-1", (OrderItem("s-1", 1),), "EUR")
 START = datetime(2030, 1, 1, 8, tzinfo=UTC)
 CLOCK = (START + timedelta(milliseconds=tick) for tick in count())
 
 
 def workflow(context: df.DurableOrchestrationContext) -> Generator[Any, Any, dict[str, Any]]:
-    return (yield from step_workflow(context, StepsAttempt.from_dict(context.get_input())))
+    return (yield from run_attempt(context, from_data(context.get_input(), Attempt)))
 
 
 REPLAY = df.Orchestrator.create(workflow)
@@ -62,7 +68,7 @@ def scheduled(task_id: int, name: str) -> dict[str, Any]:
     return event(4, task_id, Name=name, Input="{}")
 
 
-def task_done(task_id: int, result: dict[str, Any]) -> dict[str, Any]:
+def task_done(task_id: int, result: Any) -> dict[str, Any]:
     return event(5, TaskScheduledId=task_id, Result=json.dumps(result))
 
 
@@ -74,16 +80,12 @@ def answer(step: str) -> dict[str, Any]:
     response = AgentResponse(
         f"{INSTANCE}:{step}", INSTANCE, AgentOutcome.SUCCEEDED, reference=f"ref-{step}"
     )
-    return event(15, Name=response.event_name, Input=json.dumps(response.to_document()))
+    return event(15, Name=response.event_name, Input=json.dumps(to_data(response)))
 
 
-def begun(step: str) -> dict[str, Any]:
-    request = {
-        "requestId": f"{INSTANCE}:{step}",
-        "deadline": "2030-01-01T09:00:00.000000Z",
-        "order": ORDER,
-    }
-    return StepWritten(applied=True, request=request).to_dict()
+def begun(step: str) -> Any:
+    request = AgentRequest(INSTANCE, step, ORDER, datetime(2030, 1, 1, 9, tzinfo=UTC))
+    return to_data(StepWritten(applied=True, request=request))
 
 
 def history(early: tuple[bool, ...]) -> Iterator[dict[str, Any]]:
@@ -93,8 +95,8 @@ def history(early: tuple[bool, ...]) -> Iterator[dict[str, Any]]:
     yield event(
         0,
         Name="order_workflow",
-        Input=json.dumps(ATTEMPT.to_dict()),
-        Version="2.0",
+        Input=json.dumps(to_data(ATTEMPT)),
+        Version="1.0",
         OrchestrationInstance={"InstanceId": INSTANCE},
         ParentInstance=None,
     )
@@ -118,7 +120,7 @@ def history(early: tuple[bool, ...]) -> Iterator[dict[str, Any]]:
         yield scheduled(following, following_name)
         yield completed()
     yield started()
-    yield task_done(2 * len(STEPS), StepWritten(applied=True).to_dict())
+    yield task_done(2 * len(STEPS), to_data(StepWritten(applied=True)))
 
 
 def replay(events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -127,7 +129,7 @@ def replay(events: list[dict[str, Any]]) -> dict[str, Any]:
         "instanceId": INSTANCE,
         "isReplaying": False,
         "parentInstanceId": None,
-        "input": json.dumps(ATTEMPT.to_dict()),
+        "input": json.dumps(to_data(ATTEMPT)),
         "upperSchemaVersion": 1,
     }
     state: dict[str, Any] = json.loads(REPLAY(json.dumps(context)))

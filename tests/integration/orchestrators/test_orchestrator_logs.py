@@ -1,6 +1,6 @@
 """The orchestrator logs how an instance ended once, never on replay (C9).
 
-The real SDK replays ``order_workflow`` (workflow version 2, the step workflow) over a
+The real SDK replays ``order_workflow`` (workflow version 1) over a
 history as the Durable extension records it (built by ``test_early_agent_answers``): when
 the episode that ends the instance is new, one structured record names the instance and its
 outcome; when every event of that history was played before, the same code runs again and
@@ -16,6 +16,7 @@ from typing import Any
 import azure.durable_functions as df
 import pytest
 
+from adapters.codec import to_data
 from orchestrators.order_workflow import order_workflow
 from tests.integration.orchestrators.test_early_agent_answers import ATTEMPT, INSTANCE, history
 
@@ -30,15 +31,15 @@ def run(events: list[dict[str, Any]]) -> dict[str, Any]:
         "IsPlayed": True,
         "Timestamp": events[0]["Timestamp"],
         "Name": "order_workflow",
-        "Version": "2.0",
-        "Input": json.dumps(ATTEMPT.to_dict()),
+        "Version": "1.0",
+        "Input": json.dumps(to_data(ATTEMPT)),
     }
     context = {
         "history": [events[0], started, *events[1:]],
         "instanceId": INSTANCE,
         "isReplaying": False,
         "parentInstanceId": None,
-        "input": json.dumps(ATTEMPT.to_dict()),
+        "input": json.dumps(to_data(ATTEMPT)),
         "upperSchemaVersion": 1,
     }
     state: dict[str, Any] = json.loads(REPLAY(json.dumps(context)))
