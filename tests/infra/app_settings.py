@@ -26,7 +26,6 @@ SET_BY_BICEP = frozenset(
         "STOCK_SERVICE_URL",
         "PAYMENT_SERVICE_URL",
         "SHIPPING_SERVICE_URL",
-        "FULFILMENT_SERVICE_URL",
     }
 )
 """Declared settings whose Azure value comes from a Bicep parameter or resource."""

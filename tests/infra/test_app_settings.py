@@ -108,7 +108,6 @@ def test_settings_set_by_bicep_come_from_main_parameters():
         assert parameter in function_doc()["parameters"]
         assert params[parameter] == parameter, f"main.bicep does not pass {parameter}"
         assert parameter in module("main")["parameters"]
-    assert deployment["FULFILMENT_SERVICE_URL"] == "fulfilmentServiceUrl"
     assert deployment["REPLY_QUEUES"] == "replyQueues"
     assert function_call(params["replyQueues"], "join")["input_array"] == "replyQueueNames"
 

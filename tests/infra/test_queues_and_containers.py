@@ -161,7 +161,6 @@ def test_duplicate_detection_is_on_except_for_orders_e4_s3():
     instead of dead-lettered and alerted (S3)."""
     settings = Settings.from_environ(expected_app_settings())
     detecting = {
-        settings.agent_requests_queue,
         *(settings.agent_queue(agent) for agent in ("stock", "payment", "shipping")),
         settings.agent_responses_queue,
         settings.operator_alerts_queue,

@@ -39,7 +39,6 @@ SDK clients, not parsed here."""
 SET_FOR_THE_LOCAL_RUN = frozenset(
     {
         "REPLY_QUEUES",
-        "FULFILMENT_SERVICE_URL",
         "STOCK_SERVICE_URL",
         "PAYMENT_SERVICE_URL",
         "SHIPPING_SERVICE_URL",
@@ -50,7 +49,6 @@ SET_FOR_THE_LOCAL_RUN = frozenset(
 CONTRACT_SETTINGS = frozenset(
     {
         "ORDERS_QUEUE",
-        "AGENT_REQUESTS_QUEUE",
         "AGENT_RESPONSES_QUEUE",
         "OPERATOR_ALERTS_QUEUE",
         "REPLY_QUEUES",
@@ -99,7 +97,6 @@ def test_defaults_use_the_contract_names_and_values() -> None:
     settings = Settings.from_environ({})
     assert settings == Settings()
     assert settings.orders_queue == "orders"
-    assert settings.agent_requests_queue == "agent-requests"
     assert settings.agent_responses_queue == "agent-responses"
     assert settings.operator_alerts_queue == "operator-alerts"
     assert settings.state_store == "sqlite"
@@ -127,7 +124,7 @@ def test_settings_are_read_from_the_environment() -> None:
             "FINISHED_RETENTION_SECONDS": "3600",
             "COSMOS_READ_TIMEOUT_SECONDS": "2.5",
             "COSMOS_DEADLINE_INDEX_CONTAINER": "recovery",
-            "FULFILMENT_SERVICE_URL": " http://127.0.0.1:7072 ",
+            "STOCK_SERVICE_URL": " http://127.0.0.1:7072/stock ",
             "UNRELATED": "ignored",
         }
     )
@@ -142,7 +139,7 @@ def test_settings_are_read_from_the_environment() -> None:
     assert settings.finished_retention_seconds == 3600
     assert settings.cosmos_read_timeout_seconds == 2.5
     assert settings.cosmos_deadline_index_container == "recovery"
-    assert settings.fulfilment_base_url == "http://127.0.0.1:7072"
+    assert settings.service_url("stock") == "http://127.0.0.1:7072/stock"
 
 
 @pytest.mark.parametrize(
@@ -211,13 +208,13 @@ def test_blank_cosmos_adapter_settings_keep_their_defaults() -> None:
     blank.pop("COSMOS_DATABASE")
     blank.pop("COSMOS_STATE_CONTAINER")
     blank.pop("COSMOS_ORDERS_CONTAINER")
-    assert Settings.from_environ({**blank, "FULFILMENT_SERVICE_URL": ""}) == Settings()
+    assert Settings.from_environ({**blank, "STOCK_SERVICE_URL": ""}) == Settings()
 
 
-def test_the_agent_needs_the_fulfilment_service_url() -> None:
-    settings = Settings.from_environ({"FULFILMENT_SERVICE_URL": ""})
-    with pytest.raises(SettingsError, match="the app setting FULFILMENT_SERVICE_URL is not set"):
-        _ = settings.fulfilment_base_url
+def test_an_agent_needs_its_service_url() -> None:
+    settings = Settings.from_environ({"STOCK_SERVICE_URL": ""})
+    with pytest.raises(SettingsError, match="the app setting STOCK_SERVICE_URL is not set"):
+        settings.service_url("stock")
 
 
 def test_the_service_layer_gets_the_settings_as_domain_values() -> None:
@@ -354,10 +351,7 @@ def test_agent_request_queues_deliver_a_request_as_often_as_the_budget_counts_c4
         for queue in namespace["Queues"]
     }
     settings = Settings.from_environ(sample_values())
-    agent_queues = [
-        settings.agent_requests_queue,
-        *(settings.agent_queue(agent) for agent in ("stock", "payment", "shipping")),
-    ]
+    agent_queues = [settings.agent_queue(agent) for agent in ("stock", "payment", "shipping")]
     for name in agent_queues:
         assert queues[name]["MaxDeliveryCount"] == settings.agent_delivery_attempts, name
     assert settings.budget.combined_max_tries <= settings.retry_budget

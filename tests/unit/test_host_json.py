@@ -46,7 +46,7 @@ def queues() -> dict[str, dict[str, Any]]:
 
 def agent_request_queues(settings: Settings) -> list[str]:
     agents = {step.agent for step in step_list(settings.order_steps)}
-    return [settings.agent_requests_queue, *(settings.agent_queue(agent) for agent in agents)]
+    return [settings.agent_queue(agent) for agent in agents]
 
 
 def longest_agent_invocation_seconds(settings: Settings) -> float:

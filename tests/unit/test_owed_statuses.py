@@ -14,6 +14,7 @@ from typing import Any
 
 from domain import transitions
 from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord, StepState
+from orchestrators.order_workflow import BEGIN_STEP, STATUS_SENDERS
 from services.owed_statuses import OWED, SENT, UNKNOWN, owed_statuses
 
 T0 = datetime(2026, 9, 1, 10, 0, tzinfo=UTC)
@@ -58,13 +59,15 @@ def host_view(*activities: str, output: Any = None, status: str = "Running") -> 
 
 
 def deliveries(record: StateRecord, views: dict[str, Any]) -> list[tuple[str, str]]:
-    owed = owed_statuses(record, (FIRST,), views, reply_queues=REPLY_QUEUES)
+    owed = owed_statuses(
+        record, (FIRST,), views, senders=STATUS_SENDERS, reply_queues=REPLY_QUEUES
+    )
     return [(m.message.message_id, m.delivery) for m in owed.messages[1:]]
 
 
 def test_the_hosts_history_shape_shows_which_steps_were_reported_r2() -> None:
     record = two_steps_logged()
-    views = {str(FIRST): host_view("begin_step", "begin_step")}
+    views = {str(FIRST): host_view(BEGIN_STEP, BEGIN_STEP)}
 
     assert deliveries(record, views) == [
         ("o-1:in-progress:reserve-stock", SENT),
@@ -76,7 +79,7 @@ def test_the_last_write_of_a_superseded_attempt_sent_nothing_d4() -> None:
     record = two_steps_logged()
     views = {
         str(FIRST): host_view(
-            "begin_step", "begin_step", output={"outcome": "superseded"}, status="Completed"
+            BEGIN_STEP, BEGIN_STEP, output={"outcome": "superseded"}, status="Completed"
         )
     }
 
@@ -93,7 +96,13 @@ def test_without_the_attempts_history_delivery_is_unknown() -> None:
 
 
 def test_a_reply_queue_off_the_allow_list_is_owed_nothing_r1() -> None:
-    owed = owed_statuses(two_steps_logged("replies-gone"), (FIRST,), {}, reply_queues=REPLY_QUEUES)
+    owed = owed_statuses(
+        two_steps_logged("replies-gone"),
+        (FIRST,),
+        {},
+        senders=STATUS_SENDERS,
+        reply_queues=REPLY_QUEUES,
+    )
 
     assert (owed.reply_to, owed.messages) == ("replies-gone", ())
     assert "not on REPLY_QUEUES" in owed.note
