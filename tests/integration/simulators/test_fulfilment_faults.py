@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 from devhost.testing import eventually
 
-from tests.integration.simulators.fulfilment_calls import TIMEOUT, post_fulfilment
+from tests.integration.simulators.service_calls import TIMEOUT, post_fulfilment
 from tools.simulators.fulfilment import (
     PRESETS,
     FaultKind,

@@ -4,7 +4,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.integration.simulators.fulfilment_calls import post_cancel, post_fulfilment
+from tests.integration.simulators.service_calls import post_cancel, post_fulfilment
 from tools.simulators.fulfilment import FulfilmentService
 
 ITEMS = [{"sku": "sku-1", "quantity": 1}]

@@ -6,7 +6,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.integration.simulators.fulfilment_calls import TIMEOUT, post_cancel, post_fulfilment
+from tests.integration.simulators.service_calls import TIMEOUT, post_cancel, post_fulfilment
 from tools.simulators.fulfilment import FaultKind, FaultPlan, FaultRule, FulfilmentService
 
 ITEMS = [{"sku": "sku-1", "quantity": 2}, {"sku": "sku-2", "quantity": 1}]

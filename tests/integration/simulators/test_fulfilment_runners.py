@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 import requests
 
-from tests.integration.simulators.fulfilment_calls import post_fulfilment
+from tests.integration.simulators.service_calls import post_fulfilment
 from tests.integration.simulators.simulator_process import SimulatorProcess
 from tools.simulators.fulfilment import FulfilmentService, FulfilmentServiceThread
 from tools.simulators.services.journal import CorruptJournal

@@ -6,7 +6,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.integration.simulators.fulfilment_calls import get_json, post_action
+from tests.integration.simulators.service_calls import get_json, post_action
 from tools.simulators.services import (
     FULFILMENT,
     PAYMENT,

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from devhost.testing import eventually
 
-from tests.integration.simulators.fulfilment_calls import (
+from tests.integration.simulators.service_calls import (
     TIMEOUT,
     get_json,
     post_action,

@@ -8,7 +8,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.integration.simulators.fulfilment_calls import (
+from tests.integration.simulators.service_calls import (
     get_json,
     post_action,
     post_compensation,

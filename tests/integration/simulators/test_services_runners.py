@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 import requests
 
-from tests.integration.simulators.fulfilment_calls import (
+from tests.integration.simulators.service_calls import (
     PAYLOADS,
     get_json,
     post_action,
