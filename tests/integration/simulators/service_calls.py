@@ -2,8 +2,7 @@
 
 ``post_action``, ``post_compensation`` and ``post_compensation_by_key`` call any service
 (`simulators.services.SERVICES`) on the root URL of the services' port, with a valid payload of
-that service unless told otherwise; ``post_fulfilment`` and ``post_cancel`` are the fulfilment
-service's calls.
+that service unless told otherwise.
 """
 
 from collections.abc import Mapping
@@ -11,13 +10,12 @@ from typing import Any
 
 import aiohttp
 
-from tools.simulators.services import FULFILMENT, PAYMENT, SHIPPING, STOCK, ServiceDeclaration
+from tools.simulators.services import PAYMENT, SHIPPING, STOCK, ServiceDeclaration
 
 TIMEOUT = aiohttp.ClientTimeout(total=10)
 
 ITEMS: list[dict[str, Any]] = [{"sku": "sku-1", "quantity": 2}, {"sku": "sku-2", "quantity": 1}]
 PAYLOADS: Mapping[str, Mapping[str, Any]] = {
-    FULFILMENT.name: {"items": ITEMS},
     STOCK.name: {"items": ITEMS},
     PAYMENT.name: {"amount": 1250, "currency": "EUR"},
     SHIPPING.name: {"items": ITEMS},
@@ -93,31 +91,3 @@ async def put_faults(
 ) -> tuple[int, dict[str, Any]]:
     async with session.put(f"{service_url}/faults", json=plan, timeout=TIMEOUT) as response:
         return response.status, await response.json()
-
-
-async def post_fulfilment(
-    session: aiohttp.ClientSession,
-    base_url: str,
-    *,
-    key: str,
-    order_id: str,
-    attempt: int,
-    items: list[dict[str, Any]],
-    client_timeout: aiohttp.ClientTimeout = TIMEOUT,
-) -> tuple[int, dict[str, Any]]:
-    return await post_action(
-        session,
-        base_url,
-        FULFILMENT,
-        order_id,
-        attempt=attempt,
-        key=key,
-        payload={"items": items},
-        client_timeout=client_timeout,
-    )
-
-
-async def post_cancel(
-    session: aiohttp.ClientSession, base_url: str, fulfilment_id: str, attempt: int
-) -> tuple[int, dict[str, Any]]:
-    return await post_compensation(session, base_url, FULFILMENT, fulfilment_id, attempt)

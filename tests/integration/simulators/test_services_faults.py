@@ -22,7 +22,6 @@ from tests.integration.simulators.service_calls import (
     put_faults,
 )
 from tools.simulators.services import (
-    FULFILMENT,
     PAYMENT,
     PRESET_NAMES,
     SERVICES,
@@ -242,10 +241,9 @@ async def test_each_service_has_a_fault_plan_of_its_own(
         for step in SERVICES.values()
     }
 
-    assert statuses == {"fulfilment": 201, "stock": 201, "payment": 503, "shipping": 201}
+    assert statuses == {"stock": 201, "payment": 503, "shipping": 201}
     assert (await get_json(session, f"{services.url(STOCK.name)}/faults"))["probabilities"] == {}
     assert {name: services.stats(name)["faults_injected"]["transient"] for name in SERVICES} == {
-        "fulfilment": 0,
         "stock": 0,
         "payment": 1,
         "shipping": 0,
@@ -298,7 +296,7 @@ async def test_an_operation_mix_replaces_the_plan_mix_for_that_operation(
         (STOCK, {"rules": [{"kind": "transient", "operation": "charge"}]}, "charge"),
         (PAYMENT, {"operationProbabilities": {"ship": {"transient": 0.1}}}, "ship"),
         (STOCK, {"probabilities": {"dispatched": 0.1}}, "dispatched"),
-        (FULFILMENT, {"rules": [{"kind": "dispatched"}]}, "dispatched"),
+        (PAYMENT, {"rules": [{"kind": "dispatched"}]}, "dispatched"),
         (PAYMENT, {"dispatchAfterSeconds": 5}, "dispatchAfterSeconds"),
         (SHIPPING, {"dispatchAfterSeconds": -1}, "dispatchAfterSeconds"),
         (SHIPPING, {"operationProbabilities": {"cancel": {"hang": 0.6, "dispatched": 0.6}}}, "1"),
@@ -314,7 +312,7 @@ async def test_an_operation_mix_replaces_the_plan_mix_for_that_operation(
         "other-service-operation",
         "other-service-operation-mix",
         "dispatch-without-dispatch-rule",
-        "dispatch-at-fulfilment",
+        "dispatched-rule-without-dispatch-rule",
         "dispatch-time-without-dispatch-rule",
         "negative-dispatch-time",
         "operation-mix-above-one",
@@ -373,7 +371,6 @@ def test_the_compensation_presets_decline_payments_and_dispatch_shipments() -> N
         plans = preset_plans(preset)
         assert plans[PAYMENT.name].mix_for("charge")[FaultKind.PERMANENT] > 0
         assert plans[SHIPPING.name].mix_for("cancel")[FaultKind.DISPATCHED] > 0
-        assert plans[FULFILMENT.name] == FaultPlan.preset("default")
     failing = preset_plans("compensation-faults")
     for service in (STOCK, PAYMENT, SHIPPING):
         mix = failing[service.name].mix_for(service.compensation)
