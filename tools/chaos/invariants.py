@@ -224,7 +224,7 @@ def stale_writes(journal_path: Path) -> list[str]:
     fences: dict[tuple[str, str], int] = defaultdict(int)
     found = []
     for number, event in LedgerJournal(journal_path).events():
-        key = (str(event.get("service", "fulfilment")), str(event["orderId"]))
+        key = (str(event["service"]), str(event["orderId"]))
         attempt = int(event["attempt"])
         if event["event"] not in ("fence", "tombstone", "dispatch") and attempt < fences[key]:
             found.append(

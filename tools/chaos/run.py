@@ -401,7 +401,6 @@ class Run:
         self.values = {
             **self.values,
             "ServiceBusConnection": self.broker.connection_string,
-            "FULFILMENT_SERVICE_URL": self.services.base_url,
             **{f"{name.upper()}_SERVICE_URL": self.services.url(name) for name in SERVICES},
             "SQLITE_DIRECTORY": str(self.work_dir / "stores"),
         }

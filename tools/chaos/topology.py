@@ -27,9 +27,7 @@ from tools.demo.pipeline import REPOSITORY
 SCHEDULER = "scheduler"
 AGENTS = "agents"
 SECOND_SCHEDULER = "second-scheduler"
-AGENT_TRIGGERS = frozenset(
-    {"fulfil_order_request", "stock_agent", "payment_agent", "shipping_agent"}
-)
+AGENT_TRIGGERS = frozenset({"stock_agent", "payment_agent", "shipping_agent"})
 SECOND_SCHEDULER_TRIGGERS = frozenset({"start_pending_orders", "supervise_orders"})
 AGENT_RESPONSES_RELAYED = "chaos-agent-responses"
 # Called by a durable client or an orchestration, never disabled by a setting.

@@ -1,9 +1,9 @@
-"""The whole pipeline on one machine: embedded broker, fulfilment service, devhost + app.
+"""The whole pipeline on one machine: embedded broker, simulated services, devhost + app.
 
 The broker gets the app's entities from ``servicebus.config.json``; the devhost runs
 ``function_app:app`` from the repository root with settings that point it at the broker, the
-simulated fulfilment service and a SQLite directory of the run's own. Tests and the demo use
-this one harness, so what the demo shows is what the tests check.
+simulated stock, payment and shipping services and a SQLite directory of the run's own. Tests
+and the demo use this one harness, so what the demo shows is what the tests check.
 
 The settings a run takes from the process environment (``pipeline_settings_from``) win over
 the local defaults: the store's (STATE_STORE, CosmosConnection,
@@ -41,8 +41,7 @@ import bootstrap
 from adapters.cosmos_connection import CONNECTION_SETTING, connect
 from config import Settings, SettingsError
 from domain.ports import StoreError
-from tools.simulators.fulfilment import FaultPlan, FulfilmentService
-from tools.simulators.services import SimulatedServices
+from tools.simulators.services import FaultPlan, SimulatedServices
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 BROKER_CONFIG = REPOSITORY / "servicebus.config.json"
@@ -132,17 +131,13 @@ def _drop_database(values: Mapping[str, str], name: str) -> None:
 @dataclass
 class Pipeline:
     broker: ServiceBusBroker | BrokerProcess
-    fulfilment: FulfilmentService
+    services: SimulatedServices
+    """Every simulated remote service: stock, payment, shipping."""
     host: DevHost
 
     @property
     def connection_string(self) -> str:
         return self.broker.connection_string
-
-    @property
-    def services(self) -> SimulatedServices:
-        """Every simulated remote service: fulfilment at the root, stock, payment, shipping."""
-        return self.fulfilment.services
 
     async def active_counts(self) -> dict[str, int]:
         """Messages available to receive now in each of the broker's queues (consumer lag)."""
@@ -162,7 +157,6 @@ class Pipeline:
 async def local_pipeline(
     work_dir: Path,
     *,
-    faults: FaultPlan | None = None,
     service_faults: Mapping[str, FaultPlan] | None = None,
     seed: int = 0,
     settings: Mapping[str, str] | None = None,
@@ -173,8 +167,8 @@ async def local_pipeline(
 ) -> AsyncIterator[Pipeline]:
     """Start broker, the simulated remote services and devhost; stop them all on exit.
 
-    ``faults`` is the fulfilment service's fault plan, ``service_faults`` those of the step
-    services by name (``stock``, ``payment``, ``shipping``).
+    ``service_faults`` are the fault plans of the simulated services by name (``stock``,
+    ``payment``, ``shipping``; the others have none).
 
     ``worker_processes`` > 0 runs the app's functions in language worker processes, as on
     Azure where Python workers run the code and the host keeps triggers and histories (the
@@ -197,26 +191,20 @@ async def local_pipeline(
         else ServiceBusBroker(load_config(BROKER_CONFIG), data_path=broker_data)
     )
     await asyncio.to_thread(broker.start)
-    fulfilment = FulfilmentService(
-        faults or FaultPlan.preset("none"),
-        plans=service_faults,
-        seed=seed,
-        now=clock.now,
-    )
+    services = SimulatedServices(service_faults, seed=seed, now=clock.now)
     host: DevHost | None = None
     # One time for the host, the app and the services: deadlines the app writes, the durable
     # timers that race them and the ledgers' timestamps all follow `clock`.
     app_clock = bootstrap.use_clock(clock.now)
     try:
-        await fulfilment.start()
+        await services.start()
         values = {
             **sample_settings(),
             **LOCAL_SETTINGS,
             "ServiceBusConnection": broker.connection_string,
-            "FULFILMENT_SERVICE_URL": fulfilment.base_url,
-            "STOCK_SERVICE_URL": fulfilment.services.url("stock"),
-            "PAYMENT_SERVICE_URL": fulfilment.services.url("payment"),
-            "SHIPPING_SERVICE_URL": fulfilment.services.url("shipping"),
+            "STOCK_SERVICE_URL": services.url("stock"),
+            "PAYMENT_SERVICE_URL": services.url("payment"),
+            "SHIPPING_SERVICE_URL": services.url("shipping"),
             "SQLITE_DIRECTORY": str(work_dir / STORES_DIR),
             **chosen,
         }
@@ -232,16 +220,16 @@ async def local_pipeline(
         )
         host = DevHost(options, AppSettings(values))
         await host.start()
-        yield Pipeline(broker, fulfilment, host)
+        yield Pipeline(broker, services, host)
     finally:
         # Calls a fault holds would keep their functions running, and the host's stop waiting
         # for them, until the agents' own timeouts: they are answered first.
-        fulfilment.release_held()
+        services.release_held()
         if host is not None:
             await host.stop()
         await bootstrap.shutdown()
         bootstrap.use_clock(app_clock)
-        await fulfilment.stop()
+        await services.stop()
         await asyncio.to_thread(broker.stop)
         if scratch_database is not None:
             await asyncio.to_thread(_drop_database, chosen, scratch_database)

@@ -1,13 +1,12 @@
 """``python -m tools.demo``: the order pipeline under load and faults, with a report.
 
-Starts the embedded broker, the simulated remote services (stock, payment, shipping, and the
-fulfilment service of version-1 orders) with the chosen fault mix (`demo.showcase`: a preset
-plus, except under ``none``, scripted paths for a few orders) and the devhost running the
-app; the demo client, a process of its own as a client app would be
-(``demo.client_process``), submits the orders and listens on its reply queue while a
-progress bar shows how many have finished. When every order has reached a final status, or
-the settle time has passed, the report is built from the stores, the dead-letter and alert
-queues, the services' ledgers and what the client received (``demo.evidence``,
+Starts the embedded broker, the simulated remote services (stock, payment, shipping) with the
+chosen fault mix (`demo.showcase`: a preset plus, except under ``none``, scripted paths for a
+few orders) and the devhost running the app; the demo client, a process of its own as a
+client app would be (``demo.client_process``), submits the orders and listens on its reply
+queue while a progress bar shows how many have finished. When every order has reached a final
+status, or the settle time has passed, the report is built from the stores, the dead-letter
+and alert queues, the services' ledgers and what the client received (``demo.evidence``,
 ``demo.report``). While it runs, the broker's active message counts are sampled every
 ``LAG_SAMPLE_SECONDS``: the report's consumer lag per queue (largest and final). With a
 telemetry file, the report's ``metrics`` section is read from it once every process has
@@ -61,7 +60,6 @@ DEMO_SETTINGS: dict[str, str] = {
 }
 # Answers after which the agent tries again, while its deadline allows (E9).
 RETRIED_FAULTS = (FaultKind.TRANSIENT.value, FaultKind.LOST_RESPONSE.value)
-SERVICES = ("fulfilment", *STEP_SERVICES)
 
 
 @dataclass(frozen=True)
@@ -96,7 +94,6 @@ async def run_demo(options: DemoOptions) -> DemoReport:
         work_dir = options.work_dir or Path(scratch)
         async with local_pipeline(
             work_dir,
-            faults=mix.fulfilment,
             service_faults=mix.services,
             seed=options.seed,
             settings={**DEMO_SETTINGS, **options.settings, **telemetry_settings},
@@ -241,7 +238,7 @@ async def _report(
         if record is not None and record.process_state.value not in FINAL_STATES
     )
     services = pipeline.services
-    stats = {service: services.stats(service) for service in SERVICES}
+    stats = {service: services.stats(service) for service in STEP_SERVICES}
     evidence = gather(
         records,
         [ServiceLedger(service, services.ledger_entries(service)) for service in STEP_SERVICES],
@@ -266,10 +263,10 @@ async def _report(
         in_progress_by_step=dict(client.log.steps),
         operator_alerts=alerts,
         double_side_effects={
-            service: int(stats[service]["double_side_effects"]) for service in SERVICES
+            service: int(stats[service]["double_side_effects"]) for service in STEP_SERVICES
         },
         stale_writes_refused={
-            **{service: int(stats[service]["stale_writes_refused"]) for service in SERVICES},
+            **{service: int(stats[service]["stale_writes_refused"]) for service in STEP_SERVICES},
             "state_store": cost.refused,
         },
         actions_refused_after_undo=sum(
@@ -277,7 +274,7 @@ async def _report(
         ),
         agent_retries=sum(
             int(stats[service]["faults_injected"][kind])
-            for service in SERVICES
+            for service in STEP_SERVICES
             for kind in RETRIED_FAULTS
         ),
         compensations=evidence.compensations,

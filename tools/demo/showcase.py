@@ -112,7 +112,6 @@ class FaultMix:
     """What the demo gives the simulated services: each service's plan, and the scripted
     paths (by order id) those plans carry."""
 
-    fulfilment: FaultPlan
     services: dict[str, FaultPlan]
     scripted: dict[str, ScriptedPath]
 
@@ -121,9 +120,8 @@ def fault_mix(preset: str, order_ids: Sequence[str], seed: int) -> FaultMix:
     """Preset `preset` for every service plus, unless it is ``none``, the scripted paths of
     the orders in `order_ids` (raises InvalidFaultPlan for an unknown preset)."""
     plans = preset_plans(preset)
-    fulfilment = plans.pop("fulfilment")
     if preset == NO_FAULTS:
-        return FaultMix(fulfilment, plans, {})
+        return FaultMix(plans, {})
     present = set(order_ids)
     scripted = {
         path.order_id(seed): path for path in SCRIPTED_PATHS if path.order_id(seed) in present
@@ -141,4 +139,4 @@ def fault_mix(preset: str, order_ids: Sequence[str], seed: int) -> FaultMix:
         ]
         plan = plans[service]
         plans[service] = replace(plan, rules=(*plan.rules, *rules))
-    return FaultMix(fulfilment, plans, scripted)
+    return FaultMix(plans, scripted)

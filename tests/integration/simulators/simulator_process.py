@@ -10,23 +10,19 @@ PROCESS_BOUND_SECONDS = 30
 
 
 class SimulatorProcess:
-    """``python -m <module> --port 0 ...`` as a child process, with its announced address.
-
-    ``module`` is ``simulators.fulfilment`` or ``simulators.services``, the same command.
-    """
+    """``python -m tools.simulators.services --port 0 ...`` as a child process, with its
+    announced address."""
 
     def __init__(self, process: asyncio.subprocess.Process, base_url: str) -> None:
         self.process = process
         self.base_url = base_url
 
     @classmethod
-    async def start(
-        cls, *arguments: str, module: str = "tools.simulators.fulfilment"
-    ) -> "SimulatorProcess":
+    async def start(cls, *arguments: str) -> "SimulatorProcess":
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            module,
+            "tools.simulators.services",
             "--port",
             "0",
             *arguments,

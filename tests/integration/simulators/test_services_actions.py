@@ -1,14 +1,14 @@
 """Stock, payment and shipping simulators: idempotency keys (E7, C8) and fencing tokens (E7)
-enforced at each target, and the payment service's refusal of card data (C3)."""
+enforced at each target, the requests they refuse before deciding anything (the payment
+service's refusal of card data among them, C3), and the ledger of what they performed."""
 
 from typing import Any
 
 import aiohttp
 import pytest
 
-from tests.integration.simulators.fulfilment_calls import get_json, post_action
+from tests.integration.simulators.service_calls import ITEMS, TIMEOUT, get_json, post_action
 from tools.simulators.services import (
-    FULFILMENT,
     PAYMENT,
     SHIPPING,
     STOCK,
@@ -55,17 +55,28 @@ async def test_repeat_with_same_key_replays_without_a_new_side_effect(
     )
 
 
+@pytest.mark.parametrize("other", ["other-payload", "other-order"])
 @by_name
 async def test_same_key_with_a_different_request_is_refused_as_reuse(
-    services: SimulatedServices, session: aiohttp.ClientSession, step: ServiceDeclaration
+    services: SimulatedServices,
+    session: aiohttp.ClientSession,
+    step: ServiceDeclaration,
+    other: str,
 ) -> None:
     assert (await post_action(session, services.base_url, step, "o-1", key="k-1"))[0] == 201
 
+    other_payload = other == "other-payload"
     status, body = await post_action(
-        session, services.base_url, step, "o-1", key="k-1", payload=OTHER_PAYLOADS[step.name]
+        session,
+        services.base_url,
+        step,
+        "o-1" if other_payload else "o-2",
+        key="k-1",
+        payload=OTHER_PAYLOADS[step.name] if other_payload else None,
     )
 
     assert (status, body["error"]) == (422, "idempotency-key-reuse")
+    assert "k-1" in body["message"]
     assert len(services.ledger_entries(step.name)) == 1
     assert services.stats(step.name)["idempotency_key_reuse_refused"] == 1
 
@@ -86,6 +97,17 @@ async def test_a_stale_attempt_is_refused_and_a_newer_attempt_replays_the_key(
     assert services.stats(step.name)["stale_writes_refused"] == 1
 
 
+async def test_fences_are_per_order(
+    services: SimulatedServices, session: aiohttp.ClientSession
+) -> None:
+    assert (await post_action(session, services.base_url, STOCK, "o-1", attempt=5))[0] == 201
+
+    other_order = await post_action(session, services.base_url, STOCK, "o-2", attempt=1)
+
+    assert other_order[0] == 201, "attempt 5 of o-1 does not fence o-2"
+    assert services.stats(STOCK.name)["stale_writes_refused"] == 0
+
+
 async def test_each_service_keeps_its_own_fences_keys_and_ledger(
     services: SimulatedServices, session: aiohttp.ClientSession
 ) -> None:
@@ -93,15 +115,14 @@ async def test_each_service_keeps_its_own_fences_keys_and_ledger(
 
     later = [
         (await post_action(session, services.base_url, step, "o-1", attempt=1, key="same"))[0]
-        for step in (PAYMENT, SHIPPING, FULFILMENT)
+        for step in (PAYMENT, SHIPPING)
     ]
 
-    assert later == [201, 201, 201], "a fence or a key at stock does not reach other services"
+    assert later == [201, 201], "a fence or a key at stock does not reach other services"
     assert {
         name: [e.kind.value for e in services.ledger_entries(name)]
-        for name in ("fulfilment", "stock", "payment", "shipping")
+        for name in ("stock", "payment", "shipping")
     } == {
-        "fulfilment": ["fulfilment"],
         "stock": ["reservation"],
         "payment": ["payment"],
         "shipping": ["shipment"],
@@ -139,3 +160,72 @@ async def test_an_action_without_items_is_refused(
 
     assert (status, refusal["error"]) == (400, "invalid-request")
     assert "items" in refusal["message"]
+
+
+async def test_an_action_without_an_idempotency_key_is_refused(
+    services: SimulatedServices, session: aiohttp.ClientSession
+) -> None:
+    async with session.post(
+        f"{services.base_url}{STOCK.action_path}",
+        json={"orderId": "o-1", "attempt": 1, "items": ITEMS},
+        timeout=TIMEOUT,
+    ) as response:
+        status, refusal = response.status, await response.json()
+
+    assert (status, refusal["error"]) == (400, "missing-idempotency-key")
+    assert services.ledger_entries(STOCK.name) == []
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"attempt": 1, "items": ITEMS}, "orderId"),
+        ({"orderId": "o 1", "attempt": 1, "items": ITEMS}, "orderId"),
+        ({"orderId": "o-1", "attempt": 0, "items": ITEMS}, "attempt"),
+        ({"orderId": "o-1", "attempt": True, "items": ITEMS}, "attempt"),
+        ({"orderId": "o-1", "attempt": 1, "items": [{"sku": "a", "quantity": 0}]}, "items[0]"),
+        (["not", "an", "object"], "JSON object"),
+    ],
+    ids=[
+        "no-order",
+        "order-id-with-a-space",
+        "attempt-zero",
+        "attempt-boolean",
+        "no-quantity",
+        "not-an-object",
+    ],
+)
+async def test_an_invalid_action_body_is_refused_naming_the_field(
+    services: SimulatedServices, session: aiohttp.ClientSession, body: object, field: str
+) -> None:
+    async with session.post(
+        f"{services.base_url}{STOCK.action_path}",
+        json=body,
+        headers={"Idempotency-Key": "k"},
+        timeout=TIMEOUT,
+    ) as response:
+        status, refusal = response.status, await response.json()
+
+    assert (status, refusal["error"]) == (400, "invalid-request")
+    assert field in refusal["message"]
+    assert services.ledger_entries(STOCK.name) == []
+
+
+async def test_the_ledger_lists_side_effects_in_order_and_filters_by_order(
+    services: SimulatedServices, session: aiohttp.ClientSession
+) -> None:
+    for order_id in ("o-a", "o-b", "o-a2"):
+        assert (await post_action(session, services.base_url, STOCK, order_id))[0] == 201
+
+    url = f"{services.url(STOCK.name)}/ledger"
+    everything = (await get_json(session, url))["entries"]
+    only_b = (await get_json(session, f"{url}?orderId=o-b"))["entries"]
+    only_a = (await get_json(session, f"{url}?orderId=o-a"))["entries"]
+
+    assert [(e["sequence"], e["orderId"]) for e in everything] == [
+        (1, "o-a"),
+        (2, "o-b"),
+        (3, "o-a2"),
+    ]
+    assert (only_b, only_a) == ([everything[1]], [everything[0]]), "the filter is exact"
+    assert all(e["at"].endswith("Z") for e in everything)

@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 from devhost.testing import eventually
 
-from tests.integration.simulators.fulfilment_calls import (
+from tests.integration.simulators.service_calls import (
     get_json,
     post_action,
     post_compensation,

@@ -11,17 +11,14 @@ import aiohttp
 import pytest
 from devhost.testing import eventually
 
-from tests.integration.simulators.fulfilment_calls import (
+from tests.integration.simulators.service_calls import (
     TIMEOUT,
     get_json,
     post_action,
     post_compensation,
     post_compensation_by_key,
-    post_fulfilment,
 )
-from tools.simulators.fulfilment import FulfilmentService
 from tools.simulators.services import (
-    FULFILMENT,
     PAYMENT,
     SERVICES,
     SHIPPING,
@@ -491,35 +488,3 @@ async def test_undone_keys_and_undos_are_kept_by_the_ledger_file_across_a_restar
         ("o-1:reserve", "o-1", 2)
     ]
     assert stock_entries == []
-
-
-async def test_the_fulfilment_service_cancels_by_key_under_its_own_names(
-    service: FulfilmentService, session: aiohttp.ClientSession
-) -> None:
-    items = [{"sku": "sku-1", "quantity": 1}]
-    _, fulfilled = await post_fulfilment(
-        session, service.base_url, key="o-1:fulfil", order_id="o-1", attempt=1, items=items
-    )
-
-    cancelled = await post_compensation_by_key(session, service.base_url, FULFILMENT, "o-1", 1)
-    nothing = await post_compensation_by_key(session, service.base_url, FULFILMENT, "o-2", 1)
-    late = await post_fulfilment(
-        session, service.base_url, key="o-2:fulfil", order_id="o-2", attempt=1, items=items
-    )
-
-    assert FULFILMENT.compensation_by_key_path == "/fulfilments/by-key/cancel"
-    assert (cancelled[0], cancelled[1]["fulfilmentId"], cancelled[1]["status"]) == (
-        201,
-        fulfilled["fulfilmentId"],
-        "cancelled",
-    )
-    assert (nothing[0], nothing[1]["status"]) == (200, "nothing-to-undo")
-    assert (late[0], late[1]["error"]) == (409, "compensated")
-    assert [e.kind.value for e in service.ledger_entries()] == ["fulfilment", "compensation"]
-    assert [t.order_id for t in service.tombstones()] == ["o-2"]
-    stats = service.stats()
-    assert (stats["compensations"], stats["tombstones"], stats["actions_refused_after_undo"]) == (
-        1,
-        1,
-        1,
-    )

@@ -1,21 +1,27 @@
-"""Stock, payment and shipping simulators, fault plans per service and per operation (E6-E9,
-C2): independent plans, plans refused when they name what a service lacks, the presets that
-make orders compensate, and the stats each service keeps."""
+"""Stock, payment and shipping simulators, fault injection on demand (E2, E6-E9, C2): what
+each fault kind does to an action, rules that script an order's calls, reproducible draws
+from a seed, fault plans per service and per operation, plans refused when invalid or naming
+what a service lacks, the presets that make orders compensate, and the stats each service
+keeps."""
 
+import asyncio
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
 import pytest
+from devhost.testing import eventually
 
-from tests.integration.simulators.fulfilment_calls import (
+from tests.integration.simulators.service_calls import (
+    ITEMS,
+    TIMEOUT,
     get_json,
     post_action,
     post_compensation,
     put_faults,
 )
 from tools.simulators.services import (
-    FULFILMENT,
     PAYMENT,
     PRESET_NAMES,
     SERVICES,
@@ -29,6 +35,197 @@ from tools.simulators.services import (
     SimulatedServices,
     preset_plans,
 )
+
+by_name = pytest.mark.parametrize("step", [STOCK, PAYMENT, SHIPPING], ids=lambda s: s.name)
+
+
+def injected(services: SimulatedServices, step: ServiceDeclaration, kind: FaultKind) -> int:
+    count: int = services.stats(step.name)["faults_injected"][kind.value]
+    return count
+
+
+@pytest.mark.parametrize(
+    ("kind", "status", "error", "message", "performed"),
+    [
+        (FaultKind.TRANSIENT, 503, "transient", "with the same Idempotency-Key", 0),
+        (FaultKind.PERMANENT, 422, "permanent", "order o-1 cannot be", 0),
+        (FaultKind.LOST_RESPONSE, 503, "transient", "with the same Idempotency-Key", 1),
+        (FaultKind.LATENCY, 201, None, None, 1),
+    ],
+    ids=lambda value: getattr(value, "value", None),
+)
+@by_name
+async def test_an_action_fault_is_answered_and_a_retry_with_the_same_key_performs_it_once(
+    services: SimulatedServices,
+    session: aiohttp.ClientSession,
+    step: ServiceDeclaration,
+    kind: FaultKind,
+    status: int,
+    error: str | None,
+    message: str | None,
+    performed: int,
+) -> None:
+    services.replace_fault_plan(
+        step.name, FaultPlan(rules=(FaultRule(kind, operation=step.action, times=1),))
+    )
+
+    faulted = await post_action(session, services.base_url, step, "o-1")
+    performed_before_retry = len(services.ledger_entries(step.name, "o-1"))
+    retry = await post_action(session, services.base_url, step, "o-1")
+
+    assert (faulted[0], faulted[1].get("error")) == (status, error)
+    if message is not None:
+        assert message in faulted[1]["message"]
+    assert performed_before_retry == performed, "a lost response loses the answer, not the work"
+    assert retry[0] == (200 if performed else 201)
+    entries = services.ledger_entries(step.name, "o-1")
+    assert [e.resource_id for e in entries] == [retry[1][step.id_field]]
+    assert services.stats(step.name)["double_side_effects"] == 0
+    assert injected(services, step, kind) == 1
+
+
+async def test_a_transient_fault_tells_the_client_when_to_retry(
+    services: SimulatedServices, session: aiohttp.ClientSession
+) -> None:
+    await put_faults(
+        session,
+        services.url(STOCK.name),
+        {"retryAfterSeconds": 2, "rules": [{"kind": "transient", "orderId": "o-1", "times": 1}]},
+    )
+
+    async with session.post(
+        f"{services.base_url}{STOCK.action_path}",
+        json={"orderId": "o-1", "attempt": 1, "items": ITEMS},
+        headers={"Idempotency-Key": "o-1:reserve"},
+        timeout=TIMEOUT,
+    ) as response:
+        status, retry_after, body = (
+            response.status,
+            response.headers.get("Retry-After"),
+            await response.json(),
+        )
+
+    assert (status, retry_after) == (503, "2")
+    assert (body["error"], body["retryAfterSeconds"]) == ("transient", 2)
+
+
+async def test_a_hung_action_performs_nothing_and_others_are_served_until_shutdown_answers_it(
+    session: aiohttp.ClientSession,
+) -> None:
+    services = SimulatedServices(
+        {STOCK.name: FaultPlan(rules=(FaultRule(FaultKind.HANG, order_id="o-hang"),))}
+    )
+    await services.start()
+    try:
+        hanging = asyncio.create_task(post_action(session, services.base_url, STOCK, "o-hang"))
+        await eventually(
+            lambda: injected(services, STOCK, FaultKind.HANG) == 1, "the reservation to hang"
+        )
+        assert (await post_action(session, services.base_url, STOCK, "o-other"))[0] == 201
+        assert not hanging.done()
+    finally:
+        await asyncio.wait_for(services.stop(), timeout=10)
+
+    status, body = await asyncio.wait_for(hanging, timeout=10)
+    assert (status, body["error"]) == (503, "stopping")
+    assert [e.order_id for e in services.ledger_entries(STOCK.name)] == ["o-other"]
+
+
+async def test_rules_fail_the_first_calls_of_an_order_then_let_them_through(
+    services: SimulatedServices, session: aiohttp.ClientSession
+) -> None:
+    await put_faults(
+        session,
+        services.url(STOCK.name),
+        {
+            "rules": [
+                {"kind": "transient", "orderId": "o-1", "times": 2},
+                {"kind": "permanent", "orderId": "o-1", "skip": 2, "times": 1},
+            ]
+        },
+    )
+
+    statuses = [(await post_action(session, services.base_url, STOCK, "o-1"))[0] for _ in range(5)]
+
+    assert statuses == [503, 503, 422, 201, 200]
+
+
+async def test_a_rule_for_every_call_of_matching_orders_leaves_other_orders_alone(
+    services: SimulatedServices, session: aiohttp.ClientSession
+) -> None:
+    await put_faults(
+        session, services.url(STOCK.name), {"rules": [{"kind": "permanent", "orderId": "bad-*"}]}
+    )
+
+    bad = [
+        (await post_action(session, services.base_url, STOCK, f"bad-{n % 2}"))[0] for n in range(4)
+    ]
+    good = (await post_action(session, services.base_url, STOCK, "good-1"))[0]
+
+    assert (bad, good) == ([422] * 4, 201)
+
+
+async def test_a_rule_can_fault_one_attempt_of_an_order_only(
+    services: SimulatedServices, session: aiohttp.ClientSession
+) -> None:
+    services.replace_fault_plan(
+        STOCK.name, FaultPlan(rules=(FaultRule(FaultKind.TRANSIENT, order_id="o-1", attempt=1),))
+    )
+
+    first_attempt = [
+        (await post_action(session, services.base_url, STOCK, "o-1", attempt=1))[0]
+        for _ in range(2)
+    ]
+    second_attempt = await post_action(session, services.base_url, STOCK, "o-1", attempt=2)
+
+    assert (first_attempt, second_attempt[0]) == ([503, 503], 201)
+
+
+DETERMINISM_PLAN = FaultPlan(
+    probabilities={
+        FaultKind.TRANSIENT: 0.3,
+        FaultKind.PERMANENT: 0.1,
+        FaultKind.LOST_RESPONSE: 0.2,
+    }
+)
+ORDERS = [f"o-{n}" for n in range(8)]
+CALLS_PER_ORDER = 5
+
+
+async def outcomes(
+    session: aiohttp.ClientSession, seed: int, schedule: Sequence[str]
+) -> dict[str, list[int]]:
+    """Send ``schedule`` (one order id per reservation) in sequence to services started with
+    ``seed``; the statuses seen per order."""
+    services = SimulatedServices({STOCK.name: DETERMINISM_PLAN}, seed=seed)
+    await services.start()
+    seen: dict[str, list[int]] = {order_id: [] for order_id in ORDERS}
+    try:
+        for order_id in schedule:
+            seen[order_id].append(
+                (await post_action(session, services.base_url, STOCK, order_id))[0]
+            )
+    finally:
+        await services.stop()
+    return seen
+
+
+async def test_the_same_seed_and_requests_give_the_same_faults(
+    session: aiohttp.ClientSession,
+) -> None:
+    by_order = [order_id for order_id in ORDERS for _ in range(CALLS_PER_ORDER)]
+    round_robin = [order_id for _ in range(CALLS_PER_ORDER) for order_id in ORDERS]
+
+    first = await outcomes(session, 11, by_order)
+    repeated = await outcomes(session, 11, by_order)
+    interleaved = await outcomes(session, 11, round_robin)
+    other_seed = await outcomes(session, 12, by_order)
+
+    assert repeated == first
+    assert interleaved == first, "faults per order do not depend on other orders' traffic"
+    assert other_seed != first
+    statuses = {status for per_order in first.values() for status in per_order}
+    assert {503, 422, 201} <= statuses, "the mix injected faults and let calls through"
 
 
 async def test_each_service_has_a_fault_plan_of_its_own(
@@ -44,14 +241,19 @@ async def test_each_service_has_a_fault_plan_of_its_own(
         for step in SERVICES.values()
     }
 
-    assert statuses == {"fulfilment": 201, "stock": 201, "payment": 503, "shipping": 201}
+    assert statuses == {"stock": 201, "payment": 503, "shipping": 201}
     assert (await get_json(session, f"{services.url(STOCK.name)}/faults"))["probabilities"] == {}
     assert {name: services.stats(name)["faults_injected"]["transient"] for name in SERVICES} == {
-        "fulfilment": 0,
         "stock": 0,
         "payment": 1,
         "shipping": 0,
     }
+
+    await put_faults(session, services.url(PAYMENT.name), {"preset": "none"})
+    healed = await post_action(session, services.base_url, PAYMENT, "o-1")
+
+    assert healed[0] == 201
+    assert (await get_json(session, f"{services.url(PAYMENT.name)}/faults"))["probabilities"] == {}
 
 
 async def test_a_rule_selects_the_action_or_the_compensation_by_operation_name(
@@ -94,24 +296,36 @@ async def test_an_operation_mix_replaces_the_plan_mix_for_that_operation(
         (STOCK, {"rules": [{"kind": "transient", "operation": "charge"}]}, "charge"),
         (PAYMENT, {"operationProbabilities": {"ship": {"transient": 0.1}}}, "ship"),
         (STOCK, {"probabilities": {"dispatched": 0.1}}, "dispatched"),
-        (FULFILMENT, {"rules": [{"kind": "dispatched"}]}, "dispatched"),
+        (PAYMENT, {"rules": [{"kind": "dispatched"}]}, "dispatched"),
         (PAYMENT, {"dispatchAfterSeconds": 5}, "dispatchAfterSeconds"),
         (SHIPPING, {"dispatchAfterSeconds": -1}, "dispatchAfterSeconds"),
         (SHIPPING, {"operationProbabilities": {"cancel": {"hang": 0.6, "dispatched": 0.6}}}, "1"),
         (STOCK, {"preset": "gentle"}, "gentle"),
+        (STOCK, {"probabilities": {"transient": 0.7, "hang": 0.5}}, "add up"),
+        (STOCK, {"probabilities": {"meteor": 0.1}}, "meteor"),
+        (STOCK, {"rules": [{"kind": "transient", "times": 0}]}, "times"),
+        (STOCK, {"rules": [{"kind": "flood"}]}, "kind"),
+        (STOCK, {"latencySeconds": [2, 1]}, "latencySeconds"),
+        (STOCK, {"retries": 3}, "retries"),
     ],
     ids=[
         "other-service-operation",
         "other-service-operation-mix",
         "dispatch-without-dispatch-rule",
-        "dispatch-at-fulfilment",
+        "dispatched-rule-without-dispatch-rule",
         "dispatch-time-without-dispatch-rule",
         "negative-dispatch-time",
         "operation-mix-above-one",
         "unknown-preset",
+        "mix-above-one",
+        "unknown-kind",
+        "rule-times-zero",
+        "unknown-rule-kind",
+        "latency-range-reversed",
+        "unknown-key",
     ],
 )
-async def test_a_plan_naming_what_the_service_lacks_is_refused_and_the_old_one_kept(
+async def test_a_plan_invalid_or_naming_what_the_service_lacks_is_refused_and_the_old_one_kept(
     services: SimulatedServices,
     session: aiohttp.ClientSession,
     service: ServiceDeclaration,
@@ -141,7 +355,7 @@ async def test_every_preset_loads_for_every_service(
     await services.start()
     try:
         served = {
-            name: FaultPlan.from_json(await get_json(session, f"{services.url(name)}/faults"))
+            name: FaultPlan.from_json(await get_json(session, f"{services.url(name)}/faults"), name)
             for name in SERVICES
         }
         status, _ = await put_faults(session, services.url(PAYMENT.name), {"preset": preset})
@@ -157,7 +371,6 @@ def test_the_compensation_presets_decline_payments_and_dispatch_shipments() -> N
         plans = preset_plans(preset)
         assert plans[PAYMENT.name].mix_for("charge")[FaultKind.PERMANENT] > 0
         assert plans[SHIPPING.name].mix_for("cancel")[FaultKind.DISPATCHED] > 0
-        assert plans[FULFILMENT.name] == FaultPlan.preset("default")
     failing = preset_plans("compensation-faults")
     for service in (STOCK, PAYMENT, SHIPPING):
         mix = failing[service.name].mix_for(service.compensation)

@@ -1,5 +1,5 @@
-"""Simulated remote services the order agents call: fulfilment (version-1 orders) and stock,
-payment and shipping (the steps of multi-step orders), with idempotency keys and fencing
+"""Simulated remote services the order agents call: stock, payment and shipping (the steps
+``reserve-stock``, ``charge-payment`` and ``ship-order``), with idempotency keys and fencing
 tokens enforced at the target (E7, C8), compensations by resource id or, for an action whose
 outcome is in doubt, by idempotency key, that can fail or stall (C1, C2), fault injection on
 demand (E6-E9) and a ledger of every side effect as evidence.
@@ -12,7 +12,6 @@ file), `faults` (fault plans and presets), `injector` (deciding each request's f
 """
 
 from tools.simulators.services.declarations import (
-    FULFILMENT,
     PAYMENT,
     SERVICES,
     SHIPPING,
@@ -35,7 +34,6 @@ from tools.simulators.services.ledger import SideEffect, Tombstone
 from tools.simulators.services.server import SimulatedServices, SimulatedServicesThread
 
 __all__ = [
-    "FULFILMENT",
     "PAYMENT",
     "PRESETS",
     "PRESET_NAMES",

@@ -1,22 +1,21 @@
 """HTTP API of one simulated service, the remote service an agent calls (E7-E9, C1, C2, C8).
 
 Every service (`simulators.services.declarations`) serves the same API under its own path
-prefix and names; below, the fulfilment service's names (root prefix) with the stock,
-payment and shipping ones after them. All bodies are JSON. Errors are
+prefix and names; below, the stock service's names with the payment and shipping ones after
+them. All bodies are JSON. Errors are
 ``{"error": <code>, "message": <what to do>, ...context}``.
 
-``POST /fulfilments`` (``/stock/reservations``, ``/payment/payments``,
-``/shipping/shipments``), the action, with header ``Idempotency-Key`` (required) and body
-``{"orderId": str, "attempt": int >= 1, ...}`` plus what the action needs
-(`simulators.services.payloads`: items, or amount and currency):
-- 201 ``{"fulfilmentId", "orderId", "attempt", "replayed": false, "status": "fulfilled"}``
-  (``reservationId``/``reserved``, ``paymentId``/``charged``, ``shipmentId``/``shipped``):
-  performed now.
+``POST /stock/reservations`` (``/payment/payments``, ``/shipping/shipments``), the action,
+with header ``Idempotency-Key`` (required) and body ``{"orderId": str, "attempt": int >= 1,
+...}`` plus what the action needs (`simulators.services.payloads`: items, or amount and
+currency):
+- 201 ``{"reservationId", "orderId", "attempt", "replayed": false, "status": "reserved"}``
+  (``paymentId``/``charged``, ``shipmentId``/``shipped``): performed now.
 - 200, same body with ``"replayed": true``: the key was seen with the same orderId and
   payload; nothing is performed. The attempt is the fencing token, not part of the request's
   identity: a newer attempt that sends an older attempt's key replays that resource (so keep
   one key per order and step across attempts). ``attempt`` is the attempt that performed it;
-  ``status`` becomes the compensated one (``cancelled``, ``released``, ``refunded``) once
+  ``status`` becomes the compensated one (``released``, ``refunded``, ``cancelled``) once
   compensated, or ``dispatched`` for a dispatched shipment.
 - 409 ``{"error": "stale-attempt", "currentAttempt", ...}``: a newer attempt touched the order.
 - 409 ``{"error": "compensated", "idempotencyKey", "orderId", "attempt", "undoneByAttempt",
@@ -25,23 +24,23 @@ payment and shipping ones after them. All bodies are JSON. Errors are
 - 422 ``{"error": "idempotency-key-reuse", ...}``: the key was used for another request.
 - 400 ``missing-idempotency-key`` / ``invalid-request``.
 
-``POST /fulfilments/{id}/cancel`` (``/stock/reservations/{id}/release``,
-``/payment/payments/{id}/refund``, ``/shipping/shipments/{id}/cancel``), the compensation
-(C1), with body ``{"attempt": int >= 1}``: keyed by the resource id, performed once (201) and
-replayed after (200), with the action's body shape; fenced like the action (409); 404
-``unknown-fulfilment`` (``unknown-reservation``, ...) for an id never issued. A dispatched
-shipment's cancel: 422 ``{"error": "already-dispatched", "shipmentId", "orderId",
-"dispatchedAt"}``, for good (C2).
+``POST /stock/reservations/{id}/release`` (``/payment/payments/{id}/refund``,
+``/shipping/shipments/{id}/cancel``), the compensation (C1), with body ``{"attempt": int >=
+1}``: keyed by the resource id, performed once (201) and replayed after (200), with the
+action's body shape; fenced like the action (409); 404 ``unknown-reservation``
+(``unknown-payment``, ``unknown-shipment``) for an id never issued. A dispatched shipment's
+cancel: 422 ``{"error": "already-dispatched", "shipmentId", "orderId", "dispatchedAt"}``, for
+good (C2).
 
-``POST /fulfilments/by-key/cancel`` (``/stock/reservations/by-key/release``,
-``/payment/payments/by-key/refund``, ``/shipping/shipments/by-key/cancel``), the compensation
-of an action whose outcome is in doubt (its deadline passed, its answer was lost: no id is
-known), by its idempotency key (C1, E7), with header ``Idempotency-Key`` (the action's key,
-required) and body ``{"orderId": str, "attempt": int >= 1}``. The order is named because
-nothing may have been performed: its fence applies and is raised either way. Never repeat the
-action to learn its id: if it never happened, that would perform it after compensation began.
-- 201 ``{"fulfilmentId", "orderId", "attempt", "replayed": false, "status": "cancelled",
-  "undone": true, "idempotencyKey"}`` (``reservationId``/``released``, ...): the action with
+``POST /stock/reservations/by-key/release`` (``/payment/payments/by-key/refund``,
+``/shipping/shipments/by-key/cancel``), the compensation of an action whose outcome is in
+doubt (its deadline passed, its answer was lost: no id is known), by its idempotency key (C1,
+E7), with header ``Idempotency-Key`` (the action's key, required) and body ``{"orderId": str,
+"attempt": int >= 1}``. The order is named because nothing may have been performed: its fence
+applies and is raised either way. Never repeat the action to learn its id: if it never
+happened, that would perform it after compensation began.
+- 201 ``{"reservationId", "orderId", "attempt", "replayed": false, "status": "released",
+  "undone": true, "idempotencyKey"}`` (``paymentId``/``refunded``, ...): the action with
   that key was performed and is compensated now, exactly as by its id (``attempt`` is the
   attempt that performed the action).
 - 200, same body with ``"replayed": true``: it was compensated already, by id or by key;
@@ -58,29 +57,29 @@ So ``undone`` true (undone), ``undone`` false (nothing was done) and a 422 (cann
 are told apart by status and body, never by a 404 that any missing route also answers.
 
 Faults (see `simulators.services.faults`) are decided before anything is performed, per
-operation (a compensation by key is the compensation's operation, ``cancel``, ``release``,
-...): 503 ``{"error": "transient"}`` with ``Retry-After`` (transient, lost-response), 422
+operation (a compensation by key is the compensation's operation: ``release``, ``refund``,
+``cancel``): 503 ``{"error": "transient"}`` with ``Retry-After`` (transient, lost-response), 422
 ``{"error": "permanent"}``, a delay, or no answer at all (hang).
 
 Inspection and control, never faulted, under the same prefix:
 - ``GET /ledger[?orderId=X]`` → ``{"entries": [{"sequence", "kind", "orderId", "attempt",
-  "idempotencyKey", "fulfilmentId", "at"}, ...], "tombstones": [{"idempotencyKey", "orderId",
+  "idempotencyKey", "reservationId", "at"}, ...], "tombstones": [{"idempotencyKey", "orderId",
   "attempt", "at"}, ...]}``. ``entries`` are every side effect in order, ``at`` the time it was
   performed (``idempotencyKey`` is null for compensations: they are keyed by the resource id,
   even when asked for by key); ``kind`` is the action's or the compensation's side effect:
-  ``fulfilment`` / ``compensation``, ``reservation`` / ``release``, ``payment`` / ``refund``,
-  ``shipment`` / ``cancellation``. ``tombstones`` are the keys undone with nothing to undo,
-  ``at`` the time of the undo. At this service an order began compensating at its first
-  compensation entry or tombstone, whichever came first: where the workflow compensates
-  correctly, none of its actions comes after.
-- ``GET /stats`` → ``{"requests", "fulfilments", "compensations", "side_effects_per_order":
-  {orderId: {"fulfilment": n, "compensation": n}}, "double_side_effects",
+  ``reservation`` / ``release``, ``payment`` / ``refund``, ``shipment`` / ``cancellation``.
+  ``tombstones`` are the keys undone with nothing to undo, ``at`` the time of the undo. At
+  this service an order began compensating at its first compensation entry or tombstone,
+  whichever came first: where the workflow compensates correctly, none of its actions comes
+  after.
+- ``GET /stats`` → ``{"requests", "reservations", "releases", "side_effects_per_order":
+  {orderId: {"reservation": n, "release": n}}, "double_side_effects",
   "stale_writes_refused", "idempotency_key_reuse_refused", "replays", "tombstones",
   "actions_refused_after_undo", "faults_injected": {kind: n}, "faults_injected_by_operation":
   {operation: {kind: n}}, "faults_injected_times": [{"at", "kind", "count"}, ...],
   "latency_delays": {operation: [seconds, ...]}}``, with the service's
-  side-effect names (stock: ``reservations``, ``releases``, ``{"reservation": n, "release":
-  n}``); shipping adds ``dispatched`` and ``cancellations_refused`` (cancels refused as already
+  side-effect names (payment: ``payments``, ``refunds``, ``{"payment": n, "refund": n}``);
+  shipping adds ``dispatched`` and ``cancellations_refused`` (cancels refused as already
   dispatched). ``requests`` counts action and compensation calls, refused and faulted ones
   included. ``double_side_effects`` is the number of orders whose action was performed more
   than once. A compensation by key that undid an action counts as a compensation (and is one

@@ -6,7 +6,6 @@ creates, the paths it is served under, what an action request needs, and any spe
 
 The catalogue (`SERVICES`, served together by `simulators.services.server`), as
 ``service (path prefix): action, POST path -> resource id field; compensation``:
-- fulfilment (the root): ``fulfil``, ``POST /fulfilments`` -> ``fulfilmentId``; ``cancel``
 - stock (``/stock``): ``reserve``, ``POST /stock/reservations`` -> ``reservationId``;
   ``release``
 - payment (``/payment``): ``charge``, ``POST /payment/payments`` -> ``paymentId``; ``refund``
@@ -16,9 +15,8 @@ The catalogue (`SERVICES`, served together by `simulators.services.server`), as
 A compensation is ``POST {prefix}/{collection}/{id}/{compensation}``, e.g.
 ``/payment/payments/pay-000001/refund``, or, for an action whose outcome is in doubt, by its
 idempotency key: ``POST {prefix}/{collection}/by-key/{compensation}``, e.g.
-``/payment/payments/by-key/refund`` (C1, E7; `simulators.services.api`). Fulfilment is the
-version-1 workflow's one service; stock, payment and shipping serve the steps
-``reserve-stock``, ``charge-payment`` and ``ship-order`` of multi-step orders. Shipping has
+``/payment/payments/by-key/refund`` (C1, E7; `simulators.services.api`). Stock, payment and
+shipping serve the steps ``reserve-stock``, ``charge-payment`` and ``ship-order``. Shipping has
 the dispatch rule: a dispatched shipment cannot be cancelled (see `simulators.services.faults`,
 kind ``dispatched``).
 """
@@ -43,8 +41,6 @@ class Role(StrEnum):
 class SideEffectKind(StrEnum):
     """The side effects the services perform, as the ledgers name them."""
 
-    FULFILMENT = "fulfilment"
-    COMPENSATION = "compensation"
     RESERVATION = "reservation"
     RELEASE = "release"
     PAYMENT = "payment"
@@ -119,20 +115,6 @@ class ServiceDeclaration:
             )
 
 
-FULFILMENT = ServiceDeclaration(
-    name="fulfilment",
-    path_prefix="",
-    collection="fulfilments",
-    action="fulfil",
-    compensation="cancel",
-    id_field="fulfilmentId",
-    id_prefix="ful",
-    action_effect=SideEffectKind.FULFILMENT,
-    compensation_effect=SideEffectKind.COMPENSATION,
-    performed_status="fulfilled",
-    compensated_status="cancelled",
-    payload=ITEMS,
-)
 STOCK = ServiceDeclaration(
     name="stock",
     path_prefix="/stock",
@@ -178,7 +160,7 @@ SHIPPING = ServiceDeclaration(
 )
 
 SERVICES: Mapping[str, ServiceDeclaration] = {
-    service.name: service for service in (FULFILMENT, STOCK, PAYMENT, SHIPPING)
+    service.name: service for service in (STOCK, PAYMENT, SHIPPING)
 }
 
 

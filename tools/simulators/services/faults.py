@@ -23,8 +23,8 @@ Kinds (`FaultKind`) and what the client sees; each applies to actions and compen
   answers 422 ``{"error": "already-dispatched"}``, a compensation failure for good.
 
 A `FaultPlan` is consulted for every action or compensation request, before anything is
-performed. Operations are named by the service: ``fulfil``/``cancel`` (fulfilment),
-``reserve``/``release`` (stock), ``charge``/``refund`` (payment), ``ship``/``cancel`` (shipping).
+performed. Operations are named by the service: ``reserve``/``release`` (stock),
+``charge``/``refund`` (payment), ``ship``/``cancel`` (shipping).
 1. ``rules``, targeted and scripted. A rule filters on order id (an `fnmatch` pattern, so an
    exact id matches only itself), operation and attempt; it counts the requests that pass its
    filters and fires on the ones numbered ``skip + 1`` to ``skip + times`` (every one after
@@ -52,14 +52,13 @@ Presets (`FaultPlan.preset(name, service)`; every service's plan of a preset:
   operation, and charge adds permanent 15 (payments declined for good, so the stock
   reservation is released), ship adds permanent 5 (the payment is refunded and the stock
   released), cancel of a shipment adds dispatched 50 (half the shipments to cancel are gone).
-  Fulfilment: ``default``.
 - ``compensation-faults``: ``declines``, and compensations that fail and stall: release, refund
   and cancel each transient 15, latency 10, lost-response 5, hang 5 (stalls), permanent 5
-  (fails for good); cancel also dispatched 30. Fulfilment: ``default``.
+  (fails for good); cancel also dispatched 30.
 
-JSON form (``PUT /faults``, `FaultPlan.from_json`); every key is optional, ``preset`` names the
-base plan (``none`` when absent; the preset's plan for the service the plan is for) and the
-other keys replace its fields. ``operationProbabilities`` and ``dispatchAfterSeconds`` are left
+JSON form (``PUT /faults``, `FaultPlan.from_json`, for a named service); every key is optional,
+``preset`` names the base plan (``none`` when absent; the preset's plan for that service) and
+the other keys replace its fields. ``operationProbabilities`` and ``dispatchAfterSeconds`` are left
 out of a plan's JSON when they are empty or null::
 
     {"preset": "default",
@@ -68,7 +67,7 @@ out of a plan's JSON when they are empty or null::
      "latencySeconds": [0.02, 0.2],
      "retryAfterSeconds": 1,
      "dispatchAfterSeconds": 30,
-     "rules": [{"kind": "transient", "orderId": "o-1", "operation": "fulfil",
+     "rules": [{"kind": "transient", "orderId": "o-1", "operation": "reserve",
                 "attempt": 1, "skip": 0, "times": 2, "delaySeconds": null}]}
 """
 
@@ -81,8 +80,6 @@ from fnmatch import fnmatchcase
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-
-FULFILMENT_SERVICE = "fulfilment"
 
 
 class FaultKind(StrEnum):
@@ -215,8 +212,8 @@ class FaultPlan:
         return named | set(self.operation_probabilities)
 
     @classmethod
-    def preset(cls, name: str, service: str = FULFILMENT_SERVICE) -> FaultPlan:
-        """The plan preset ``name`` gives ``service``."""
+    def preset(cls, name: str, service: str) -> FaultPlan:
+        """The plan preset ``name`` gives ``service`` (a service's name)."""
         per_service = _SERVICE_PRESETS.get(name)
         if per_service is not None:
             return per_service.get(service, PRESETS["none"])
@@ -228,7 +225,8 @@ class FaultPlan:
             ) from None
 
     @classmethod
-    def from_json(cls, document: Mapping[str, Any], service: str = FULFILMENT_SERVICE) -> FaultPlan:
+    def from_json(cls, document: Mapping[str, Any], service: str) -> FaultPlan:
+        """The plan ``document`` describes for ``service``, whose plan its ``preset`` names."""
         if not isinstance(document, Mapping):
             raise InvalidFaultPlan("a fault plan is a JSON object")
         _refuse_unknown_keys(document, _PLAN_KEYS, "fault plan")
@@ -406,7 +404,6 @@ _REFUSED_SHIPMENT: Mix = {**_NOISE, FaultKind.PERMANENT: 0.05}
 
 _SERVICE_PRESETS: Mapping[str, Mapping[str, FaultPlan]] = {
     "declines": {
-        FULFILMENT_SERVICE: PRESETS["default"],
         "stock": _noise_with({}),
         "payment": _noise_with({"charge": _DECLINED_CHARGE}),
         "shipping": _noise_with(
@@ -414,7 +411,6 @@ _SERVICE_PRESETS: Mapping[str, Mapping[str, FaultPlan]] = {
         ),
     },
     "compensation-faults": {
-        FULFILMENT_SERVICE: PRESETS["default"],
         "stock": _noise_with({"release": _FAILING_COMPENSATION}),
         "payment": _noise_with({"charge": _DECLINED_CHARGE, "refund": _FAILING_COMPENSATION}),
         "shipping": _noise_with(

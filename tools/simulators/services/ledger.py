@@ -42,12 +42,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from tools.simulators.services.declarations import (
-    FULFILMENT,
-    Role,
-    ServiceDeclaration,
-    SideEffectKind,
-)
+from tools.simulators.services.declarations import Role, ServiceDeclaration, SideEffectKind
 from tools.simulators.services.journal import CorruptJournal, LedgerJournal
 
 DISPATCHED_STATUS = "dispatched"
@@ -65,7 +60,7 @@ class Outcome(StrEnum):
 
 @dataclass(frozen=True)
 class Resource:
-    """What an action created: a fulfilment, a reservation, a payment, a shipment."""
+    """What an action created: a reservation, a payment, a shipment."""
 
     resource_id: str
     order_id: str
@@ -104,11 +99,6 @@ class SideEffect:
     idempotency_key: str | None
     resource_id: str
     at: str
-
-    @property
-    def fulfilment_id(self) -> str:
-        """``resource_id`` under the fulfilment service's name for it."""
-        return self.resource_id
 
     def to_json(self, id_field: str) -> dict[str, Any]:
         return {
@@ -463,9 +453,7 @@ class Ledger:
 def restore_ledgers(journal: LedgerJournal, ledgers: Mapping[str, Ledger]) -> None:
     """Give each service's ledger back the facts ``journal`` holds for it."""
     for number, event in journal.events():
-        # A fact without a service name is the fulfilment service's: a file written by a
-        # simulator that served fulfilment alone.
-        service = event.get("service", FULFILMENT.name)
+        service = event.get("service")
         ledger = ledgers.get(service) if isinstance(service, str) else None
         if ledger is None:
             raise CorruptJournal(

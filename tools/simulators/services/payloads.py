@@ -3,7 +3,7 @@ needs, validated before anything is decided (E7: the attempt is the fencing toke
 carries a reference to money, never card or personal data).
 
 Every action body is ``{"orderId": str, "attempt": int >= 1, ...what the action needs}``:
-- items (fulfil, reserve, ship): ``"items": [{"sku": str, "quantity": int >= 1}, ...]``, 1-100
+- items (reserve, ship): ``"items": [{"sku": str, "quantity": int >= 1}, ...]``, 1-100
   entries, as in the submission message;
 - money (charge): ``"amount": int >= 1`` in minor units (cents) and ``"currency"``, three
   upper-case letters; any other field is refused, so no card data can reach the service.

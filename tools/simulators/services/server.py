@@ -1,17 +1,16 @@
 """Running the simulated services, all on one port: in-process, on a thread, or as a command.
 
-Fulfilment is served at the root and stock, payment and shipping under ``/stock``,
-``/payment`` and ``/shipping`` (`simulators.services.declarations`), each with its own
-ledger, fault plan, ``/ledger``, ``/stats`` and ``/faults`` (`simulators.services.api`).
+Stock, payment and shipping are served under ``/stock``, ``/payment`` and ``/shipping``
+(`simulators.services.declarations`), each with its own ledger, fault plan, ``/ledger``,
+``/stats`` and ``/faults`` (`simulators.services.api`).
 
 - `SimulatedServices`: ``await start()`` / ``await stop()`` on the caller's event loop; binds
   127.0.0.1 on an ephemeral port unless told otherwise (``.port``, ``.base_url``,
   ``.url(service)``: the service's base URL, what its agent's ``*_SERVICE_URL`` setting names).
 - `SimulatedServicesThread`: the same services on their own thread and loop, as a context
   manager, for callers without an event loop.
-- ``python -m tools.simulators.services --port 0 --faults PRESET --seed S [--ledger FILE]``
-  (``python -m tools.simulators.fulfilment`` is the same command): prints
-  ``listening on 127.0.0.1:<port>`` once it serves, and exits 0 on SIGTERM or SIGINT.
+- ``python -m tools.simulators.services --port 0 --faults PRESET --seed S [--ledger FILE]``:
+  prints ``listening on 127.0.0.1:<port>`` once it serves, and exits 0 on SIGTERM or SIGINT.
   ``--faults`` names a preset of `simulators.services.faults` (``none`` by default); each
   service gets that preset's plan for it.
 
@@ -71,7 +70,7 @@ class SimulatedServices:
         ledger_path: Path | None = None,
         now: Callable[[], dt.datetime] = utc_now,
     ) -> None:
-        self._plans = {name: FaultPlan.preset("none") for name in SERVICES}
+        self._plans = {name: FaultPlan.preset("none", name) for name in SERVICES}
         for name, plan in (plans or {}).items():
             declaration(name).check_plan(plan)
             self._plans[name] = plan
@@ -277,11 +276,11 @@ class SimulatedServicesThread:
             loop.close()
 
 
-def _parse_arguments(prog: str, argv: Sequence[str] | None) -> argparse.Namespace:
+def _parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog=prog,
-        description="Simulated remote services the order agents call: fulfilment at the root, "
-        "stock, payment and shipping under /stock, /payment and /shipping.",
+        prog="python -m tools.simulators.services",
+        description="Simulated remote services the order agents call: stock, payment and "
+        "shipping under /stock, /payment and /shipping.",
     )
     parser.add_argument("--host", default=LOOPBACK, help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one")
@@ -319,10 +318,8 @@ async def _serve(arguments: argparse.Namespace) -> None:
         await services.stop()
 
 
-def main(
-    argv: Sequence[str] | None = None, prog: str = "python -m tools.simulators.services"
-) -> int:
-    arguments = _parse_arguments(prog, argv)
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = _parse_arguments(argv)
     if arguments.telemetry_export:
         from devhost import telemetry
 
