@@ -1,7 +1,7 @@
 """Shared helpers of the end-to-end tests: the real local pipeline seen by a client app.
 
-`running_pipeline` starts what `demo.pipeline.local_pipeline` starts (embedded broker, simulated
-fulfilment service, devhost running ``function_app:app`` on real time) and hands the test an
+`running_pipeline` starts what `tools.demo.pipeline.local_pipeline` starts (embedded broker,
+the simulated services, devhost running ``function_app:app``) and hands the test an
 `E2E`: a Service Bus client that sends orders like an app and reads what an app or an operator
 would read (status replies, operator alerts, dead letters), plus the app's own stores through
 ``bootstrap.services()`` (the devhost runs the app in this process) and the Durable engine's
@@ -34,11 +34,9 @@ import bootstrap
 from domain.contracts import Order
 from domain.records import StateRecord, parse_utc
 from tools.demo.pipeline import DEMO_REPLY_QUEUE, Pipeline, local_pipeline
-from tools.simulators.fulfilment import FaultPlan
-from tools.simulators.services import Role, SimulatedServices
+from tools.simulators.services import FaultPlan, Role, SimulatedServices
 
 ORDERS = "orders"
-AGENT_REQUESTS = "agent-requests"
 AGENT_RESPONSES = "agent-responses"
 ALERTS = "operator-alerts"
 REPLIES = DEMO_REPLY_QUEUE
@@ -451,18 +449,6 @@ def raised_events(status: OrchestrationStatus) -> list[dict[str, Any]]:
     ]
 
 
-def running_pipeline(
-    work_dir: Path,
-    *,
-    faults: FaultPlan | None = None,
-    settings: Mapping[str, str] | None = None,
-    virtual_time: bool = False,
-) -> contextlib.AbstractAsyncContextManager[E2E]:
-    """The pipeline with a client; on a clean exit, no trigger listener may have died.
-    ``virtual_time`` as in `running_step_pipeline`."""
-    return _running(work_dir, settings, virtual_time, faults=faults)
-
-
 @contextlib.asynccontextmanager
 async def _running(
     work_dir: Path,
@@ -487,16 +473,14 @@ async def _running(
         assert pipeline.host.listener_failures == []
 
 
-# -- the step workflow (workflow version 2) -------------------------------------------------
-
 STOCK_REQUESTS = "stock-requests"
 PAYMENT_REQUESTS = "payment-requests"
 SHIPPING_REQUESTS = "shipping-requests"
-STEP_AGENT_REQUESTS = (STOCK_REQUESTS, PAYMENT_REQUESTS, SHIPPING_REQUESTS)
+AGENT_REQUESTS = (STOCK_REQUESTS, PAYMENT_REQUESTS, SHIPPING_REQUESTS)
 STEP_SERVICES = ("stock", "payment", "shipping")
 
 
-def running_step_pipeline(
+def running_pipeline(
     work_dir: Path,
     *,
     service_faults: Mapping[str, FaultPlan] | None = None,
@@ -504,7 +488,7 @@ def running_step_pipeline(
     worker_processes: int = 0,
     virtual_time: bool = False,
 ) -> contextlib.AbstractAsyncContextManager[E2E]:
-    """`running_pipeline` with fault plans for the step services, by service name (``stock``,
+    """The pipeline with a client, and fault plans for the services by name (``stock``,
     ``payment``, ``shipping``); on a clean exit, no trigger listener may have died.
 
     ``worker_processes`` > 0 runs the app in that many language worker processes, each with

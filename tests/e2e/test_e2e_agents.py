@@ -14,7 +14,6 @@ import dataclasses
 import datetime as dt
 import json
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,25 +21,24 @@ import pytest
 from devhost.testing import eventually
 
 import bootstrap
+from adapters.codec import from_data, to_data, to_json
 from domain.agent_messages import AgentOutcome, AgentResponse
 from domain.contracts import Order
-from domain.records import ProcessState, format_utc
+from domain.records import ProcessState
 from domain.transitions import claim, new_record
-from domain.workflow import DEFAULT_ORDER_STEPS
-from orchestrators.payloads import StepCall, StepStarted
-from orchestrators.step_payloads import StepRef, StepWrite, StepWritten
+from domain.workflow import DEFAULT_ORDER_STEPS, Step
+from orchestrators.order_workflow import BEGIN_STEP, RUN_STEP
+from orchestrators.payloads import StepWrite, StepWritten
 from tests.e2e.e2e_helpers import (
     AGENT_REQUESTS,
     AGENT_RESPONSES,
     ALERTS,
     REPLIES,
-    STEP_AGENT_REQUESTS,
     STEP_SERVICES,
     STOCK_REQUESTS,
     order_body,
     raised_events,
     running_pipeline,
-    running_step_pipeline,
     scheduled_activities,
 )
 from tools.simulators.services import FaultKind, FaultPlan, FaultRule, Role
@@ -90,7 +88,7 @@ async def test_e3_e4_late_and_duplicate_responses_change_nothing(
             FaultRule(FaultKind.LATENCY, order_id="o-late", operation="charge", delay_seconds=3),
         )
     )
-    async with running_step_pipeline(tmp_path, service_faults={"payment": slow_charge}) as e2e:
+    async with running_pipeline(tmp_path, service_faults={"payment": slow_charge}) as e2e:
         await e2e.submit(order_body("o-late"), message_id="o-late")
         await e2e.statuses("o-late", "in-progress")
         earlier = AgentResponse(
@@ -99,13 +97,13 @@ async def test_e3_e4_late_and_duplicate_responses_change_nothing(
             outcome=AgentOutcome.FAILED,
             detail="an answer to a request the orchestration is not waiting for",
         )
-        await e2e.send(AGENT_RESPONSES, earlier.to_json(), message_id="o-late:stray-in-flight")
+        await e2e.send(AGENT_RESPONSES, to_json(earlier), message_id="o-late:stray-in-flight")
 
         replies = await e2e.statuses("o-late", "completed")
 
         assert _trail(replies) == COMPLETED_IN_ATTEMPT_1[2:], "no step failed"
         instance = await e2e.finished_instance("o-late:1")
-        assert earlier.to_document() in raised_events(instance), "the stray reached the instance"
+        assert to_data(earlier) in raised_events(instance), "the stray reached the instance"
         assert instance.output == {"outcome": "completed"}
         await e2e.drained(AGENT_RESPONSES, "the agents' answers were consumed")
         completed = await e2e.record("o-late")
@@ -124,9 +122,9 @@ async def test_e3_e4_late_and_duplicate_responses_change_nothing(
             instance_id="o-ghost:1",
             outcome=AgentOutcome.SUCCEEDED,
         )
-        await e2e.send(AGENT_RESPONSES, failure.to_json(), message_id=failure.message_id)
-        await e2e.send(AGENT_RESPONSES, failure.to_json(), message_id="o-late:resent-by-hand")
-        await e2e.send(AGENT_RESPONSES, stray.to_json(), message_id=stray.message_id)
+        await e2e.send(AGENT_RESPONSES, to_json(failure), message_id=failure.message_id)
+        await e2e.send(AGENT_RESPONSES, to_json(failure), message_id="o-late:resent-by-hand")
+        await e2e.send(AGENT_RESPONSES, to_json(stray), message_id=stray.message_id)
         await eventually(
             lambda: (
                 "late agent response dropped instance.id=o-late:1" in caplog.text
@@ -164,9 +162,9 @@ async def test_e1_the_activity_shaped_agent_needs_no_agent_queue(
 
         assert _trail(replies) == COMPLETED_IN_ATTEMPT_1
         instance = await e2e.finished_instance("o-activity:1")
-        assert scheduled_activities(instance).count("run_step_in_activity") == 3
+        assert scheduled_activities(instance).count(RUN_STEP) == 3
         sent = e2e.app_sent()
-        for queue in (*STEP_AGENT_REQUESTS, AGENT_REQUESTS, AGENT_RESPONSES):
+        for queue in (*AGENT_REQUESTS, AGENT_RESPONSES):
             assert sent[queue] == 0, f"a message went to {queue}"
         for function in (*STEP_AGENT_FUNCTIONS, RESPONSE_FUNCTION):
             assert _invocations(caplog, function) == 0, f"{function} ran"
@@ -177,76 +175,25 @@ async def test_e1_the_activity_shaped_agent_needs_no_agent_queue(
         assert record.process_state is ProcessState.PROCESSED
 
 
-@dataclasses.dataclass(frozen=True)
-class FirstWrite:
-    """The activity that begins an attempt's first step in one workflow version (C7), and
-    where the agent request it sends goes: the step workflow's `begin_step` for new orders,
-    the one-step workflow's `begin_attempt` for version-1 orders still in flight."""
-
-    activity: str
-    steps: tuple[str, ...]
-    request_queue: str
-    agent_function: str
-    service: str
-    step: str
-    call: Callable[[str, int, str], dict[str, Any]]
-    answer: Callable[[Any], tuple[bool, dict[str, Any] | None]]
+def _begin_first_step(order_id: str, attempt: int) -> Any:
+    """The first write of an attempt as the orchestration calls it (D6: its own deadline)."""
+    now = bootstrap.now()
+    return to_data(
+        StepWrite(
+            order_id,
+            attempt,
+            now,
+            step=Step(0, DEFAULT_ORDER_STEPS[0]),
+            complete_by=now + dt.timedelta(minutes=5),
+        )
+    )
 
 
-def _begin_step(order_id: str, attempt: int, at: str) -> dict[str, Any]:
-    first = StepRef(0, DEFAULT_ORDER_STEPS[0])
-    return StepWrite(order_id, attempt, at, step=first, agent_transport="servicebus").to_dict()
-
-
-def _begin_attempt(order_id: str, attempt: int, at: str) -> dict[str, Any]:
-    return StepCall(order_id, attempt, at, agent_transport="servicebus").to_dict()
-
-
-def _step_written(result: Any) -> tuple[bool, dict[str, Any] | None]:
-    written = StepWritten.from_dict(result)
-    return written.applied, written.request
-
-
-def _step_started(result: Any) -> tuple[bool, dict[str, Any] | None]:
-    started = StepStarted.from_dict(result)
-    return started.applied, started.request
-
-
-FIRST_WRITES = [
-    pytest.param(
-        FirstWrite(
-            "begin_step",
-            DEFAULT_ORDER_STEPS,
-            STOCK_REQUESTS,
-            "stock_agent",
-            "stock",
-            "reserve-stock",
-            _begin_step,
-            _step_written,
-        ),
-        id="step-workflow",
-    ),
-    pytest.param(
-        FirstWrite(
-            "begin_attempt",
-            (),
-            AGENT_REQUESTS,
-            "fulfil_order_request",
-            "fulfilment",
-            "fulfil",
-            _begin_attempt,
-            _step_started,
-        ),
-        id="one-step-workflow",
-    ),
-]
-
-
-def _claimed(order_id: str, steps: tuple[str, ...], *, locked_attempt: int) -> None:
+def _claimed(order_id: str, *, locked_attempt: int) -> None:
     """A Processing record of `order_id` whose lock belongs to attempt `locked_attempt`."""
     app = bootstrap.services()
     now = bootstrap.now()
-    created = app.states.create(new_record(order_id, None, now, steps)).record
+    created = app.states.create(new_record(order_id, None, now, DEFAULT_ORDER_STEPS)).record
     claimed = app.states.replace(
         claim(created, now=now, claim_deadline=now + dt.timedelta(minutes=5))
     )
@@ -263,51 +210,45 @@ def _order(order_id: str) -> Order:
     return Order.from_document(json.loads(order_body(order_id)))
 
 
-@pytest.mark.parametrize("first", FIRST_WRITES)
 async def test_e4_c8_the_write_that_begins_a_step_run_twice_sends_the_agent_one_request(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, first: FirstWrite
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A retried first write of an attempt (C8) sends the same request again with the same
     MessageId: duplicate detection keeps one, so the agent works once (E4)."""
     caplog.set_level(logging.DEBUG, logger="devhost.invocation")
     async with running_pipeline(tmp_path, settings=NEVER_ON_ITS_OWN) as e2e:
-        await asyncio.to_thread(_claimed, "o-begin", first.steps, locked_attempt=1)
-        call = first.call("o-begin", 1, _at_now())
+        await asyncio.to_thread(_claimed, "o-begin", locked_attempt=1)
+        call = _begin_first_step("o-begin", 1)
 
-        applied, request = first.answer(await e2e.pipeline.host.invoke(first.activity, call))
-        again_applied, again = first.answer(await e2e.pipeline.host.invoke(first.activity, call))
+        first = from_data(await e2e.pipeline.host.invoke(BEGIN_STEP, call), StepWritten)
+        again = from_data(await e2e.pipeline.host.invoke(BEGIN_STEP, call), StepWritten)
 
-        assert applied
-        assert again_applied
-        assert request is not None
-        assert request == again
-        assert request["requestId"] == f"o-begin:1:{first.step}"
-        assert e2e.app_sent()[first.request_queue] == 2, "both runs sent"
-        await e2e.drained(first.request_queue, "the agent took its request")
+        assert first.applied
+        assert again.applied
+        assert first.request is not None
+        assert first.request == again.request
+        assert first.request.request_id == "o-begin:1:reserve-stock"
+        assert e2e.app_sent()[STOCK_REQUESTS] == 2, "both runs sent"
+        await e2e.drained(STOCK_REQUESTS, "the agent took its request")
         await e2e.drained(AGENT_RESPONSES, "the agent's answer was consumed")
-        assert _invocations(caplog, first.agent_function) == 1
-        assert len(e2e.pipeline.services.ledger_entries(first.service, "o-begin")) == 1
+        assert _invocations(caplog, "stock_agent") == 1
+        assert len(e2e.pipeline.services.ledger_entries("stock", "o-begin")) == 1
 
 
-@pytest.mark.parametrize("first", FIRST_WRITES)
 async def test_d4_the_write_that_begins_a_step_of_a_stale_attempt_sends_no_request(
-    tmp_path: Path, first: FirstWrite
+    tmp_path: Path,
 ) -> None:
     """When the record's lock belongs to a later attempt, the write that would begin its
     first step writes nothing and the agent is not asked (D4): a stale attempt starts no
     work."""
     async with running_pipeline(tmp_path, settings=NEVER_ON_ITS_OWN) as e2e:
-        await asyncio.to_thread(_claimed, "o-behind", first.steps, locked_attempt=2)
+        await asyncio.to_thread(_claimed, "o-behind", locked_attempt=2)
         before = await e2e.record("o-behind")
-        call = first.call("o-behind", 1, _at_now())
+        call = _begin_first_step("o-behind", 1)
 
-        applied, request = first.answer(await e2e.pipeline.host.invoke(first.activity, call))
+        written = from_data(await e2e.pipeline.host.invoke(BEGIN_STEP, call), StepWritten)
 
-        assert (applied, request) == (False, None)
-        assert e2e.app_sent()[first.request_queue] == 0
+        assert (written.applied, written.request) == (False, None)
+        assert e2e.app_sent()[STOCK_REQUESTS] == 0
         assert await e2e.record("o-behind") == before
-        assert await e2e.pending(first.request_queue) == []
-
-
-def _at_now() -> str:
-    return format_utc(bootstrap.now())
+        assert await e2e.pending(STOCK_REQUESTS) == []

@@ -44,7 +44,7 @@ from tools.demo.pipeline import (
     sample_settings,
 )
 from tools.demo.report import FINAL_STATES
-from tools.simulators.fulfilment import FaultPlan, FulfilmentService
+from tools.simulators.services import SimulatedServices
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -71,19 +71,17 @@ async def pipeline_with_a_crashing_broker(
     with a journal so that it can be killed and started again without losing messages."""
     broker = BrokerProcess(BROKER_CONFIG, data=work_dir / "broker.sqlite")
     await asyncio.to_thread(broker.start)
-    fulfilment = FulfilmentService(FaultPlan.preset("none"), seed=3)
+    services = SimulatedServices(seed=3)
     host: DevHost | None = None
     try:
-        await fulfilment.start()
+        await services.start()
         values = {
             **sample_settings(),
             **LOCAL_SETTINGS,
             "STATE_STORE": "sqlite",
             "ServiceBusConnection": broker.connection_string,
-            "FULFILMENT_SERVICE_URL": fulfilment.base_url,
             **{
-                f"{service.upper()}_SERVICE_URL": fulfilment.services.url(service)
-                for service in STEP_SERVICES
+                f"{service.upper()}_SERVICE_URL": services.url(service) for service in STEP_SERVICES
             },
             "SQLITE_DIRECTORY": str(work_dir / "stores"),
             **RESTART_SETTINGS,
@@ -97,12 +95,12 @@ async def pipeline_with_a_crashing_broker(
         )
         host = DevHost(options, AppSettings(values))
         await host.start()
-        yield Pipeline(broker, fulfilment, host), broker, Settings.from_environ(values)
+        yield Pipeline(broker, services, host), broker, Settings.from_environ(values)
     finally:
         if host is not None:
             await host.stop()
         await bootstrap.shutdown()
-        await fulfilment.stop()
+        await services.stop()
         await asyncio.to_thread(broker.stop)
 
 
@@ -209,7 +207,6 @@ async def test_orders_finish_as_without_kills_when_the_broker_crashes_three_time
     assert failures == []
     assert set(restarts) == {
         "receive_order",
-        "fulfil_order_request",
         "stock_agent",
         "payment_agent",
         "shipping_agent",

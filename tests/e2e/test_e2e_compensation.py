@@ -27,7 +27,7 @@ from tests.e2e.e2e_helpers import (
     QUICK_RECOVERY,
     compensation_began_at,
     order_body,
-    running_step_pipeline,
+    running_pipeline,
     scheduled_activities,
     side_effects_against_compensation,
 )
@@ -97,7 +97,7 @@ async def test_c1_c2_a_declined_payment_releases_the_stock_and_ends_compensated(
     compensation log holds the reservation's reference only (C3); no operator is alerted."""
     order = "o-declined"
     payment = every_time(FaultKind.PERMANENT, order, "charge")
-    async with running_step_pipeline(
+    async with running_pipeline(
         tmp_path, service_faults={"payment": payment}, settings=store_settings, virtual_time=True
     ) as e2e:
         await e2e.submit(order_body(order), message_id=order)
@@ -164,7 +164,7 @@ async def test_c2_an_undo_that_cannot_be_done_ends_compensation_failed_and_stops
         "shipping": every_time(FaultKind.DISPATCHED, order, "ship"),
         "payment": every_time(FaultKind.PERMANENT, order, "charge"),
     }
-    async with running_step_pipeline(
+    async with running_pipeline(
         tmp_path, service_faults=faults, settings=settings, virtual_time=True
     ) as e2e:
         await e2e.submit(order_body(order), message_id=order)
@@ -231,7 +231,7 @@ async def test_u4_c1_an_attempt_that_keeps_timing_out_is_given_up_and_compensate
     the stock. The order ends Compensated with a `compensated` status and no alert."""
     order = "o-no-answer"
     payment = every_time(FaultKind.HANG, order, "charge")
-    async with running_step_pipeline(
+    async with running_pipeline(
         tmp_path, service_faults={"payment": payment}, settings=QUICK, virtual_time=True
     ) as e2e:
         await e2e.submit(order_body(order), message_id=order)
@@ -298,7 +298,7 @@ async def test_c2_a_stalled_compensation_is_resumed_where_it_stopped(tmp_path: P
             rules=(FaultRule(FaultKind.HANG, order_id=order, operation="release", times=1),)
         ),
     }
-    async with running_step_pipeline(
+    async with running_pipeline(
         tmp_path, service_faults=faults, settings=QUICK, virtual_time=True
     ) as e2e:
         await e2e.submit(order_body(order), message_id=order)

@@ -27,7 +27,7 @@ from tests.e2e.e2e_helpers import (
     Delivered,
     compensation_began_at,
     order_body,
-    running_step_pipeline,
+    running_pipeline,
     side_effects_against_compensation,
 )
 from tools.demo.pipeline import REPOSITORY
@@ -93,7 +93,7 @@ async def test_e8_the_console_lists_shows_and_resubmits_and_a_second_operator_ge
     tmp_path: Path,
 ) -> None:
     order = "o-console"
-    async with running_step_pipeline(tmp_path, service_faults=refused_once(order)) as e2e:
+    async with running_pipeline(tmp_path, service_faults=refused_once(order)) as e2e:
         await in_error(e2e, order)
 
         for method, path in (
@@ -169,7 +169,7 @@ async def test_e8_the_console_lists_shows_and_resubmits_and_a_second_operator_ge
 async def test_c1_an_operator_cancels_a_running_order_and_it_compensates(tmp_path: Path) -> None:
     order = "o-cancel"
     hang = {"stock": FaultPlan(rules=(once(FaultKind.HANG, order, "reserve"),))}
-    async with running_step_pipeline(tmp_path, service_faults=hang, settings=SLOW_STEPS) as e2e:
+    async with running_pipeline(tmp_path, service_faults=hang, settings=SLOW_STEPS) as e2e:
         await e2e.submit(order_body(order), message_id=order)
         await e2e.wait_for_record(
             order, lambda r: r.current_step == "reserve-stock", "running reserve-stock"
@@ -203,7 +203,7 @@ async def test_c2_an_operator_retries_a_failed_compensation_until_it_compensates
         ),
         "stock": FaultPlan(rules=(once(FaultKind.PERMANENT, order, "release"),)),
     }
-    async with running_step_pipeline(tmp_path, service_faults=faults) as e2e:
+    async with running_pipeline(tmp_path, service_faults=faults) as e2e:
         await e2e.submit(order_body(order), message_id=order)
         await e2e.wait_for_record(
             order,
@@ -261,7 +261,7 @@ async def test_e8_the_cli_lists_shows_and_resubmits_with_the_devhost_keys_file(
     tmp_path: Path,
 ) -> None:
     order = "o-cli"
-    async with running_step_pipeline(tmp_path, service_faults=refused_once(order)) as e2e:
+    async with running_pipeline(tmp_path, service_faults=refused_once(order)) as e2e:
         await in_error(e2e, order)
         keys_file = str(tmp_path / "devhost" / "keys.json")
         assert FunctionKeys.read(tmp_path / "devhost").function == function_key(e2e)
@@ -310,7 +310,7 @@ async def test_dead_letters_are_triaged_once_each_through_http_and_the_cli(
     """DLQ triage: invalid submissions are dead-lettered (S3); an operator lists them with
     reason and description, discards one - a second operator discarding it too gets 409 -
     and resubmits the other to the orders queue, where it is handled again."""
-    async with running_step_pipeline(tmp_path) as e2e:
+    async with running_pipeline(tmp_path) as e2e:
         for message_id in ("bad-1", "bad-2", "bad-3"):
             await e2e.submit("not json", message_id=message_id)
         await dead_letters_of_orders(e2e, 3)

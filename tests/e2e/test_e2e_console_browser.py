@@ -15,7 +15,7 @@ from typing import Any
 from devhost.testing import eventually_true
 
 from domain.records import ProcessState
-from tests.e2e.e2e_helpers import ORDERS, order_body, running_step_pipeline
+from tests.e2e.e2e_helpers import ORDERS, order_body, running_pipeline
 from tests.support.browser import chromium_path, run_browser_script
 from tools.simulators.services import FaultKind, FaultPlan, FaultRule
 
@@ -43,7 +43,7 @@ async def test_e8_an_operator_resubmits_an_order_from_the_page_and_sees_it_chang
     browser = chromium_path()
     order = "o-page"
     refused = FaultRule(FaultKind.PERMANENT, order_id=order, operation="reserve", times=1)
-    async with running_step_pipeline(
+    async with running_pipeline(
         tmp_path, service_faults={"stock": FaultPlan(rules=(refused,))}
     ) as e2e:
         await e2e.submit(order_body(order), message_id=order)

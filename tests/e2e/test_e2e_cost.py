@@ -21,10 +21,10 @@ import bootstrap
 from domain.ports import OperationKind
 from domain.workflow import DEFAULT_ORDER_STEPS
 from tests.e2e.e2e_helpers import (
+    AGENT_REQUESTS,
     AGENT_RESPONSES,
     ORDERS,
     REPLIES,
-    STEP_AGENT_REQUESTS,
     order_body,
     running_pipeline,
 )
@@ -58,6 +58,6 @@ async def test_one_fault_free_order_stays_within_its_cost_budget(tmp_path: Path)
     assert point_reads + records_served_by_queries <= MAX_READS, f"store reads per order: {costs}"
     assert messages <= MAX_MESSAGES, f"Service Bus messages per order: {sent} + submission"
     assert sent[REPLIES] == STATUSES
-    assert [sent[queue] for queue in STEP_AGENT_REQUESTS] == [1] * STEPS
+    assert [sent[queue] for queue in AGENT_REQUESTS] == [1] * STEPS
     assert sent[AGENT_RESPONSES] == STEPS
     assert e2e.sent_by_client == {ORDERS: 1}

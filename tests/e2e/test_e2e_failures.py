@@ -19,6 +19,7 @@ from azure.functions.timer import TimerRequest
 from devhost.testing import eventually
 
 import bootstrap
+from adapters.codec import to_json
 from domain.agent_messages import AgentOutcome, AgentResponse
 from domain.records import ProcessState, StepState, format_utc
 from tests.e2e.e2e_helpers import (
@@ -30,7 +31,7 @@ from tests.e2e.e2e_helpers import (
     STEP_SERVICES,
     order_body,
     raised_events,
-    running_step_pipeline,
+    running_pipeline,
     scheduled_activities,
 )
 from tools.simulators.services import FaultKind, FaultPlan, FaultRule, SideEffectKind
@@ -65,7 +66,7 @@ async def test_e8_a_permanent_failure_ends_in_error_without_retries(
     nothing."""
     caplog.set_level(logging.INFO, logger="app.supervisor")
     stock = faults_for(FaultRule(FaultKind.PERMANENT, order_id="o-perm", operation="reserve"))
-    async with running_step_pipeline(
+    async with running_pipeline(
         tmp_path, service_faults={"stock": stock}, settings=QUICK_RECOVERY, virtual_time=True
     ) as e2e:
         await e2e.submit(order_body("o-perm"), message_id="o-perm")
@@ -116,7 +117,7 @@ async def test_e6_u4_an_agent_that_never_answers_is_retried_then_given_up(
     stock = faults_for(FaultRule(FaultKind.HANG, order_id="o-hang", operation="reserve"))
     # No room for a healthy step is needed here: 2 s instead of 10 also ends each hung call soon.
     settings = {**QUICK_RECOVERY, "STEP_TIMEOUT_SECONDS": "2"}
-    async with running_step_pipeline(
+    async with running_pipeline(
         tmp_path, service_faults={"stock": stock}, settings=settings, virtual_time=True
     ) as e2e:
         await e2e.submit(order_body("o-hang"), message_id="o-hang")
@@ -163,7 +164,7 @@ async def test_u4_a_fault_that_heals_after_the_first_attempt_completes_on_the_se
     payment = faults_for(
         FaultRule(FaultKind.TRANSIENT, order_id="o-heal", operation="charge", attempt=1)
     )
-    async with running_step_pipeline(
+    async with running_pipeline(
         tmp_path, service_faults={"payment": payment}, settings=QUICK_RECOVERY, virtual_time=True
     ) as e2e:
         await e2e.submit(order_body("o-heal"), message_id="o-heal")
@@ -207,7 +208,7 @@ async def test_d4_e5_e7_a_stale_attempt_changes_nothing_and_nothing_happens_twic
         FaultRule(FaultKind.LOST_RESPONSE, order_id="o-stale", attempt=1, times=1),
         FaultRule(FaultKind.LATENCY, order_id="o-stale", attempt=1, skip=1, delay_seconds=30),
     )
-    async with running_step_pipeline(
+    async with running_pipeline(
         tmp_path, service_faults={"shipping": shipping}, settings=QUICK_RECOVERY, virtual_time=True
     ) as e2e:
         await e2e.submit(order_body("o-stale"), message_id="o-stale")
@@ -264,12 +265,14 @@ def _sweeps(caplog: pytest.LogCaptureFixture) -> int:
 
 
 def _stale_success(instance_id: str, step: str, reference: str) -> str:
-    return AgentResponse(
-        request_id=f"{instance_id}:{step}",
-        instance_id=instance_id,
-        outcome=AgentOutcome.SUCCEEDED,
-        reference=reference,
-    ).to_json()
+    return to_json(
+        AgentResponse(
+            request_id=f"{instance_id}:{step}",
+            instance_id=instance_id,
+            outcome=AgentOutcome.SUCCEEDED,
+            reference=reference,
+        )
+    )
 
 
 @pytest.mark.parametrize(
@@ -298,7 +301,7 @@ async def test_u2_an_order_stuck_past_the_sweep_window_is_recovered_and_alerted_
     }
     if catch_up_window_seconds is not None:
         settings["SUPERVISOR_CATCHUP_WINDOW_SECONDS"] = str(catch_up_window_seconds)
-    async with running_step_pipeline(
+    async with running_pipeline(
         tmp_path, service_faults={"stock": stock}, settings=settings, virtual_time=True
     ) as e2e:
         host = e2e.pipeline.host

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.e2e_helpers import order_body, running_step_pipeline
+from tests.e2e.e2e_helpers import order_body, running_pipeline
 from tests.unit.test_structured_logs import fields
 from tools.simulators.services import FaultKind, FaultPlan, FaultRule
 
@@ -34,7 +34,7 @@ async def test_c9_the_step_activities_log_key_value_lines_with_the_ids_and_never
     declined = FaultPlan(
         rules=(FaultRule(FaultKind.PERMANENT, order_id=ORDER, operation="charge"),)
     )
-    async with running_step_pipeline(
+    async with running_pipeline(
         tmp_path, service_faults={"payment": declined}, worker_processes=1
     ) as e2e:
         await e2e.submit(order_body(ORDER, customer_id=CUSTOMER), message_id=ORDER)

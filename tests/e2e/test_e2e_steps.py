@@ -20,12 +20,11 @@ from tests.e2e.e2e_helpers import (
     AGENT_RESPONSES,
     E2E,
     QUICK_RECOVERY,
-    STEP_AGENT_REQUESTS,
     STEP_SERVICES,
     compensation_began_at,
     episodes,
     order_body,
-    running_step_pipeline,
+    running_pipeline,
     scheduled_activities,
     side_effects_against_compensation,
     timer_deadlines,
@@ -71,7 +70,7 @@ async def test_c8_a_lost_answer_is_asked_again_by_the_agent_and_charged_once(
     payment = FaultPlan(
         rules=(FaultRule(FaultKind.LOST_RESPONSE, order_id=order, operation="charge", times=1),)
     )
-    async with running_step_pipeline(
+    async with running_pipeline(
         tmp_path, service_faults={"payment": payment}, settings=QUICK_RECOVERY, virtual_time=True
     ) as e2e:
         await e2e.submit(order_body(order), message_id=order)
@@ -119,7 +118,7 @@ async def test_c10_c8_the_next_attempt_resumes_at_the_step_not_completed(tmp_pat
             ),
         )
     )
-    async with running_step_pipeline(
+    async with running_pipeline(
         tmp_path, service_faults={"payment": payment}, settings=QUICK_RECOVERY, virtual_time=True
     ) as e2e:
         await e2e.submit(order_body(order), message_id=order)
@@ -174,7 +173,7 @@ async def test_e1_activity_agents_use_no_queue_to_complete_or_to_compensate(
     payment = FaultPlan(
         rules=(FaultRule(FaultKind.PERMANENT, order_id=declined, operation="charge"),)
     )
-    async with running_step_pipeline(
+    async with running_pipeline(
         tmp_path, service_faults={"payment": payment}, settings={"AGENT_TRANSPORT": "activity"}
     ) as e2e:
         await e2e.submit(order_body("o-act"), message_id="o-act")
@@ -217,7 +216,7 @@ async def test_e1_activity_agents_use_no_queue_to_complete_or_to_compensate(
             "finish_undo",
         ]
         sent = e2e.app_sent()
-        for queue in (*STEP_AGENT_REQUESTS, AGENT_REQUESTS, AGENT_RESPONSES):
+        for queue in (*AGENT_REQUESTS, AGENT_RESPONSES):
             assert sent[queue] == 0, f"the app sent {sent[queue]} message(s) to {queue}"
             assert await e2e.peek(queue) == []
         assert effects(e2e, "stock", declined) == [
@@ -239,7 +238,7 @@ async def test_order_steps_of_one_step_run_that_step_alone(tmp_path: Path) -> No
     """ORDER_STEPS=ship-order: a new order's workflow is that one step; the app hears
     received, in-progress ship-order, completed, and only the shipping service is called."""
     order = "o-ship-only"
-    async with running_step_pipeline(
+    async with running_pipeline(
         tmp_path, settings={"ORDER_STEPS": "ship-order"}, virtual_time=True
     ) as e2e:
         await e2e.submit(order_body(order), message_id=order)

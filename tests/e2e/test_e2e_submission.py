@@ -20,16 +20,15 @@ from observability.metrics import (
     REJECTED_BACKLOG_FULL,
 )
 from tests.e2e.e2e_helpers import (
+    AGENT_REQUESTS,
     AGENT_RESPONSES,
     ALERTS,
     ORDERS,
     REPLIES,
-    STEP_AGENT_REQUESTS,
     STEP_SERVICES,
     Delivered,
     order_body,
     running_pipeline,
-    running_step_pipeline,
 )
 from tools.demo.metrics import read as read_metrics
 from tools.simulators.services.faults import FaultKind, FaultPlan, FaultRule
@@ -171,7 +170,7 @@ async def test_r1_only_allow_listed_reply_queues_get_status_messages(tmp_path: P
         for service in STEP_SERVICES:
             assert len(e2e.pipeline.services.ledger_entries(service, "o-silent")) == 1
         assert await e2e.pending(REPLIES) == []
-        assert set(e2e.app_sent()) <= {*STEP_AGENT_REQUESTS, AGENT_RESPONSES, ALERTS}, (
+        assert set(e2e.app_sent()) <= {*AGENT_REQUESTS, AGENT_RESPONSES, ALERTS}, (
             "no status message was sent to any queue"
         )
 
@@ -205,7 +204,7 @@ async def test_c5_a_slow_downstream_keeps_the_backlog_bounded_and_the_excess_is_
             for order_id in order_ids
         )
 
-    async with running_step_pipeline(
+    async with running_pipeline(
         tmp_path, service_faults={"stock": slow_stock}, settings=bounds, worker_processes=1
     ) as e2e:
         async with e2e.watching_backlog() as backlog:

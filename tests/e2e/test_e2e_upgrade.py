@@ -27,6 +27,7 @@ from devhost.servicebus.config import load_config
 from devhost.servicebus.server import ServiceBusBroker
 from devhost.settings import AppSettings
 from devhost.testing import eventually
+from tools.simulators.fulfilment import FaultKind, FaultPlan, FaultRule, FulfilmentService
 
 import bootstrap
 from adapters.sqlite_store import open_sqlite_stores
@@ -39,7 +40,6 @@ from tools.demo.pipeline import (
     REPOSITORY,
     sample_settings,
 )
-from tools.simulators.fulfilment import FaultKind, FaultPlan, FaultRule, FulfilmentService
 
 # A backstop only: every stage below has its own bound, so a stall fails naming its stage.
 pytestmark = pytest.mark.timeout(480)

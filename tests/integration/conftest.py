@@ -7,7 +7,7 @@ import aiohttp
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from tests.integration.simulators.fulfilment_calls import TIMEOUT
+from tests.integration.simulators.service_calls import TIMEOUT
 from tests.support.metric_points import bound_reader
 from tools.simulators.services import SimulatedServices
 
