@@ -14,7 +14,12 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from domain.agent_messages import AGENT_SCHEMA_VERSION, AgentOutcome
+from domain.agent_messages import (
+    AGENT_SCHEMA_VERSION,
+    MAX_DETAIL_LENGTH,
+    MAX_REFERENCE_LENGTH,
+    AgentOutcome,
+)
 from domain.contracts import (
     MAX_CUSTOMER_ID_LENGTH,
     MAX_ITEMS,
@@ -198,15 +203,16 @@ def submissions(draw: st.DrawFn) -> Message:
 
 @st.composite
 def agent_response_documents(draw: st.DrawFn, instance_id: str, request_id: str) -> Any:
-    """An agent's answer to `request_id`: well formed (any reference and detail within the
-    bounds), or with one field broken or past its bound, or any JSON value."""
+    """An agent's answer to `request_id`, as the app's codec writes it (snake_case keys):
+    well formed (any reference and detail within the bounds), or with one field broken or
+    past its bound, or any JSON value."""
     document: dict[str, Any] = {
-        "schemaVersion": AGENT_SCHEMA_VERSION,
-        "requestId": request_id,
-        "instanceId": instance_id,
+        "schema_version": AGENT_SCHEMA_VERSION,
+        "request_id": request_id,
+        "instance_id": instance_id,
         "outcome": draw(st.sampled_from([outcome.value for outcome in AgentOutcome])),
         "detail": draw(st.none() | st.text(max_size=300)),
-        "reference": draw(st.none() | plain_text(0, 256)),
+        "reference": draw(st.none() | plain_text(1, MAX_REFERENCE_LENGTH)),
     }
     kind = draw(st.sampled_from(["valid", "valid", "broken", "json"]))
     if kind == "json":
@@ -216,8 +222,8 @@ def agent_response_documents(draw: st.DrawFn, instance_id: str, request_id: str)
         document[field] = draw(
             st.one_of(
                 JSON_VALUES,
-                st.just("x" * 2_001),
-                st.just("r" * 257),
+                st.just("x" * (MAX_DETAIL_LENGTH + 1)),
+                st.just("r" * (MAX_REFERENCE_LENGTH + 1)),
                 st.builds(lambda a, c: a + c, plain_text(0, 3), LONE_SURROGATES),
                 st.builds(lambda a, c: a + c, plain_text(0, 3), CONTROL_CHARACTERS),
             )

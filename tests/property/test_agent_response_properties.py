@@ -1,13 +1,13 @@
 """Properties of agent responses over both real stores (E3, E4, E8, C1, C8, S3, the bounds of
 contracts.md).
 
-A response body is taken in (`AgentResponse.from_json`, what the bridge does) or refused
-with an `AgentMessageError` whose text the bridge dead-letters it with (S3), never another
-exception. A response taken in is applied as the step workflow applies it - a success
-records the step Completed with its reference and logs it for compensation (C1), a failure
-writes its detail as the order's error (E8) - and the record a second host reads back is
-the record written, reference and detail unchanged. The same response applied twice (a
-redelivery, an activity run twice, C8) leaves the record as once.
+A response body is taken in (`from_json(body, AgentResponse)` of the app's codec, what the
+bridge does) or refused with a `PayloadError` whose text the bridge dead-letters it with
+(S3), never another exception. A response taken in is applied as the workflow applies it -
+a success records the step Completed with its reference and logs it for compensation (C1),
+a failure writes its detail as the order's error (E8) - and the record a second host reads
+back is the record written, reference and detail unchanged. The same response applied
+twice (a redelivery, an activity run twice, C8) leaves the record as once.
 """
 
 from __future__ import annotations
@@ -21,15 +21,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from adapters.codec import PayloadError, from_json, to_json
 from domain import transitions
 from domain.agent_messages import AgentMessageError, AgentOutcome, AgentResponse
 from domain.contracts import Order, OrderItem
-from domain.policies import Timeouts, step_deadline
+from domain.policies import Timeouts, compensation_deadline, step_deadline
 from domain.ports import OrderStore, StateStore
 from domain.records import InstanceId, ProcessState, StateRecord, StepState
 from domain.transitions import new_record
-from services import step_writes
-from services.step_writes import Done
+from domain.workflow import Step
+from services import steps
+from services.steps import Written
 from tests.integration.stores.store_backends import StoreFactory
 from tests.property.conftest import unique_order_id
 from tests.property.strategies import agent_response_documents
@@ -37,7 +39,6 @@ from tests.property.strategies import agent_response_documents
 NOW = datetime(2026, 9, 1, 10, 0, tzinfo=UTC)
 TIMEOUTS = Timeouts(claim_seconds=60, step_seconds=30, compensation_seconds=30)
 STEPS = ("reserve-stock", "charge-payment")
-REPLY_QUEUES = frozenset({"replies-a"})
 
 
 @pytest.fixture(scope="module")
@@ -56,15 +57,13 @@ def running_first_step(states: StateStore, orders: OrderStore) -> tuple[Instance
         transitions.claim(created, now=NOW, claim_deadline=NOW + timedelta(seconds=60))
     )
     instance = InstanceId(order_id, claimed.attempt)
-    started = step_writes.begin_step(
+    started = steps.begin_step(
         states,
         instance,
-        index=0,
-        name=STEPS[0],
+        Step(0, STEPS[0]),
         done=None,
         now=NOW,
         complete_by=step_deadline(NOW, TIMEOUTS),
-        reply_queues=REPLY_QUEUES,
     )
     assert started.record is not None
     return instance, started.record
@@ -72,28 +71,24 @@ def running_first_step(states: StateStore, orders: OrderStore) -> tuple[Instance
 
 def apply(
     states: StateStore, instance: InstanceId, response: AgentResponse, now: datetime
-) -> step_writes.StepWriteOutcome:
-    """The step workflow's write for the answer to step 0 (E5, E8, C1)."""
+) -> Written:
+    """The workflow's write for the answer to step 0 (E5, E8, C1)."""
     if response.outcome is AgentOutcome.SUCCEEDED:
-        return step_writes.begin_step(
+        return steps.begin_step(
             states,
             instance,
-            index=1,
-            name=STEPS[1],
-            done=Done(0, STEPS[0], response.reference),
+            Step(1, STEPS[1]),
+            done=Step(0, STEPS[0], response.reference),
             now=now,
             complete_by=step_deadline(now, TIMEOUTS),
-            reply_queues=REPLY_QUEUES,
         )
-    return step_writes.fail_step(
+    return steps.fail_step(
         states,
         instance,
-        index=0,
-        name=STEPS[0],
+        Step(0, STEPS[0]),
         reason=response.detail or response.outcome.value,
         now=now,
-        timeouts=TIMEOUTS,
-        reply_queues=REPLY_QUEUES,
+        compensate_by=compensation_deadline(now, TIMEOUTS),
     )
 
 
@@ -109,20 +104,25 @@ def test_a_response_is_taken_or_refused_and_what_is_taken_round_trips_through_th
     document: Any = data.draw(agent_response_documents(str(instance), request_id))
     body = json.dumps(document, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
     try:
-        response = AgentResponse.from_json(body)
-    except AgentMessageError as refused:
+        response = from_json(body, AgentResponse)
+    except PayloadError as refused:
         reason = str(refused)  # the dead letter's description (activities.agent_bridge)
         assert reason
         assert fresh_states.get(instance.order_id) == running
         return
-    assert AgentResponse.from_json(body) == response
-    assert AgentResponse.from_json(response.to_json()) == response
+    assert from_json(body, AgentResponse) == response
+    assert from_json(to_json(response), AgentResponse) == response
     if response.request_id != request_id or response.instance_id != str(instance):
         # The orchestrator takes only the answer to its own request (E3); the bridge routes
         # by instance id, so a stray answer changes nothing here.
-        with pytest.raises(AgentMessageError):
-            AgentResponse.answering(request_id, {**document, "requestId": request_id + "x"})
+        if response.request_id != request_id:
+            with pytest.raises(AgentMessageError, match="came for request"):
+                response.answering(request_id)
+        with pytest.raises(AgentMessageError, match="came for request"):
+            replace(response, request_id=request_id + "x").answering(request_id)
+        assert fresh_states.get(instance.order_id) == running
         return
+    assert response.answering(request_id) == response
     first = apply(states, instance, response, NOW + timedelta(seconds=1))
     assert first.applied
     written = first.record
@@ -143,3 +143,23 @@ def test_a_response_is_taken_or_refused_and_what_is_taken_round_trips_through_th
     assert replace(again, updated_at=written.updated_at) == written, (
         "the same answer applied twice changed the record"
     )
+
+
+@pytest.mark.parametrize("field", ["request_id", "instance_id", "detail", "reference"])
+def test_a_body_that_is_no_utf_8_is_refused_with_a_reason_s3(field: str) -> None:
+    """S3: the property's rarest broken body, always: a lone surrogate written into the body
+    raw rather than as a JSON escape, so the bytes are no UTF-8. It is refused with a
+    `PayloadError`, the bridge's dead letter with a reason, like any other broken body."""
+    document = {
+        "schema_version": 1,
+        "request_id": "o-1:1:reserve-stock",
+        "instance_id": "o-1:1",
+        "outcome": AgentOutcome.FAILED.value,
+        "detail": None,
+        "reference": None,
+        field: "a\ud800",
+    }
+    body = json.dumps(document, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    with pytest.raises(PayloadError) as refused:
+        from_json(body, AgentResponse)
+    assert str(refused.value)

@@ -6,7 +6,7 @@ submissions and their resends (`services.submission`), two starters (`services.s
 and two supervisors (`services.supervisor`: sweep and catch-up), each with its own store
 objects and its own view of the records - a view read earlier and acted on later, so its
 etags may be stale (D3, U6) - orchestration attempts writing their fenced step writes
-(`services.step_writes`: begin a step, finish, fail, undo; each write possibly run twice,
+(`services.steps`: begin a step, finish, fail, undo; each write possibly run twice,
 C8; an attempt may also die silently, E6), and an operator acting on a view of their own
 (`services.operator`: resubmit, retry compensation, cancel; E8, C2). A virtual clock moves
 between the actions so that deadlines expire.
@@ -55,11 +55,12 @@ from domain.policies import (
 )
 from domain.ports import Page, PreconditionFailed, StateStore
 from domain.records import FINISHED_STATES, InstanceId, ProcessState, StateRecord, StepState
-from domain.transitions import IllegalTransition, Undo
-from services import operator, step_writes
+from domain.transitions import IllegalTransition
+from domain.workflow import Step
+from services import operator, steps
 from services.admission import BacklogGate
 from services.starter import claim_pending
-from services.step_writes import Done, StepWriteOutcome
+from services.steps import Written
 from services.submission import Accepted, submit_order
 from services.supervisor import SweepReport, catch_up, sweep
 from tests.integration.stores.store_backends import StoreFactory, cosmos_opener, sqlite_opener
@@ -146,11 +147,11 @@ class Attempt:
 
     instance: InstanceId
     index: int = 0
-    done: Done | None = None
+    done: Step | None = None
     started: bool = False
-    plan: tuple[Undo, ...] | None = None
-    undone: Undo | None = None
-    last_write: Callable[[], StepWriteOutcome] | None = field(default=None, repr=False)
+    plan: tuple[Step, ...] | None = None
+    undone: Step | None = None
+    last_write: Callable[[], Written] | None = field(default=None, repr=False)
 
     @property
     def compensating(self) -> bool:
@@ -267,7 +268,6 @@ class StateRecordModel(RuleBasedStateMachine):
             self.now,
             policy=POLICY,
             timeouts=TIMEOUTS,
-            reply_queues=REPLY_QUEUES,
         )
         for recovery in report.all_recoveries:
             if recovery.compensation_instance is not None:
@@ -343,14 +343,9 @@ class StateRecordModel(RuleBasedStateMachine):
         if attempt.plan is not None:
             undo = attempt.plan[attempt.index]
 
-            def write() -> StepWriteOutcome:
-                return step_writes.undo_failed(
-                    self.attempt_states,
-                    instance,
-                    undo,
-                    reason="refused",
-                    now=self.now,
-                    reply_queues=REPLY_QUEUES,
+            def write() -> Written:
+                return steps.undo_failed(
+                    self.attempt_states, instance, undo, reason="refused", now=self.now
                 )
 
             self._fenced(attempt, write)
@@ -358,16 +353,14 @@ class StateRecordModel(RuleBasedStateMachine):
             return
         index = attempt.index
 
-        def fail() -> StepWriteOutcome:
-            return step_writes.fail_step(
+        def fail() -> Written:
+            return steps.fail_step(
                 self.attempt_states,
                 instance,
-                index=index,
-                name=STEPS[index],
+                Step(index, STEPS[index]),
                 reason="declined",
                 now=self.now,
-                timeouts=TIMEOUTS,
-                reply_queues=REPLY_QUEUES,
+                compensate_by=compensation_deadline(self.now, TIMEOUTS),
             )
 
         outcome = self._fenced(attempt, fail)
@@ -404,16 +397,14 @@ class StateRecordModel(RuleBasedStateMachine):
         instance, index, done = attempt.instance, attempt.index, attempt.done
         if not attempt.started:
 
-            def begin() -> StepWriteOutcome:
-                return step_writes.begin_step(
+            def begin() -> Written:
+                return steps.begin_step(
                     self.attempt_states,
                     instance,
-                    index=index,
-                    name=STEPS[index],
+                    Step(index, STEPS[index]),
                     done=done,
                     now=self.now,
                     complete_by=step_deadline(self.now, TIMEOUTS),
-                    reply_queues=REPLY_QUEUES,
                 )
 
             if self._fenced(attempt, begin).applied:
@@ -421,20 +412,14 @@ class StateRecordModel(RuleBasedStateMachine):
             else:
                 self.attempts.remove(attempt)
             return
-        completed = Done(index, STEPS[index], f"ref-{instance}-{index}")
+        completed = Step(index, STEPS[index], f"ref-{instance}-{index}")
         if index + 1 < len(STEPS):
             attempt.index, attempt.done, attempt.started = index + 1, completed, False
             self._step_progresses(attempt)
             return
 
-        def finish() -> StepWriteOutcome:
-            return step_writes.finish_steps(
-                self.attempt_states,
-                instance,
-                done=completed,
-                now=self.now,
-                reply_queues=REPLY_QUEUES,
-            )
+        def finish() -> Written:
+            return steps.finish_steps(self.attempt_states, instance, completed, now=self.now)
 
         self._fenced(attempt, finish)
         self.attempts.remove(attempt)
@@ -448,8 +433,8 @@ class StateRecordModel(RuleBasedStateMachine):
         if attempt.index < len(plan):
             undo = plan[attempt.index]
 
-            def begin() -> StepWriteOutcome:
-                return step_writes.begin_undo(
+            def begin() -> Written:
+                return steps.begin_undo(
                     self.attempt_states,
                     instance,
                     undo,
@@ -464,19 +449,13 @@ class StateRecordModel(RuleBasedStateMachine):
                 self.attempts.remove(attempt)
             return
 
-        def finish() -> StepWriteOutcome:
-            return step_writes.finish_undo(
-                self.attempt_states,
-                instance,
-                undone=undone,
-                now=self.now,
-                reply_queues=REPLY_QUEUES,
-            )
+        def finish() -> Written:
+            return steps.finish_undo(self.attempt_states, instance, undone=undone, now=self.now)
 
         self._fenced(attempt, finish)
         self.attempts.remove(attempt)
 
-    def _fenced(self, attempt: Attempt, write: Callable[[], StepWriteOutcome]) -> StepWriteOutcome:
+    def _fenced(self, attempt: Attempt, write: Callable[[], Written]) -> Written:
         """Run one fenced write of `attempt`; a stale fence must change nothing (D4, E5)."""
         attempt.last_write = write
         order_id = attempt.instance.order_id

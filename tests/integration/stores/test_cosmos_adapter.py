@@ -35,7 +35,8 @@ from adapters.cosmos_store import CosmosOrderStore, CosmosStateStore, open_cosmo
 from config import Settings, SettingsError
 from domain import transitions
 from domain.ports import OperationKind, PreconditionFailed, StoreMetrics, StoreUnavailable
-from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord
+from domain.records import InstanceId, ProcessState, StateRecord
+from domain.workflow import Step
 from services.supervisor import RecoveryKind, SweepReport, catch_up, sweep
 from tests.integration.stores.store_backends import cosmos_environ
 from tests.support.cosmos_server import CosmosServer, CosmosServerMissing
@@ -45,6 +46,9 @@ FUTURE = NOW + timedelta(minutes=5)
 SDK_TIMEOUT = 30
 OPENERS = 6
 DEADLINE_INDEX_CONTAINER = Settings().cosmos_deadline_index_container
+STEPS = ("reserve-stock", "charge-payment", "ship-order")
+LAST = Step(2, STEPS[2], "ship-1")
+"""The last step, completed: what `finish_steps` records."""
 
 
 @dataclass
@@ -100,7 +104,7 @@ def cosmos(cosmos_server: CosmosServer) -> Iterator[Cosmos]:
 
 def running(order_id: str, complete_by: datetime, **changes: Any) -> StateRecord:
     record = replace(
-        transitions.new_record(order_id, None, NOW - timedelta(minutes=10)),
+        transitions.new_record(order_id, None, NOW - timedelta(minutes=10), STEPS),
         process_state=ProcessState.PROCESSING,
         attempt=1,
         locked_by=f"{order_id}:1",
@@ -158,7 +162,9 @@ def test_processes_that_start_together_all_open_a_new_database(
 def test_finished_records_expire_and_live_ones_never_do(cosmos: Cosmos) -> None:
     create(cosmos.states, running("o-1", FUTURE))
     assert "ttl" not in cosmos.state_document("o-1")
-    done = cosmos.states.fenced_update(transitions.mark_processed(InstanceId("o-1", 1), now=NOW))
+    done = cosmos.states.fenced_update(
+        transitions.finish_steps(InstanceId("o-1", 1), LAST, now=NOW)
+    )
     assert done is not None
     assert cosmos.state_document("o-1")["ttl"] == 30 * 86400
     create(cosmos.states, running("o-2", NOW - timedelta(seconds=1)))
@@ -179,7 +185,7 @@ def test_a_sweep_reads_index_entries_of_expired_records_only_u3(cosmos: Cosmos) 
     for index in range(60):
         create(cosmos.states, running(f"live-{index:02}", NOW + timedelta(minutes=index + 1)))
     for index in range(20):
-        create(cosmos.states, transitions.new_record(f"pending-{index:02}", None, NOW))
+        create(cosmos.states, transitions.new_record(f"pending-{index:02}", None, NOW, STEPS))
     for index in range(3):
         create(cosmos.states, running(f"late-{index}", NOW - timedelta(minutes=index + 1)))
     hidden = create(cosmos.states, running("unindexed", NOW - timedelta(minutes=1)))
@@ -193,7 +199,6 @@ def test_a_sweep_reads_index_entries_of_expired_records_only_u3(cosmos: Cosmos) 
         NOW,
         policy=cosmos.settings.supervisor_policy,
         timeouts=cosmos.settings.timeouts,
-        reply_queues=cosmos.settings.reply_queues,
     )
     assert sorted(r.record.order_id for r in report.recoveries) == ["late-0", "late-1", "late-2"]
     query = cosmos.metrics.snapshot()[OperationKind.QUERY]
@@ -205,36 +210,33 @@ def test_a_sweep_reads_index_entries_of_expired_records_only_u3(cosmos: Cosmos) 
 def test_the_index_holds_one_entry_per_running_record_through_its_life_u3(
     cosmos: Cosmos,
 ) -> None:
-    record = create(cosmos.states, transitions.new_record("o-1", None, NOW))
+    record = create(cosmos.states, transitions.new_record("o-1", None, NOW, STEPS))
     assert cosmos.index_entries() == []
     claimed = cosmos.states.replace(transitions.claim(record, now=NOW, claim_deadline=FUTURE))
     instance = InstanceId("o-1", claimed.attempt)
-    for minutes, step in [(6, "reserve"), (7, "ship")]:
-        cosmos.states.fenced_update(
-            transitions.set_step_deadline(
-                instance,
-                step=step,
-                complete_by=NOW + timedelta(minutes=minutes),
-                now=NOW,
-                completed=CompletedStep(step, f"o-1:{step}", NOW),
-            )
+    for index, name in enumerate(STEPS):
+        done = Step(index - 1, STEPS[index - 1], f"o-1:{index - 1}") if index else None
+        deadline = NOW + timedelta(minutes=6 + index)
+        change = transitions.begin_step(
+            instance, Step(index, name), complete_by=deadline, now=NOW, done=done
         )
+        assert cosmos.states.fenced_update(change) is not None
         entries = cosmos.index_entries()
         assert [entry["CompleteBy"] for entry in entries] == [
             cosmos.state_document("o-1")["CompleteBy"]
         ]
         assert cosmos.state_document("o-1")["DeadlineEntry"] == deadline_index.entry_ref(entries[0])
-    cosmos.states.fenced_update(transitions.mark_processed(instance, now=NOW))
+    cosmos.states.fenced_update(transitions.finish_steps(instance, LAST, now=NOW))
     assert cosmos.index_entries() == []
 
 
 def test_a_lost_race_leaves_no_index_entry_behind_d3_d4(cosmos: Cosmos) -> None:
-    record = create(cosmos.states, transitions.new_record("o-1", None, NOW))
+    record = create(cosmos.states, transitions.new_record("o-1", None, NOW, STEPS))
     winner = cosmos.states.replace(transitions.claim(record, now=NOW, claim_deadline=FUTURE))
     with pytest.raises(PreconditionFailed):
         cosmos.states.replace(transitions.claim(record, now=NOW, claim_deadline=FUTURE))
-    stale_attempt = transitions.set_step_deadline(
-        InstanceId("o-1", 7), step="ship", complete_by=FUTURE, now=NOW
+    stale_attempt = transitions.begin_step(
+        InstanceId("o-1", 7), Step(0, STEPS[0]), complete_by=FUTURE, now=NOW
     )
     assert cosmos.states.fenced_update(stale_attempt) is None
     entries = cosmos.index_entries()
@@ -346,7 +348,6 @@ def test_the_catch_up_reads_only_the_index_buckets_of_its_window_u2_u3(
         NOW,
         policy=settings.supervisor_policy,
         timeouts=settings.timeouts,
-        reply_queues=settings.reply_queues,
     )
 
     assert [r.record.order_id for r in report.recoveries] == ["overdue"]
@@ -378,7 +379,7 @@ def test_the_catch_up_finds_a_record_older_than_its_window_without_an_index_entr
     old, the query reads one page that holds nothing, at a charge."""
     for index in range(5):
         create(cosmos.states, running(f"live-{index}", NOW + timedelta(minutes=index + 1)))
-        create(cosmos.states, transitions.new_record(f"pending-{index}", None, NOW))
+        create(cosmos.states, transitions.new_record(f"pending-{index}", None, NOW, STEPS))
     hidden = create(cosmos.states, running("unindexed", NOW - timedelta(days=365)))
     assert hidden.etag is not None
     entry = deadline_index.EntryRef.parse(hidden.etag.partition("#")[2])
@@ -392,7 +393,6 @@ def test_the_catch_up_finds_a_record_older_than_its_window_without_an_index_entr
             NOW,
             policy=cosmos.settings.supervisor_policy,
             timeouts=cosmos.settings.timeouts,
-            reply_queues=cosmos.settings.reply_queues,
         )
 
     report = catch_up_now()
@@ -414,12 +414,12 @@ def test_the_catch_up_finds_a_record_older_than_its_window_without_an_index_entr
 
 
 def test_request_charge_is_recorded_per_operation_kind(cosmos: Cosmos) -> None:
-    record = create(cosmos.states, transitions.new_record("o-1", None, NOW))
+    record = create(cosmos.states, transitions.new_record("o-1", None, NOW, STEPS))
     cosmos.states.get("o-1")
     page = cosmos.states.query_claimable(now=NOW, page_size=10)
     assert page.request_charge > 0
     cosmos.states.replace(transitions.claim(record, now=NOW, claim_deadline=FUTURE))
-    cosmos.states.fenced_update(transitions.mark_processed(InstanceId("o-1", 9), now=NOW))
+    cosmos.states.fenced_update(transitions.finish_steps(InstanceId("o-1", 9), LAST, now=NOW))
     snapshot = cosmos.metrics.snapshot()
     # Expiry is the container's TTL on Cosmos DB: no request, no charge.
     for kind in set(OperationKind) - {OperationKind.EXPIRE}:
@@ -468,12 +468,12 @@ def test_a_store_that_is_down_raises_store_unavailable_and_loses_nothing() -> No
         states, orders = open_cosmos_stores(
             bootstrap.cosmos_options(Settings.from_environ(environ)), environ
         )
-        create(states, transitions.new_record("o-1", None, NOW))
+        create(states, transitions.new_record("o-1", None, NOW, STEPS))
         server.stop()
         with pytest.raises(StoreUnavailable, match="cannot be reached"):
             states.get("o-1")
         with pytest.raises(StoreUnavailable):
-            states.create(transitions.new_record("o-2", None, NOW))
+            states.create(transitions.new_record("o-2", None, NOW, STEPS))
         with pytest.raises(StoreUnavailable):
             orders.get("o-1")
         states.close()
@@ -502,7 +502,7 @@ def test_state_store_cosmos_switches_the_app_to_cosmos(
     try:
         assert isinstance(built.states, CosmosStateStore)
         assert isinstance(built.orders, CosmosOrderStore)
-        created = built.states.create(transitions.new_record("o-1", None, NOW))
+        created = built.states.create(transitions.new_record("o-1", None, NOW, STEPS))
         assert created.created
         assert built.metrics.total().request_charge > 0
     finally:

@@ -10,8 +10,9 @@ import pytest
 from domain import transitions
 from domain.policies import Timeouts
 from domain.ports import OrderStore, PreconditionFailed, RecordNotFound, StateStore
-from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord, StepState
+from domain.records import InstanceId, ProcessState, StateRecord, StepState
 from domain.transitions import IllegalTransition
+from domain.workflow import Step
 from services.operator import (
     cancel_order,
     list_orders,
@@ -49,14 +50,13 @@ def running_step_two(states: StateStore, order_id: str) -> StateRecord:
     assert instance is not None
     deadline = T0 + timedelta(seconds=30)
     for change in (
-        transitions.begin_step(instance, index=0, name=STEPS[0], complete_by=deadline, now=T0),
+        transitions.begin_step(instance, Step(0, STEPS[0]), complete_by=deadline, now=T0),
         transitions.begin_step(
             instance,
-            index=1,
-            name=STEPS[1],
+            Step(1, STEPS[1]),
             complete_by=deadline,
             now=T0,
-            completed=(0, CompletedStep(STEPS[0], "r-1", T0)),
+            done=Step(0, STEPS[0], "r-1"),
         ),
     ):
         assert states.fenced_update(change) is not None
@@ -71,7 +71,7 @@ def test_orders_are_listed_by_state_a_page_at_a_time_e8(
     states, _ = stores
     for n in range(3):
         in_error(states, f"e-{n}")
-    stored(states, transitions.new_record("p-1", "replies-a", T0))
+    stored(states, transitions.new_record("p-1", "replies-a", T0, STEPS))
     first = list_orders(states, ProcessState.ERROR, page_size=2)
     assert len(first.items) == 2
     assert first.continuation is not None
@@ -121,9 +121,7 @@ def test_cancel_fences_out_the_running_attempt_and_requests_its_compensation_c1_
         ("charge-payment", None),
         ("reserve-stock", "r-1"),
     ]
-    late = transitions.finish_steps(
-        InstanceId("o-1", 1), index=1, completed=CompletedStep(STEPS[1], "p-1", T0), now=T0
-    )
+    late = transitions.finish_steps(InstanceId("o-1", 1), Step(1, STEPS[1], "p-1"), now=T0)
     assert states.fenced_update(late) is None
     with pytest.raises(IllegalTransition, match="only a Pending or Processing order"):
         cancel_order(states, "o-1", T0, timeouts=TIMEOUTS, reason="again")

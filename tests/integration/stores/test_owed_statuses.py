@@ -23,11 +23,27 @@ from domain.contracts import StatusMessage
 from domain.policies import compensation_deadline, step_deadline
 from domain.ports import OrderStore, StateStore
 from domain.records import InstanceId, ProcessState, format_utc
-from services import step_writes
+from domain.workflow import Step
+from orchestrators.order_workflow import (
+    BEGIN_STEP,
+    BEGIN_UNDO,
+    FAIL_STEP,
+    FINISH_STEPS,
+    FINISH_UNDO,
+    RUN_STEP,
+    STATUS_SENDERS,
+)
+from services import steps
 from services.admission import BacklogGate
 from services.operator import order_timeline, resubmit_order, timeline_view
-from services.owed_statuses import OWED, SENT, SENT_BY_SUPERVISOR, SENT_WITH_RECORD
-from services.step_writes import Done, StepWriteOutcome
+from services.owed_statuses import (
+    OWED,
+    SENT,
+    SENT_BY_SUPERVISOR,
+    SENT_WITH_RECORD,
+    owed_statuses,
+)
+from services.steps import Written
 from services.submission import Accepted, submit_order
 
 T0 = datetime(2026, 9, 1, 10, 0, tzinfo=UTC)
@@ -75,7 +91,7 @@ class Order:
         self.minute += 1
         return T0 + timedelta(minutes=self.minute)
 
-    def completed(self, activity: str, outcome: StepWriteOutcome | None = None) -> None:
+    def completed(self, activity: str, outcome: Written | None = None) -> None:
         """The activity ran, sent what its write produced, and the history shows it done."""
         if outcome is not None:
             assert outcome.applied
@@ -101,9 +117,15 @@ class Order:
             str(InstanceId(self.order_id, n)): attempt.view(InstanceId(self.order_id, n))
             for n, attempt in self.attempts.items()
         }
-        return timeline_view(
-            order_timeline(self.states, self.order_id), views, reply_queues=SETTINGS.reply_queues
+        timeline = order_timeline(self.states, self.order_id)
+        owed = owed_statuses(
+            timeline.record,
+            timeline.attempts,
+            views,
+            senders=STATUS_SENDERS,
+            reply_queues=SETTINGS.reply_queues,
         )
+        return timeline_view(timeline, views, owed)
 
 
 def submitted(
@@ -136,26 +158,36 @@ def submitted(
     return order
 
 
-def begin(order: Order, index: int, done: Done | None, *, begins: str = "begin_step") -> None:
+def begin(order: Order, index: int, done: Step | None, *, begins: str = BEGIN_STEP) -> None:
     now = order.now()
-    outcome = step_writes.begin_step(
+    outcome = steps.begin_step(
         order.states,
         order.instance,
-        index=index,
-        name=STEPS[index],
+        Step(index, STEPS[index]),
         done=done,
         now=now,
         complete_by=step_deadline(now, SETTINGS.timeouts),
-        reply_queues=SETTINGS.reply_queues,
     )
     order.completed(begins, outcome)
 
 
-def two_steps_done(order: Order, *, begins: str = "begin_step") -> Done:
+def two_steps_done(order: Order, *, begins: str = BEGIN_STEP) -> Step:
     begin(order, 0, None, begins=begins)
-    begin(order, 1, Done(0, STEPS[0], "res-1"), begins=begins)
-    begin(order, 2, Done(1, STEPS[1], "pay-1"), begins=begins)
-    return Done(2, STEPS[2], "ship-1")
+    begin(order, 1, Step(0, STEPS[0], "res-1"), begins=begins)
+    begin(order, 2, Step(1, STEPS[1], "pay-1"), begins=begins)
+    return Step(2, STEPS[2], "ship-1")
+
+
+def fail(order: Order, index: int, reason: str) -> Written:
+    now = order.now()
+    return steps.fail_step(
+        order.states,
+        order.instance,
+        Step(index, STEPS[index]),
+        reason=reason,
+        now=now,
+        compensate_by=compensation_deadline(now, SETTINGS.timeouts),
+    )
 
 
 def rows(timeline: dict[str, Any]) -> list[tuple[str, str | None, int | None, str]]:
@@ -169,22 +201,16 @@ def message_ids(timeline: dict[str, Any]) -> list[str]:
     return [m["messageId"] for m in timeline["statusMessages"]["messages"]]
 
 
-# Over the queue pair `begin_step` begins each step; with the agent as an activity,
-# `run_step_in_activity` begins it and runs the agent (E1).
-@pytest.mark.parametrize("begins", ["begin_step", "run_step_in_activity"])
+# Over the queue pair BEGIN_STEP begins each step; with the agent as an activity, RUN_STEP
+# begins it and runs the agent (E1).
+@pytest.mark.parametrize("begins", [BEGIN_STEP, RUN_STEP])
 def test_a_processed_order_owes_received_each_step_and_completed_all_sent_r2(
     stores: tuple[StateStore, OrderStore], begins: str
 ) -> None:
     order = submitted(stores, "o-done")
     last = two_steps_done(order, begins=begins)
-    finished = step_writes.finish_steps(
-        order.states,
-        order.instance,
-        done=last,
-        now=order.now(),
-        reply_queues=SETTINGS.reply_queues,
-    )
-    order.completed("finish_steps", finished)
+    finished = steps.finish_steps(order.states, order.instance, last, now=order.now())
+    order.completed(FINISH_STEPS, finished)
     order.ended("completed")
 
     timeline = order.timeline()
@@ -208,7 +234,7 @@ def test_a_processed_order_owes_received_each_step_and_completed_all_sent_r2(
         ("completed", None, 1, SENT),
     ]
     senders = [m["sentBy"] for m in timeline["statusMessages"]["messages"]]
-    assert senders[1:4] == [begins, begins, "finish_steps"]
+    assert senders[1:4] == [begins, begins, FINISH_STEPS]
     record = timeline["record"]
     log = [entry["CompletedAt"] for entry in timeline["compensationLog"]]
     follows = [m["follows"] for m in timeline["statusMessages"]["messages"]]
@@ -223,9 +249,7 @@ def test_a_write_whose_activity_has_not_completed_owes_its_statuses_r2(
     the send, so its `in-progress` and `completed` are owed (the retried activity sends)."""
     order = submitted(stores, "o-owed")
     last = two_steps_done(order)
-    step_writes.finish_steps(
-        order.states, order.instance, done=last, now=order.now(), reply_queues=SETTINGS.reply_queues
-    )
+    steps.finish_steps(order.states, order.instance, last, now=order.now())
 
     assert rows(order.timeline())[-2:] == [
         ("in-progress", "ship-order", None, OWED),
@@ -238,17 +262,8 @@ def test_an_order_in_error_owes_received_and_failed_under_its_attempt_e8(
 ) -> None:
     order = submitted(stores, "o-error")
     begin(order, 0, None)
-    failed = step_writes.fail_step(
-        order.states,
-        order.instance,
-        index=0,
-        name=STEPS[0],
-        reason="out of stock for good",
-        now=order.now(),
-        timeouts=SETTINGS.timeouts,
-        reply_queues=SETTINGS.reply_queues,
-    )
-    order.completed("fail_step", failed)
+    failed = fail(order, 0, "out of stock for good")
+    order.completed(FAIL_STEP, failed)
     order.ended("failed")
 
     timeline = order.timeline()
@@ -291,21 +306,12 @@ def test_a_compensated_order_owes_each_completed_step_and_compensated_c1_r2(
 ) -> None:
     order = submitted(stores, "o-undone")
     two_steps_done(order)
-    failed = step_writes.fail_step(
-        order.states,
-        order.instance,
-        index=2,
-        name=STEPS[2],
-        reason="cannot ship",
-        now=order.now(),
-        timeouts=SETTINGS.timeouts,
-        reply_queues=SETTINGS.reply_queues,
-    )
-    order.completed("fail_step", failed)
+    failed = fail(order, 2, "cannot ship")
+    order.completed(FAIL_STEP, failed)
     undone = None
     for undo in failed.undo:
         now = order.now()
-        started = step_writes.begin_undo(
+        started = steps.begin_undo(
             order.states,
             order.instance,
             undo,
@@ -313,16 +319,10 @@ def test_a_compensated_order_owes_each_completed_step_and_compensated_c1_r2(
             now=now,
             complete_by=compensation_deadline(now, SETTINGS.timeouts),
         )
-        order.completed("begin_undo", started)
+        order.completed(BEGIN_UNDO, started)
         undone = undo
-    finished = step_writes.finish_undo(
-        order.states,
-        order.instance,
-        undone=undone,
-        now=order.now(),
-        reply_queues=SETTINGS.reply_queues,
-    )
-    order.completed("finish_undo", finished)
+    finished = steps.finish_undo(order.states, order.instance, undone=undone, now=order.now())
+    order.completed(FINISH_UNDO, finished)
     order.ended("compensated")
 
     timeline = order.timeline()
@@ -362,17 +362,8 @@ def test_a_resubmitted_order_lists_the_failed_of_the_attempt_it_left_e8_c4(
     it sent, under its attempt."""
     order = submitted(stores, "o-again")
     begin(order, 0, None)
-    failed = step_writes.fail_step(
-        order.states,
-        order.instance,
-        index=0,
-        name=STEPS[0],
-        reason="out of stock for now",
-        now=order.now(),
-        timeouts=SETTINGS.timeouts,
-        reply_queues=SETTINGS.reply_queues,
-    )
-    order.completed("fail_step", failed)
+    failed = fail(order, 0, "out of stock for now")
+    order.completed(FAIL_STEP, failed)
     order.ended("failed")
     pending = resubmit_order(order.states, "o-again", order.now(), max_resubmits=3)
     order.states.replace(
@@ -380,10 +371,8 @@ def test_a_resubmitted_order_lists_the_failed_of_the_attempt_it_left_e8_c4(
     )
     order.attempts[2] = Attempt()
     last = two_steps_done(order)
-    finished = step_writes.finish_steps(
-        order.states, order.instance, done=last, now=order.now(), reply_queues=SETTINGS.reply_queues
-    )
-    order.completed("finish_steps", finished)
+    finished = steps.finish_steps(order.states, order.instance, last, now=order.now())
+    order.completed(FINISH_STEPS, finished)
     order.ended("completed")
 
     timeline = order.timeline()

@@ -24,14 +24,14 @@ from domain.contracts import Submission, parse_submission
 from domain.policies import CircuitBreaker, compensation_deadline, step_deadline
 from domain.ports import OrderStore, StateStore
 from domain.records import InstanceId, ProcessState
-from domain.transitions import Undo
+from domain.workflow import Step
 from observability import metrics
 from order_agents.call_policy import run_agent
 from order_agents.service_client import Done, PermanentFailure, RemoteResult, TransientFailure
-from services import step_writes
+from services import steps
 from services.admission import BacklogGate
 from services.starter import claim_pending
-from services.step_writes import Done as StepDone
+from services.steps import Written
 from services.submission import Accepted, Rejected, submit_order
 from services.supervisor import RecoveryKind, catch_up, sweep
 from tests.support.metric_points import gauge, histogram, points, total
@@ -103,19 +103,15 @@ def claim(states: StateStore, now: datetime) -> InstanceId:
     return won
 
 
-def begin(
-    states: StateStore, instance: InstanceId, index: int, now: datetime
-) -> step_writes.StepWriteOutcome:
-    done = None if index == 0 else StepDone(index - 1, STEPS[index - 1], f"ref-{index - 1}")
-    outcome = step_writes.begin_step(
+def begin(states: StateStore, instance: InstanceId, index: int, now: datetime) -> Written:
+    done = None if index == 0 else Step(index - 1, STEPS[index - 1], f"ref-{index - 1}")
+    outcome = steps.begin_step(
         states,
         instance,
-        index=index,
-        name=STEPS[index],
+        Step(index, STEPS[index]),
         done=done,
         now=now,
         complete_by=step_deadline(now, SETTINGS.timeouts),
-        reply_queues=SETTINGS.reply_queues,
     )
     assert outcome.applied
     return outcome
@@ -123,17 +119,15 @@ def begin(
 
 def fail(
     states: StateStore, instance: InstanceId, index: int, now: datetime, reason: str
-) -> step_writes.StepWriteOutcome:
+) -> Written:
     """Step `index` of `instance` failed for good at `now`."""
-    return step_writes.fail_step(
+    return steps.fail_step(
         states,
         instance,
-        index=index,
-        name=STEPS[index],
+        Step(index, STEPS[index]),
         reason=reason,
         now=now,
-        timeouts=SETTINGS.timeouts,
-        reply_queues=SETTINGS.reply_queues,
+        compensate_by=compensation_deadline(now, SETTINGS.timeouts),
     )
 
 
@@ -183,12 +177,10 @@ async def test_an_order_through_every_step_moves_the_order_and_step_instruments_
         tries = [TransientFailure("503"), Done(f"ref-{index}", replayed=False)]
         outcome = await agent_answer(instance, step, tries if index == 1 else tries[1:], 0.25)
         assert outcome is AgentOutcome.SUCCEEDED
-    last = StepDone(2, STEPS[2], "ref-2")
+    last = Step(2, STEPS[2], "ref-2")
     finished_at = T0 + timedelta(seconds=12)
     for _ in range(2):  # the activity runs twice (C8): the second finds Processed
-        outcome = step_writes.finish_steps(
-            states, instance, done=last, now=finished_at, reply_queues=SETTINGS.reply_queues
-        )
+        outcome = steps.finish_steps(states, instance, last, now=finished_at)
         assert outcome.applied
 
     found = points(reader)
@@ -215,7 +207,6 @@ async def test_failures_for_good_count_error_compensated_and_compensation_failed
     states, _ = stores
     for order_id in ("o-error", "o-undone", "o-stuck"):
         submit(stores, order_id)
-    replies = SETTINGS.reply_queues
     claimed = claim_all(states, T0)
     # o-error: the first step is refused for good; nothing to undo (E8).
     error = claimed["o-error"]
@@ -232,11 +223,11 @@ async def test_failures_for_good_count_error_compensated_and_compensation_failed
         begin(states, instance, 0, T0)
         begin(states, instance, 1, T0 + timedelta(seconds=1))
         compensating = fail(states, instance, 1, T0 + timedelta(seconds=2), "declined")
-        assert Undo(0, STEPS[0], "ref-0") in compensating.undo
+        assert Step(0, STEPS[0], "ref-0") in compensating.undo
         end = T0 + timedelta(seconds=10)
-        undone: Undo | None = None
+        undone: Step | None = None
         for undo in compensating.undo:  # newest first, the refused payment in doubt too
-            step_writes.begin_undo(
+            steps.begin_undo(
                 states,
                 instance,
                 undo,
@@ -245,13 +236,11 @@ async def test_failures_for_good_count_error_compensated_and_compensation_failed
                 complete_by=compensation_deadline(T0 + timedelta(seconds=3), SETTINGS.timeouts),
             )
             if not undo_works:
-                step_writes.undo_failed(
-                    states, instance, undo, reason="refused", now=end, reply_queues=replies
-                )
+                steps.undo_failed(states, instance, undo, reason="refused", now=end)
                 break
             undone = undo
         else:
-            step_writes.finish_undo(states, instance, undone=undone, now=end, reply_queues=replies)
+            steps.finish_undo(states, instance, undone=undone, now=end)
 
     found = points(reader)
     assert total(found, metrics.ORDERS_RECEIVED) == 3
@@ -363,13 +352,7 @@ def test_the_oldest_pending_age_counts_orders_no_run_can_claim_yet_c5_u4_c9(
         retry_delay_seconds=60,
     )
     swept_at = T0 + timedelta(seconds=41)
-    report = sweep(
-        states,
-        swept_at,
-        policy=delayed.supervisor_policy,
-        timeouts=delayed.timeouts,
-        reply_queues=delayed.reply_queues,
-    )
+    report = sweep(states, swept_at, policy=delayed.supervisor_policy, timeouts=delayed.timeouts)
     assert [recovery.kind for recovery in report.recoveries] == [RecoveryKind.RETRY]
 
     assert claim_capped(states, swept_at + timedelta(seconds=9), max_running=2) == 1
@@ -390,13 +373,7 @@ def test_the_supervisor_counts_what_it_read_its_charge_and_its_give_ups_u2_u5(
         instance = claim(states, now)
         begin(states, instance, 0, now)
         now += timedelta(seconds=SETTINGS.step_timeout_seconds + 1)
-        report = sweep(
-            states,
-            now,
-            policy=SETTINGS.supervisor_policy,
-            timeouts=SETTINGS.timeouts,
-            reply_queues=SETTINGS.reply_queues,
-        )
+        report = sweep(states, now, policy=SETTINGS.supervisor_policy, timeouts=SETTINGS.timeouts)
         kinds += [recovery.kind for recovery in report.recoveries]
         charge += report.request_charge
     assert kinds == [RecoveryKind.RETRY, RecoveryKind.GAVE_UP]
@@ -423,13 +400,7 @@ def test_the_catch_up_counts_its_scan_beyond_its_window_apart_u2(
     submit(stores, "o-ancient")
     claim(states, T0)
     now = T0 + timedelta(seconds=2 * SETTINGS.supervisor_catchup_window_seconds)
-    report = catch_up(
-        states,
-        now,
-        policy=SETTINGS.supervisor_policy,
-        timeouts=SETTINGS.timeouts,
-        reply_queues=SETTINGS.reply_queues,
-    )
+    report = catch_up(states, now, policy=SETTINGS.supervisor_policy, timeouts=SETTINGS.timeouts)
     beyond = report.beyond_window
     assert beyond is not None
     assert [recovery.record.order_id for recovery in beyond.recoveries] == ["o-ancient"]

@@ -17,7 +17,7 @@ RETENTION = timedelta(days=30)
 
 
 def record(order_id: str, state: ProcessState, updated: datetime) -> StateRecord:
-    fresh = transitions.new_record(order_id, None, updated)
+    fresh = transitions.new_record(order_id, None, updated, ("reserve-stock",))
     return replace(fresh, process_state=state, updated_at=updated)
 
 

@@ -27,16 +27,27 @@ from domain.ports import (
     StateStore,
     StoreMetrics,
 )
-from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord
+from domain.records import (
+    CompletedStep,
+    InstanceId,
+    ProcessState,
+    StateRecord,
+    StepState,
+    StepStatus,
+)
+from domain.workflow import Step
 from tests.integration.stores.store_backends import StoreFactory
 
 NOW = datetime(2026, 8, 1, 12, 0, tzinfo=UTC)
 FUTURE = NOW + timedelta(minutes=5)
 THREAD_TIMEOUT = 60.0
+STEPS = ("reserve-stock", "charge-payment", "ship-order")
+LAST = Step(2, STEPS[2], "ship-1")
+"""The last step, completed: what `finish_steps` records."""
 
 
 def pending(order_id: str, **changes: object) -> StateRecord:
-    record = transitions.new_record(order_id, "replies-a", NOW - timedelta(minutes=1))
+    record = transitions.new_record(order_id, "replies-a", NOW - timedelta(minutes=1), STEPS)
     return replace(record, **changes)  # type: ignore[arg-type]
 
 
@@ -139,13 +150,14 @@ def test_fenced_update_applies_exactly_what_the_domain_change_says_d4(
     stores: tuple[StateStore, OrderStore],
 ) -> None:
     states, _ = stores
-    before = stored(states, processing("o-1", attempt=2))
-    change = transitions.set_step_deadline(
+    running = (StepStatus(STEPS[0], StepState.RUNNING, NOW), *pending("o-1").steps[1:])
+    before = stored(states, processing("o-1", attempt=2, steps=running))
+    change = transitions.begin_step(
         InstanceId("o-1", 2),
-        step="ship",
+        Step(1, STEPS[1]),
         complete_by=FUTURE,
         now=NOW,
-        completed=CompletedStep("reserve", "o-1:reserve", NOW),
+        done=Step(0, STEPS[0], "o-1:reserve"),
     )
     after = states.fenced_update(change)
     assert after == change.apply(before)
@@ -162,36 +174,40 @@ def test_fenced_appends_keep_the_compensation_log_in_order_c1(
     states, _ = stores
     stored(states, processing("o-1"))
     instance = InstanceId("o-1", 1)
-    steps = [CompletedStep(f"step-{i}", f"o-1:{i}", NOW) for i in range(3)]
-    for step in steps[:2]:
-        change = transitions.set_step_deadline(
-            instance, step="next", complete_by=FUTURE, now=NOW, completed=step
+    completed = [Step(i, name, f"o-1:{i}") for i, name in enumerate(STEPS)]
+    for index, name in enumerate(STEPS):
+        change = transitions.begin_step(
+            instance,
+            Step(index, name),
+            complete_by=FUTURE,
+            now=NOW,
+            done=completed[index - 1] if index else None,
         )
         assert states.fenced_update(change) is not None
-    done = states.fenced_update(transitions.mark_processed(instance, now=NOW, completed=steps[2]))
+    done = states.fenced_update(transitions.finish_steps(instance, completed[2], now=NOW))
     assert done is not None
     assert done.process_state is ProcessState.PROCESSED
-    assert done.compensation_log == tuple(steps)
+    assert done.compensation_log == tuple(
+        CompletedStep(step.name, step.reference, NOW) for step in completed
+    )
 
 
 def test_step_writes_change_whole_step_entries_and_the_log_as_the_domain_says_c1(
     stores: tuple[StateStore, OrderStore],
 ) -> None:
-    """The step workflow's fenced writes, one after another, on a record with a step list:
+    """The fenced writes of an attempt, one after another, on a record with a step list:
     the store keeps exactly what `FencedChange.apply` computes, entry by entry (C1, C2)."""
     states, _ = stores
-    steps = ("reserve-stock", "charge-payment", "ship-order")
-    record = transitions.new_record("o-1", "replies-a", NOW - timedelta(minutes=1), steps)
-    record = stored(states, transitions.claim(record, now=NOW, claim_deadline=FUTURE))
+    record = stored(states, transitions.claim(pending("o-1"), now=NOW, claim_deadline=FUTURE))
     attempt = InstanceId("o-1", 1)
-    reserved = CompletedStep(steps[0], "res-1", NOW)
+    reserved = Step(0, STEPS[0], "res-1")
     changes = [
-        transitions.begin_step(attempt, index=0, name=steps[0], complete_by=FUTURE, now=NOW),
+        transitions.begin_step(attempt, Step(0, STEPS[0]), complete_by=FUTURE, now=NOW),
         transitions.begin_step(
-            attempt, index=1, name=steps[1], complete_by=FUTURE, now=NOW, completed=(0, reserved)
+            attempt, Step(1, STEPS[1]), complete_by=FUTURE, now=NOW, done=reserved
         ),
         transitions.fail_step(
-            attempt, index=1, name=steps[1], reason="declined", now=NOW, compensate_by=FUTURE
+            attempt, Step(1, STEPS[1]), reason="declined", now=NOW, compensate_by=FUTURE
         ),
     ]
     for change in changes:
@@ -212,7 +228,7 @@ def test_step_writes_change_whole_step_entries_and_the_log_as_the_domain_says_c1
         assert after is not None
         record = after
     assert record.process_state is ProcessState.COMPENSATED
-    assert record.compensation_log == (reserved,)
+    assert record.compensation_log == (CompletedStep(STEPS[0], "res-1", NOW),)
     assert states.get("o-1") == record
 
 
@@ -230,7 +246,7 @@ def test_fenced_update_of_a_stale_attempt_is_refused_and_changes_nothing_d4_e5(
 ) -> None:
     states, _ = stores
     before = stored(states, existing)
-    refused = states.fenced_update(transitions.mark_processed(InstanceId("o-1", 2), now=NOW))
+    refused = states.fenced_update(transitions.finish_steps(InstanceId("o-1", 2), LAST, now=NOW))
     assert refused is None
     after = states.get("o-1")
     assert after == before
@@ -242,7 +258,9 @@ def test_fenced_update_of_a_missing_record_is_refused(
     stores: tuple[StateStore, OrderStore],
 ) -> None:
     states, _ = stores
-    assert states.fenced_update(transitions.mark_processed(InstanceId("o-1", 1), now=NOW)) is None
+    assert (
+        states.fenced_update(transitions.finish_steps(InstanceId("o-1", 1), LAST, now=NOW)) is None
+    )
     assert states.get("o-1") is None
 
 
@@ -525,7 +543,7 @@ def test_metrics_count_reads_writes_items_and_refusals(store_factory: StoreFacto
     states, orders = store_factory.open_stores(metrics)
     orders.create(an_order("o-1"))
     record = stored(states, processing("o-1"))
-    states.fenced_update(transitions.mark_processed(InstanceId("o-1", 7), now=NOW))
+    states.fenced_update(transitions.finish_steps(InstanceId("o-1", 7), LAST, now=NOW))
     states.get("o-1")
     orders.get("o-1")
     states.query_expired(window_start=NOW - timedelta(hours=1), now=NOW, page_size=10)
@@ -603,7 +621,7 @@ def test_one_store_object_serves_many_threads(stores: tuple[StateStore, OrderSto
         record = stored(states, pending(order_id))
         claimed = states.replace(transitions.claim(record, now=NOW, claim_deadline=FUTURE))
         return states.fenced_update(
-            transitions.mark_processed(InstanceId(order_id, claimed.attempt), now=NOW)
+            transitions.finish_steps(InstanceId(order_id, claimed.attempt), LAST, now=NOW)
         )
 
     with ThreadPoolExecutor(8) as pool:

@@ -22,7 +22,7 @@ import bootstrap
 from config import Settings
 from domain import transitions
 from domain.contracts import AlertKind, Order
-from domain.policies import step_deadline
+from domain.policies import compensation_deadline, step_deadline
 from domain.ports import (
     OperationKind,
     OrderStore,
@@ -33,13 +33,14 @@ from domain.ports import (
 )
 from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord, format_utc
 from domain.transitions import IllegalTransition
-from services import step_writes
+from domain.workflow import Step
+from services import steps
 from services.admission import BacklogGate
 from services.operator import load_order, resubmit_order
 from services.paging import StopReason
 from services.starter import StarterRun, claim_pending
-from services.step_writes import Done
-from services.steps import StepOutcome, complete_order, fail_order, finish_compensation, start_step
+from services.status import reply_queue_allowed
+from services.steps import Written
 from services.submission import (
     INVALID_MESSAGE_REASON,
     ORDER_CONFLICT_REASON,
@@ -63,6 +64,8 @@ SETTINGS = Settings(
 )
 TIMEOUTS = SETTINGS.timeouts
 REPLIES = SETTINGS.reply_queues
+STEPS = SETTINGS.order_steps
+"""The workflow a submitted order runs: the default three steps."""
 
 
 def order_body(order_id: str, currency: str = "EUR", **extra: Any) -> str:
@@ -87,6 +90,7 @@ def submit(
     now: datetime = T0,
     settings: Settings = SETTINGS,
     admission: BacklogGate | None = None,
+    order_steps: tuple[str, ...] = STEPS,
 ) -> Accepted | Rejected | DeadLetter:
     """Submit through `admission`, or through a gate of the settings' bound of its own."""
     states, orders = stores
@@ -99,11 +103,14 @@ def submit(
         admission=admission or bootstrap.backlog_gate(settings, states),
         reply_queues=settings.reply_queues,
         now=now,
+        steps=order_steps,
     )
 
 
-def accepted(stores: tuple[StateStore, OrderStore], order_id: str) -> Accepted:
-    result = submit(stores, order_id)
+def accepted(
+    stores: tuple[StateStore, OrderStore], order_id: str, order_steps: tuple[str, ...] = STEPS
+) -> Accepted:
+    result = submit(stores, order_id, order_steps=order_steps)
     assert isinstance(result, Accepted), result
     return result
 
@@ -122,13 +129,7 @@ def claims_at(states: StateStore, now: datetime, settings: Settings = SETTINGS) 
 
 def sweep_at(states: StateStore, now: datetime, settings: Settings = SETTINGS) -> SweepReport:
     """One supervisor sweep at `now` with the supervisor's settings (U1-U6)."""
-    return sweep(
-        states,
-        now,
-        policy=settings.supervisor_policy,
-        timeouts=settings.timeouts,
-        reply_queues=settings.reply_queues,
-    )
+    return sweep(states, now, policy=settings.supervisor_policy, timeouts=settings.timeouts)
 
 
 def claim_one(states: StateStore, now: datetime = T0) -> InstanceId:
@@ -141,6 +142,75 @@ def state_of(states: StateStore, order_id: str) -> StateRecord:
     record = states.get(order_id)
     assert record is not None
     return record
+
+
+def begin(
+    states: StateStore,
+    instance: InstanceId,
+    index: int,
+    *,
+    now: datetime = T0,
+    order_steps: tuple[str, ...] = STEPS,
+) -> Written:
+    """Begin step `index` of the attempt, with its CompleteBy (D6); the step before it
+    completes in the same write, with a reference named after the step (C1)."""
+    done = (
+        None
+        if index == 0
+        else Step(index - 1, order_steps[index - 1], reference(index - 1, order_steps))
+    )
+    return steps.begin_step(
+        states,
+        instance,
+        Step(index, order_steps[index]),
+        done=done,
+        now=now,
+        complete_by=step_deadline(now, TIMEOUTS),
+    )
+
+
+def reference(index: int, order_steps: tuple[str, ...]) -> str:
+    return f"{order_steps[index]}-ref"
+
+
+def finish(
+    states: StateStore,
+    instance: InstanceId,
+    *,
+    now: datetime = T0,
+    order_steps: tuple[str, ...] = STEPS,
+) -> Written:
+    """The last step completed: Processed (E5)."""
+    last = len(order_steps) - 1
+    done = Step(last, order_steps[last], reference(last, order_steps))
+    return steps.finish_steps(states, instance, done, now=now)
+
+
+def complete(
+    states: StateStore,
+    instance: InstanceId,
+    *,
+    now: datetime = T0,
+    order_steps: tuple[str, ...] = STEPS,
+) -> Written:
+    """Every step of the attempt, in order, answered before its deadline, then Processed."""
+    for index in range(len(order_steps)):
+        assert begin(states, instance, index, now=now, order_steps=order_steps).applied
+    return finish(states, instance, now=now, order_steps=order_steps)
+
+
+def fail(
+    states: StateStore, instance: InstanceId, index: int, *, reason: str, now: datetime = T0
+) -> Written:
+    """Step `index` failed for good (E8): Error for the first step, else compensation (C1)."""
+    return steps.fail_step(
+        states,
+        instance,
+        Step(index, STEPS[index]),
+        reason=reason,
+        now=now,
+        compensate_by=compensation_deadline(now, TIMEOUTS),
+    )
 
 
 # --- submission (S1-S4, C6, R1) ------------------------------------------------------------
@@ -224,6 +294,7 @@ def test_an_invalid_message_is_dead_lettered_before_touching_the_stores_s3_r1(
         admission=bootstrap.backlog_gate(SETTINGS, states),
         reply_queues=REPLIES,
         now=T0,
+        steps=STEPS,
     )
     assert isinstance(result, DeadLetter)
     assert result.reason == INVALID_MESSAGE_REASON
@@ -324,6 +395,7 @@ def test_at_the_bound_an_accepted_order_is_never_rejected_and_bad_messages_still
         admission=gate,
         reply_queues=REPLIES,
         now=T0,
+        steps=STEPS,
     )
     assert isinstance(malformed, DeadLetter)
     assert malformed.reason == INVALID_MESSAGE_REASON
@@ -340,8 +412,7 @@ def test_an_order_rejected_at_the_bound_is_accepted_once_an_order_finishes_c5(
     assert isinstance(submit(stores, "o-2", admission=gate), Rejected)
 
     done = claim_one_of(states, "o-0")
-    start_step(states, done, step="fulfil", now=T0, timeouts=TIMEOUTS)
-    assert complete_order(states, done, now=T0, reply_queues=REPLIES).applied
+    assert complete(states, done).applied
 
     again = submit(stores, "o-2", admission=gate)
     assert isinstance(again, Accepted), again
@@ -414,8 +485,7 @@ def test_the_starter_claims_only_the_room_under_the_running_cap_c5(
     ] * 2
     # A finished order frees one place, and only one.
     done = first.claims[0].instance_id
-    start_step(states, done, step="fulfil", now=T0, timeouts=TIMEOUTS)
-    assert complete_order(states, done, now=T0, reply_queues=REPLIES).applied
+    assert complete(states, done).applied
     freed = claims_at(states, T0, capped)
     assert [claim.instance_id.order_id for claim in freed.claims] == waiting[:1]
     assert freed.running == 3
@@ -457,15 +527,19 @@ def test_a_fault_free_order_completes_and_reports_completed_e5_r2(
     states, _ = stores
     accepted(stores, "o-1")
     instance = claim_one(states)
-    step = start_step(states, instance, step="fulfil", now=T0, timeouts=TIMEOUTS)
+    step = begin(states, instance, 0)
     assert step.applied
     assert step.record is not None
     assert step.record.complete_by == T0 + timedelta(seconds=30)
-    done = complete_order(states, instance, now=T0 + timedelta(seconds=1), reply_queues=REPLIES)
+    for index in range(1, len(STEPS)):
+        assert begin(states, instance, index, now=T0 + timedelta(seconds=1)).applied
+    done = finish(states, instance, now=T0 + timedelta(seconds=1))
     assert done.applied
     assert state_of(states, "o-1").process_state is ProcessState.PROCESSED
-    assert done.status is not None
-    assert done.status.message_id == "o-1:completed:1"
+    assert [status.message_id for status in done.statuses] == [
+        f"o-1:in-progress:{STEPS[-1]}",
+        "o-1:completed:1",
+    ]
 
 
 def test_a_stale_attempt_cannot_touch_the_record_of_its_successor_d4_e5(
@@ -474,33 +548,28 @@ def test_a_stale_attempt_cannot_touch_the_record_of_its_successor_d4_e5(
     states, _ = stores
     accepted(stores, "o-1")
     first = claim_one(states)
-    start_step(states, first, step="fulfil", now=T0, timeouts=TIMEOUTS)
+    begin(states, first, 0)
     later = T0 + timedelta(seconds=31)
     report = sweep_at(states, later)
     assert report.count(RecoveryKind.RETRY) == 1
     second = claim_one(states, later)
     assert second == InstanceId("o-1", 2)
-    stale_writes: list[Callable[[], StepOutcome]] = [
-        lambda: start_step(states, first, step="fulfil", now=later, timeouts=TIMEOUTS),
-        lambda: complete_order(states, first, now=later, reply_queues=REPLIES),
-        lambda: fail_order(
-            states,
-            first,
-            reason="late",
-            compensate=False,
-            now=later,
-            timeouts=TIMEOUTS,
-            reply_queues=REPLIES,
-        ),
+    stale_writes: list[Callable[[], Written]] = [
+        lambda: begin(states, first, 0, now=later),
+        lambda: begin(states, first, 1, now=later),
+        lambda: finish(states, first, now=later),
+        lambda: fail(states, first, 0, reason="late", now=later),
+        lambda: fail(states, first, 1, reason="late", now=later),
     ]
     for stale_write in stale_writes:
         outcome = stale_write()
         assert not outcome.applied
-        assert outcome.status is None
+        assert outcome.statuses == ()
         assert outcome.alert is None
+        assert outcome.undo == ()
     record = state_of(states, "o-1")
     assert (record.process_state, record.locked_by) == (ProcessState.PROCESSING, "o-1:2")
-    assert complete_order(states, second, now=later, reply_queues=REPLIES).applied
+    assert complete(states, second, now=later).applied
 
 
 def test_a_repeated_completion_of_the_same_attempt_resends_its_status_c8_r2(
@@ -510,24 +579,15 @@ def test_a_repeated_completion_of_the_same_attempt_resends_its_status_c8_r2(
     states, _ = stores
     accepted(stores, "o-1")
     instance = claim_one(states)
-    start_step(states, instance, step="fulfil", now=T0, timeouts=TIMEOUTS)
-    first = complete_order(states, instance, now=T0, reply_queues=REPLIES)
-    again = complete_order(states, instance, now=T0 + timedelta(seconds=1), reply_queues=REPLIES)
+    first = complete(states, instance)
+    again = finish(states, instance, now=T0 + timedelta(seconds=1))
     assert first.applied
     assert again.applied
-    assert first.status is not None
-    assert again.status is not None
-    assert again.status.message_id == first.status.message_id == "o-1:completed:1"
-    failed = fail_order(
-        states,
-        instance,
-        reason="late",
-        compensate=False,
-        now=T0,
-        timeouts=TIMEOUTS,
-        reply_queues=REPLIES,
-    )
-    assert not failed.applied
+    assert first.statuses[-1].message_id == "o-1:completed:1"
+    assert [s.message_id for s in again.statuses] == [s.message_id for s in first.statuses]
+    for index in (0, len(STEPS) - 1):
+        failed = fail(states, instance, index, reason="late")
+        assert not failed.applied
     assert state_of(states, "o-1").process_state is ProcessState.PROCESSED
 
 
@@ -540,9 +600,9 @@ def test_a_stale_attempt_gets_nothing_after_its_successor_completed_d4_c8(
     later = T0 + timedelta(seconds=61)
     sweep_at(states, later)
     second = claim_one(states, later)
-    assert complete_order(states, second, now=later, reply_queues=REPLIES).applied
-    stale = complete_order(states, first, now=later, reply_queues=REPLIES)
-    assert (stale.applied, stale.status) == (False, None)
+    assert complete(states, second, now=later).applied
+    stale = finish(states, first, now=later)
+    assert (stale.applied, stale.statuses) == (False, ())
 
 
 def test_a_late_completion_after_the_supervisor_took_over_is_refused_e5_e6(
@@ -552,7 +612,7 @@ def test_a_late_completion_after_the_supervisor_took_over_is_refused_e5_e6(
     accepted(stores, "o-1")
     instance = claim_one(states)
     sweep_at(states, T0 + timedelta(seconds=61))
-    outcome = complete_order(states, instance, now=T0 + timedelta(seconds=62), reply_queues=REPLIES)
+    outcome = finish(states, instance, now=T0 + timedelta(seconds=62))
     assert not outcome.applied
     record = state_of(states, "o-1")
     assert (record.process_state, record.failure_count) == (ProcessState.PENDING, 1)
@@ -564,23 +624,16 @@ def test_a_permanent_error_ends_in_error_with_an_alert_and_a_failed_status_e8(
     states, _ = stores
     accepted(stores, "o-1")
     instance = claim_one(states)
-    outcome = fail_order(
-        states,
-        instance,
-        reason="card declined",
-        compensate=False,
-        now=T0,
-        timeouts=TIMEOUTS,
-        reply_queues=REPLIES,
-    )
+    begin(states, instance, 0)
+    outcome = fail(states, instance, 0, reason="card declined")
     assert outcome.applied
     assert state_of(states, "o-1").process_state is ProcessState.ERROR
     assert outcome.alert is not None
-    assert outcome.status is not None
+    [status] = outcome.statuses
     assert outcome.alert.body["kind"] == "order-error"
     assert outcome.alert.body["reason"] == "card declined"
-    assert outcome.status.message_id == "o-1:failed:1"
-    assert outcome.status.body["reason"] == "card declined"
+    assert status.message_id == "o-1:failed:1"
+    assert status.body["reason"] == "card declined"
 
 
 def test_a_failure_after_completed_steps_compensates_and_reports_it_c1_c2(
@@ -591,47 +644,69 @@ def test_a_failure_after_completed_steps_compensates_and_reports_it_c1_c2(
         accepted(stores, order_id)
     for instance in claims_at(states, T0).claims:
         iid = instance.instance_id
-        reserved = CompletedStep("reserve", f"{iid.order_id}:reserve", T0)
-        start_step(states, iid, step="reserve", now=T0, timeouts=TIMEOUTS)
-        start_step(states, iid, step="charge", now=T0, timeouts=TIMEOUTS, completed=reserved)
-        failing = fail_order(
+        reserved = Step(0, STEPS[0], f"{iid.order_id}:reserve")
+        begin(states, iid, 0)
+        steps.begin_step(
             states,
             iid,
-            reason="charge refused",
-            compensate=True,
+            Step(1, STEPS[1]),
+            done=reserved,
             now=T0,
-            timeouts=TIMEOUTS,
-            reply_queues=REPLIES,
+            complete_by=step_deadline(T0, TIMEOUTS),
         )
+        failing = fail(states, iid, 1, reason="charge refused")
         assert failing.applied
-        assert failing.status is None
+        assert failing.statuses == ()
+        assert failing.undo == (Step(1, STEPS[1]), reserved)
         compensating = state_of(states, iid.order_id)
         assert compensating.process_state is ProcessState.COMPENSATING
-        assert compensating.compensation_log == (reserved,)
-        failure = None if iid.order_id == "o-ok" else "release refused"
-        finished = finish_compensation(states, iid, failure=failure, now=T0, reply_queues=REPLIES)
+        assert compensating.compensation_log == (CompletedStep(STEPS[0], reserved.reference, T0),)
+        undone = None
+        for undo in failing.undo:
+            started = steps.begin_undo(
+                states,
+                iid,
+                undo,
+                undone=undone,
+                now=T0,
+                complete_by=compensation_deadline(T0, TIMEOUTS),
+            )
+            assert started.applied
+            undone = undo
+        assert undone == reserved
+        if iid.order_id == "o-ok":
+            finished = steps.finish_undo(states, iid, undone=undone, now=T0)
+        else:
+            finished = steps.undo_failed(states, iid, undone, reason="release refused", now=T0)
         assert finished.applied
-        assert finished.status is not None
-        if failure is None:
-            assert finished.status.message_id == "o-ok:compensated:1"
+        [status] = finished.statuses
+        if iid.order_id == "o-ok":
+            assert status.message_id == "o-ok:compensated:1"
             assert finished.alert is None
         else:
-            assert finished.status.message_id == "o-bad:compensation-failed:1"
+            assert status.message_id == "o-bad:compensation-failed:1"
             assert finished.alert is not None
             assert finished.alert.body["kind"] == "compensation-failed"
     assert state_of(states, "o-ok").process_state is ProcessState.COMPENSATED
     assert state_of(states, "o-bad").process_state is ProcessState.COMPENSATION_FAILED
 
 
-def test_a_reply_queue_removed_from_the_allow_list_gets_no_status_r1(
+def test_a_write_returns_the_status_for_the_records_own_reply_queue_r1(
     stores: tuple[StateStore, OrderStore],
 ) -> None:
+    """R1 holds at the sending edge: a status goes only to the record's own reply queue, and
+    only while that queue is on REPLY_QUEUES (activities/replies.py asks
+    `reply_queue_allowed` at the moment of sending). The write itself returns the status for
+    the record's queue, whatever the allow-list says now; against an allow-list the queue was
+    removed from, the sender's check refuses every one of them."""
     states, _ = stores
     accepted(stores, "o-1")
     instance = claim_one(states)
-    outcome = complete_order(states, instance, now=T0, reply_queues=frozenset())
+    outcome = complete(states, instance)
     assert outcome.applied
-    assert outcome.status is None
+    assert [status.queue for status in outcome.statuses] == ["replies-a", "replies-a"]
+    assert all(reply_queue_allowed(status.queue, REPLIES) for status in outcome.statuses)
+    assert not any(reply_queue_allowed(status.queue, frozenset()) for status in outcome.statuses)
 
 
 # --- supervisor (U1-U6) --------------------------------------------------------------------
@@ -709,13 +784,7 @@ def test_a_sweep_ignores_records_outside_its_window_u2(
 
 def catch_up_at(states: StateStore, now: datetime, settings: Settings = SETTINGS) -> SweepReport:
     """One supervisor catch-up at `now` with the supervisor's settings (U2)."""
-    return catch_up(
-        states,
-        now,
-        policy=settings.supervisor_policy,
-        timeouts=settings.timeouts,
-        reply_queues=settings.reply_queues,
-    )
+    return catch_up(states, now, policy=settings.supervisor_policy, timeouts=settings.timeouts)
 
 
 def test_the_catch_up_recovers_a_record_expired_before_the_window_and_alerts_u2(
@@ -980,19 +1049,17 @@ def test_giving_up_after_completed_steps_requests_compensation_c1_u4(
 ) -> None:
     states, _ = stores
     settings = replace(SETTINGS, max_failures=1, retry_budget=3, compensation_timeout_seconds=90)
-    steps = ("reserve-stock", "charge-payment")
-    states.create(transitions.new_record("o-1", "replies-a", T0, steps))
+    names = ("reserve-stock", "charge-payment")
+    states.create(transitions.new_record("o-1", "replies-a", T0, names))
     instance = claim_one(states)
-    for index, done in ((0, None), (1, Done(0, steps[0], "res-1"))):
-        step_writes.begin_step(
+    for index, done in ((0, None), (1, Step(0, names[0], "res-1"))):
+        steps.begin_step(
             states,
             instance,
-            index=index,
-            name=steps[index],
+            Step(index, names[index]),
             done=done,
             now=T0,
             complete_by=step_deadline(T0, settings.timeouts),
-            reply_queues=settings.reply_queues,
         )
     now = T0 + timedelta(seconds=31)
     requested = sweep_at(states, now, settings).recoveries[0]
@@ -1012,22 +1079,21 @@ def test_a_stalled_compensation_is_resumed_then_given_to_an_operator_c2(
 ) -> None:
     states, _ = stores
     settings = replace(SETTINGS, max_failures=2, retry_budget=4, compensation_timeout_seconds=90)
-    steps = ("reserve-stock", "charge-payment")
-    record = transitions.new_record("o-1", "replies-a", T0, steps)
+    names = ("reserve-stock", "charge-payment")
+    record = transitions.new_record("o-1", "replies-a", T0, names)
     record = transitions.claim(record, now=T0, claim_deadline=T0)
     record = transitions.begin_step(
-        InstanceId("o-1", 1), index=0, name=steps[0], complete_by=T0, now=T0
+        InstanceId("o-1", 1), Step(0, names[0]), complete_by=T0, now=T0
     ).apply(record)
     reserved = transitions.begin_step(
         InstanceId("o-1", 1),
-        index=1,
-        name=steps[1],
+        Step(1, names[1]),
         complete_by=T0,
         now=T0,
-        completed=(0, CompletedStep(steps[0], "res-1", T0)),
+        done=Step(0, names[0], "res-1"),
     ).apply(record)
     failed = transitions.fail_step(
-        InstanceId("o-1", 1), index=1, name=steps[1], reason="declined", now=T0, compensate_by=T0
+        InstanceId("o-1", 1), Step(1, names[1]), reason="declined", now=T0, compensate_by=T0
     ).apply(reserved)
     states.create(failed)
     resumed = sweep_at(states, T0 + timedelta(seconds=1), settings).recoveries[0]
@@ -1052,20 +1118,19 @@ def test_a_stalled_compensation_is_resumed_then_given_to_an_operator_c2(
 # --- cost of one fault-free order ----------------------------------------------------------
 
 
-def test_a_fault_free_order_costs_at_most_five_writes_and_two_reads(
-    store_factory: StoreFactory,
-) -> None:
+def fault_free_order_cost(
+    store_factory: StoreFactory, order_steps: tuple[str, ...]
+) -> StoreMetrics:
+    """The store operations of one order of `order_steps`, submitted, claimed, its order
+    read and every step completed before its deadline."""
     metrics = StoreMetrics()
     stores = store_factory.open_stores(metrics)
     states, orders = stores
-    accepted(stores, "o-1")
+    accepted(stores, "o-1", order_steps)
     instance = claim_one(states)
     assert orders.get("o-1") is not None
-    start_step(states, instance, step="fulfil", now=T0, timeouts=TIMEOUTS)
-    assert complete_order(states, instance, now=T0, reply_queues=REPLIES).applied
+    assert complete(states, instance, order_steps=order_steps).applied
     snapshot = metrics.snapshot()
-    assert metrics.total().writes == 5
-    assert snapshot[OperationKind.FENCED_UPDATE].writes == 2
     # Reads of this order: the orders database once, and its record as one item the starter's
     # claimable query served. The starter's running and Pending counts and its oldest Pending
     # record (C5, C9) are three queries per starter run, whatever it claims, and the
@@ -1076,6 +1141,27 @@ def test_a_fault_free_order_costs_at_most_five_writes_and_two_reads(
     )
     assert point_reads + snapshot[OperationKind.QUERY].items_read == 2
     assert snapshot[OperationKind.QUERY].reads == 5
+    return metrics
+
+
+def test_a_fault_free_order_costs_at_most_five_writes_and_two_reads(
+    store_factory: StoreFactory,
+) -> None:
+    """A one-step order: its two creates, the claim, the write that begins the step and the
+    one that finishes it."""
+    metrics = fault_free_order_cost(store_factory, STEPS[:1])
+    assert metrics.total().writes == 5
+    assert metrics.snapshot()[OperationKind.FENCED_UPDATE].writes == 2
+
+
+def test_a_fault_free_three_step_order_costs_seven_writes_and_two_reads(
+    store_factory: StoreFactory,
+) -> None:
+    """Each further step costs one write, the one that begins it and completes the step
+    before it (C1): the README's budget of a three-step order."""
+    metrics = fault_free_order_cost(store_factory, STEPS)
+    assert metrics.total().writes == 7
+    assert metrics.snapshot()[OperationKind.FENCED_UPDATE].writes == 4
 
 
 # --- orchestration reads and operator actions (D6, E8) -------------------------------------
@@ -1097,15 +1183,8 @@ def test_an_operator_resubmits_an_order_in_error_for_a_new_attempt_e8(
     states, _ = stores
     accepted(stores, "o-1")
     instance = claim_one(states)
-    fail_order(
-        states,
-        instance,
-        reason="permanent",
-        compensate=False,
-        now=T0,
-        timeouts=TIMEOUTS,
-        reply_queues=REPLIES,
-    )
+    begin(states, instance, 0)
+    assert fail(states, instance, 0, reason="permanent").applied
     resubmitted = resubmit_order(states, "o-1", T0 + timedelta(minutes=5), max_resubmits=3)
     assert resubmitted.process_state is ProcessState.PENDING
     assert claim_one(states, T0 + timedelta(minutes=5)) == InstanceId("o-1", 2)
@@ -1124,15 +1203,13 @@ def test_giving_up_with_nothing_completed_names_the_step_in_doubt_e8_u4(
     settings = replace(SETTINGS, max_failures=1, retry_budget=2)
     states.create(transitions.new_record("o-1", "replies-a", T0, ("reserve-stock",)))
     instance = claim_one(states)
-    step_writes.begin_step(
+    steps.begin_step(
         states,
         instance,
-        index=0,
-        name="reserve-stock",
+        Step(0, "reserve-stock"),
         done=None,
         now=T0,
         complete_by=step_deadline(T0, settings.timeouts),
-        reply_queues=settings.reply_queues,
     )
     [gave_up] = sweep_at(states, T0 + timedelta(seconds=31), settings).recoveries
     assert gave_up.kind is RecoveryKind.GAVE_UP

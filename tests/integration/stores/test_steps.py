@@ -1,6 +1,6 @@
-"""The step workflow's fenced writes over real stores, and what each tells the app and the
-operators (D4, E5, E8, C1, C2, C8, R2), and what it logs (C9). Runs on SQLite and on the
-Cosmos DB API server."""
+"""An attempt's fenced writes (services/steps.py) over real stores, and what each tells the
+app and the operators (D4, E5, E8, C1, C2, C8, R2), and what it logs (C9). Runs on SQLite
+and on the Cosmos DB API server."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from domain.contracts import AlertKind
 from domain.policies import compensation_deadline, step_deadline
 from domain.ports import OrderStore, StateStore
 from domain.records import InstanceId, ProcessState, StateRecord, StepState
+from domain.workflow import Step
 from observability import logs
-from services import step_writes
-from services.step_writes import Done, StepWriteOutcome
+from services import steps
+from services.steps import Written
 
 T0 = datetime(2026, 9, 1, 10, 0, tzinfo=UTC)
 SETTINGS = Settings(reply_queues=frozenset({"replies-a"}))
@@ -31,16 +32,14 @@ def claimed(states: StateStore) -> StateRecord:
     return created.record
 
 
-def begin(states: StateStore, index: int, done: Done | None) -> StepWriteOutcome:
-    return step_writes.begin_step(
+def begin(states: StateStore, index: int, done: Step | None) -> Written:
+    return steps.begin_step(
         states,
         ATTEMPT,
-        index=index,
-        name=STEPS[index],
+        Step(index, STEPS[index]),
         done=done,
         now=T0,
         complete_by=step_deadline(T0, SETTINGS.timeouts),
-        reply_queues=SETTINGS.reply_queues,
     )
 
 
@@ -56,16 +55,16 @@ def logged(caplog: pytest.LogCaptureFixture) -> list[tuple[str, dict[str, object
     return found
 
 
-def statuses(outcome: StepWriteOutcome) -> list[tuple[str, str | None]]:
+def statuses(outcome: Written) -> list[tuple[str, str | None]]:
     return [(s.body["status"], s.body["step"]) for s in outcome.statuses]
 
 
-def run_two_steps(states: StateStore) -> Done:
+def run_two_steps(states: StateStore) -> Step:
     claimed(states)
     assert begin(states, 0, None).statuses == ()
-    second = begin(states, 1, Done(0, STEPS[0], "res-1"))
+    second = begin(states, 1, Step(0, STEPS[0], "res-1"))
     assert statuses(second) == [("in-progress", STEPS[0])]
-    return Done(1, STEPS[1], "pay-1")
+    return Step(1, STEPS[1], "pay-1")
 
 
 def test_each_completed_step_is_reported_then_the_final_status_r2(
@@ -74,13 +73,7 @@ def test_each_completed_step_is_reported_then_the_final_status_r2(
     states, _ = stores
     paid = run_two_steps(states)
     assert statuses(begin(states, 2, paid)) == [("in-progress", STEPS[1])]
-    finished = step_writes.finish_steps(
-        states,
-        ATTEMPT,
-        done=Done(2, STEPS[2], "ship-1"),
-        now=T0,
-        reply_queues=SETTINGS.reply_queues,
-    )
+    finished = steps.finish_steps(states, ATTEMPT, Step(2, STEPS[2], "ship-1"), now=T0)
     assert statuses(finished) == [("in-progress", STEPS[2]), ("completed", None)]
     record = states.get("o-1")
     assert record is not None
@@ -95,10 +88,8 @@ def test_a_repeated_final_write_sends_the_same_messages_again_c8(
     claimed(states)
     begin(states, 0, None)
 
-    def finish() -> StepWriteOutcome:
-        return step_writes.finish_steps(
-            states, ATTEMPT, done=Done(0, STEPS[0], "r"), now=T0, reply_queues=SETTINGS.reply_queues
-        )
+    def finish() -> Written:
+        return steps.finish_steps(states, ATTEMPT, Step(0, STEPS[0], "r"), now=T0)
 
     first, again = finish(), finish()
     assert again.applied
@@ -114,8 +105,8 @@ def test_a_repeated_step_write_logs_the_completed_step_once_c1_c8(
     states, _ = stores
     claimed(states)
     begin(states, 0, None)
-    first = begin(states, 1, Done(0, STEPS[0], "res-1"))
-    again = begin(states, 1, Done(0, STEPS[0], "res-1"))
+    first = begin(states, 1, Step(0, STEPS[0], "res-1"))
+    again = begin(states, 1, Step(0, STEPS[0], "res-1"))
     assert again.applied
     assert statuses(again) == statuses(first) == [("in-progress", STEPS[0])]
     record = states.get("o-1")
@@ -133,17 +124,15 @@ def test_a_stale_attempt_writes_nothing_and_says_nothing_d4(
 ) -> None:
     states, _ = stores
     claimed(states)
-    stale = step_writes.begin_step(
+    stale = steps.begin_step(
         states,
         InstanceId("o-1", 7),
-        index=0,
-        name=STEPS[0],
+        Step(0, STEPS[0]),
         done=None,
         now=T0,
         complete_by=step_deadline(T0, SETTINGS.timeouts),
-        reply_queues=SETTINGS.reply_queues,
     )
-    assert stale == step_writes.REFUSED
+    assert stale == steps.REFUSED
     record = states.get("o-1")
     assert record is not None
     assert record.steps[0].state is StepState.NOT_STARTED
@@ -174,16 +163,14 @@ def test_a_write_the_fence_refuses_is_logged_as_superseded_with_the_attempts_ids
     ]
 
 
-def fail(states: StateStore, index: int, attempt: InstanceId = ATTEMPT) -> StepWriteOutcome:
-    return step_writes.fail_step(
+def fail(states: StateStore, index: int, attempt: InstanceId = ATTEMPT) -> Written:
+    return steps.fail_step(
         states,
         attempt,
-        index=index,
-        name=STEPS[index],
+        Step(index, STEPS[index]),
         reason="declined for good",
         now=T0,
-        timeouts=SETTINGS.timeouts,
-        reply_queues=SETTINGS.reply_queues,
+        compensate_by=compensation_deadline(T0, SETTINGS.timeouts),
     )
 
 
@@ -215,7 +202,7 @@ def test_a_later_step_failing_compensates_the_completed_ones_newest_first_c1(
     ]
     undone = None
     for undo in failed.undo:
-        started = step_writes.begin_undo(
+        started = steps.begin_undo(
             states,
             ATTEMPT,
             undo,
@@ -225,9 +212,7 @@ def test_a_later_step_failing_compensates_the_completed_ones_newest_first_c1(
         )
         assert started.applied
         undone = undo
-    finished = step_writes.finish_undo(
-        states, ATTEMPT, undone=undone, now=T0, reply_queues=SETTINGS.reply_queues
-    )
+    finished = steps.finish_undo(states, ATTEMPT, undone=undone, now=T0)
     assert statuses(finished) == [("compensated", None)]
     record = states.get("o-1")
     assert record is not None
@@ -246,7 +231,7 @@ def test_a_compensation_logs_the_failed_step_each_undo_and_the_final_state_c1_c9
     caplog.set_level(logging.INFO, logger="app.steps")
     undone = None
     for undo in fail(states, 2).undo:
-        step_writes.begin_undo(
+        steps.begin_undo(
             states,
             ATTEMPT,
             undo,
@@ -255,9 +240,7 @@ def test_a_compensation_logs_the_failed_step_each_undo_and_the_final_state_c1_c9
             complete_by=compensation_deadline(T0, SETTINGS.timeouts),
         )
         undone = undo
-    step_writes.finish_undo(
-        states, ATTEMPT, undone=undone, now=T0, reply_queues=SETTINGS.reply_queues
-    )
+    steps.finish_undo(states, ATTEMPT, undone=undone, now=T0)
 
     ids = {"order.id": "o-1", "instance.id": "o-1:1", "attempt": 1}
     assert logged(caplog) == [
@@ -277,7 +260,7 @@ def test_an_undo_that_fails_for_good_tells_the_operator_which_step_c2(
     paid = run_two_steps(states)
     begin(states, 2, paid)
     undo = fail(states, 2).undo[0]
-    step_writes.begin_undo(
+    steps.begin_undo(
         states,
         ATTEMPT,
         undo,
@@ -285,13 +268,12 @@ def test_an_undo_that_fails_for_good_tells_the_operator_which_step_c2(
         now=T0,
         complete_by=compensation_deadline(T0, SETTINGS.timeouts),
     )
-    failed = step_writes.undo_failed(
+    failed = steps.undo_failed(
         states,
         ATTEMPT,
         undo,
         reason="already dispatched",
         now=T0,
-        reply_queues=SETTINGS.reply_queues,
     )
     assert statuses(failed) == [("compensation-failed", None)]
     assert failed.alert is not None
