@@ -80,7 +80,7 @@ param oldestPendingAlertSeconds int = 900
 @description('Give the app Data Owner (Manage) on the queues its functions are triggered by, so that the scale controller reads queue lengths; false gives Data Receiver only (less accurate scaling).')
 param serviceBusScaleByQueueLength bool = true
 
-@description('Client id of the operator console\'s Entra app registration (README, "The operator console on Azure"). Set, the function app requires an Entra ID sign-in or access token for it before the function key; empty, the console relies on function keys alone.')
+@description('Client id of the operator console\'s Entra app registration (docs/console.md, "Auth on Azure"). Set, the function app requires an Entra ID sign-in or access token for it before the function key; empty, the console relies on function keys alone.')
 param consoleAuthClientId string = ''
 
 @description('Object id of the Entra group whose members may use the operator console (with consoleAuthClientId).')

@@ -211,7 +211,7 @@ resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
 // function key as before. Only members of consoleOperatorGroupIds or the principals of
 // consoleOperatorPrincipalIds pass (the built-in authorization policy, allowedPrincipals;
 // with both empty any principal holding a token passes); the registration's "assignment
-// required" with its Console.Operator app role narrows who gets a token at all (README).
+// required" with its Console.Operator app role narrows who gets a token at all (docs/console.md).
 // Browser sign-in uses the ID token flow, so no client secret is stored anywhere.
 //
 // Excluded: /runtime/webhooks/durabletask, the Durable Functions HTTP API, which the host

@@ -1,4 +1,4 @@
-"""What `azd up` creates with no parameter set, as the README's "Deploy to Azure" lists it:
+"""What `azd up` creates with no parameter set, as docs/deployment.md lists it:
 one resource group, made by main.bicep at subscription scope, holding everything; a Flex
 Consumption (FC1) plan whose function app runs as the identity module's user-assigned
 identity; Service Bus Standard; Cosmos DB serverless. And only the repository's own modules:

@@ -154,11 +154,11 @@ def test_local_reply_queues_stay_local_and_shape_the_client_reply_queues():
 
 
 def test_duplicate_detection_is_on_except_for_orders_e4_s3():
-    """The README's rule ("Duplicate detection is on for the agent queues, the reply queue and
-    the alerts queue ... off for `orders`"), in the file the local broker and Azure both take
-    their queues from: stable message ids make resends harmless on those queues (E4), while
-    on `orders` a conflicting resubmission under the same orderId would be dropped unseen
-    instead of dead-lettered and alerted (S3)."""
+    """docs/architecture.md's rule ("Duplicate detection is on for the agent queues, the reply
+    queues and the alerts queue, but deliberately off for `orders`"), in the file the local
+    broker and Azure both take their queues from: stable message ids make resends harmless on
+    those queues (E4), while on `orders` a conflicting resubmission under the same orderId
+    would be dropped unseen instead of dead-lettered and alerted (S3)."""
     settings = Settings.from_environ(expected_app_settings())
     detecting = {
         *(settings.agent_queue(agent) for agent in ("stock", "payment", "shipping")),

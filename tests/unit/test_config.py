@@ -1,15 +1,14 @@
 """App settings: one declaration each, read from the environment, failing fast when bad.
 
-Also that the declarations, local.settings.sample.json and the README's settings table
-agree: every declared setting is in the sample with its default and in the README with
-its default, and every setting of the sample is declared or is one of the host's and the
-connections' own settings, which the app does not parse.
+Also that the declarations and local.settings.sample.json agree: every declared setting is
+in the sample with its default, and every setting of the sample is declared or is one of the
+host's and the connections' own settings, which the app does not parse. The settings
+reference, docs/settings.md, is made from the declarations (tests/unit/test_settings_doc.py).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -19,8 +18,6 @@ from domain.policies import AgentPolicy, ScanBounds, SupervisorPolicy, Timeouts
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "local.settings.sample.json"
-README = ROOT / "README.md"
-SETTINGS_HEADING = "## Settings"
 
 HOST_AND_CONNECTION_SETTINGS = frozenset(
     {
@@ -64,8 +61,6 @@ CONTRACT_SETTINGS = frozenset(
 )
 """The app settings of contracts.md that this app reads."""
 
-BACKTICKED = re.compile(r"`([^`]+)`")
-
 
 def declared_names() -> list[str]:
     return [declared.name for declared in declarations()]
@@ -74,20 +69,6 @@ def declared_names() -> list[str]:
 def sample_values() -> dict[str, str]:
     document = json.loads(SAMPLE.read_text(encoding="utf-8"))
     return {name: str(value) for name, value in document["Values"].items()}
-
-
-def readme_settings_rows() -> list[tuple[list[str], list[str]]]:
-    """Each row of the README's settings table: the names it lists, and their defaults."""
-    text = README.read_text(encoding="utf-8")
-    start = text.index(SETTINGS_HEADING)
-    end = text.find("\n## ", start + len(SETTINGS_HEADING))
-    section = text[start:] if end == -1 else text[start:end]
-    rows = [
-        [cell.strip() for cell in line.strip().strip("|").split("|")]
-        for line in section.splitlines()
-        if line.startswith("|")
-    ][2:]
-    return [(BACKTICKED.findall(row[0]), BACKTICKED.findall(row[1])) for row in rows]
 
 
 # --- reading the environment ---------------------------------------------------------------
@@ -296,24 +277,6 @@ def test_every_declared_setting_is_in_the_sample_with_its_default() -> None:
 def test_every_sample_setting_is_declared_or_the_hosts() -> None:
     undeclared = set(sample_values()) - set(declared_names())
     assert undeclared == HOST_AND_CONNECTION_SETTINGS
-
-
-def test_every_declared_setting_is_in_the_readme_table_with_its_default() -> None:
-    rows = readme_settings_rows()
-    listed = {name for names, _ in rows for name in names}
-    assert set(declared_names()) <= listed
-    by_name = {declared.name: declared for declared in declarations()}
-    for names, defaults in rows:
-        for position, name in enumerate(names):
-            declared = by_name.get(name)
-            if declared is None:
-                continue
-            if not defaults:
-                assert not declared.default, f"{name}: the README gives no default"
-                continue
-            assert len(defaults) == len(names), f"{name}: one default per setting in its row"
-            readme_default = declared.parse(defaults[position], name)
-            assert readme_default == declared.default, name
 
 
 # --- the step workflow's settings (C1, E1) ------------------------------------------------

@@ -1,15 +1,23 @@
-"""The README stays true to the rules and to the repository a user clones.
+"""The docs stay true to the rules and to the repository a user clones.
 
-Every rule id that docs/pattern.md defines has a row in the README's "Rule → code" table,
-every file and test that table names exists, every invariant the chaos run checks has a row
-in the README's table of them, and every relative link of README.md leads to a file or folder
-in the repository (never outside it, where a clone has nothing).
+- docs/rules.md has one row per rule id docs/pattern.md defines, and no other; each cell
+  names code or tests only, and every `file.py::name` it names is a file that defines that
+  function, class, method or constant (read with `ast`, never imported).
+- docs/chaos.md has one row per invariant the chaos run checks, named as the run names it,
+  with the code that checks it and the tests that prove it.
+- No table of README.md or docs/ holds prose: its cells are code spans (the copies of the
+  spec, pattern.md and contracts.md, aside).
+- README.md is a ten-minute read: at most 200 lines, the two commands shown, no dated
+  line, and its map names every top-level entry of the repository.
+- Every relative link of README.md and docs/*.md leads to a file or folder in the
+  repository (never outside it, where a clone has nothing).
 """
 
 from __future__ import annotations
 
 import ast
 import re
+import subprocess
 from functools import cache
 from pathlib import Path
 
@@ -18,43 +26,56 @@ from tools.demo.client import Workload
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
-PATTERN = ROOT / "docs" / "pattern.md"
+DOCS = ROOT / "docs"
+PATTERN = DOCS / "pattern.md"
+RULES = DOCS / "rules.md"
+CHAOS = DOCS / "chaos.md"
+SPEC_COPIES = {"pattern.md", "contracts.md"}
 RULE_TABLE_HEADING = "## Rule → code"
-CHAOS_HEADING = "## make chaos"
-INVARIANTS_HEADER = ["invariant", "evidence"]
+RULE_TABLE_HEADER = ["rule", "implemented in", "proved by"]
+INVARIANTS_HEADING = "## Invariants"
+INVARIANTS_HEADER = ["invariant", "checked by", "proved by"]
+MAP_HEADING = "## What ships and what is tooling"
+README_MAX_LINES = 200
 
 RULE_DEFINITION = re.compile(r"^- ([A-Z]\d+)\. ", re.MULTILINE)
-RULE_ID = re.compile(r"\b([SDEURC]\d+)\b")
+RULE_ID = re.compile(r"^[SDEURC]\d+$")
 FENCED_BLOCK = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
 INLINE_LINK = re.compile(r"\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 LINK_DEFINITION = re.compile(r"^\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)", re.MULTILINE)
-# A repository path in backticks: a file with an extension, optionally `::test_name`, or
-# a folder ending in `/`.
-NAMED_PATH = re.compile(r"`((?:[\w.-]+/)*[\w.-]+\.(?:py|json|md|toml)(?:::\w+)?|(?:[\w.-]+/)+)`")
 CODE_SPAN = re.compile(r"`([^`]+)`")
+# What may stand between the code spans of a cell.
+SEPARATORS = re.compile(r"[\s,;]|<br>")
+# A file of the repository, optionally with the name it defines: `path/file.py::name`,
+# `path/file.py::Class.method`, `host.json`, `infra/app/alerts.bicep`.
+NAMED_CODE = re.compile(r"^(?P<path>(?:[\w.-]+/)*[\w.-]+\.\w+)(?:::(?P<name>\w+(?:\.\w+)?))?$")
+TEST_ID = re.compile(r"^(?:devhost/)?tests/(?:[\w.-]+/)*test_\w+\.py::test_\w+$")
+# A date, but not an ISO timestamp of an example (2030-01-01T00:00:00Z) nor an API version
+# (api-version=2024-04-01).
+DATE = re.compile(r"(?<![=\w-])20\d\d-[01]\d-[0-3]\d\b(?!T)")
+HEADING = re.compile(r"^#{1,6} (.+?)\s*$", re.MULTILINE)
+MAP_ENTRY = re.compile(r"^- (?P<names>`[^`]+`(?:(?:,| and) `[^`]+`)*) — ", re.MULTILINE)
 
 
 def defined_rule_ids() -> list[str]:
     return RULE_DEFINITION.findall(PATTERN.read_text(encoding="utf-8"))
 
 
-def readme_section(heading: str) -> str:
-    """The README's section under ``heading``, up to the next one of its level."""
-    text = README.read_text(encoding="utf-8")
+def section(path: Path, heading: str) -> str:
+    """The text of ``path`` under ``heading``, up to the next heading of its level."""
+    text = path.read_text(encoding="utf-8")
+    assert heading in text, f"{path.relative_to(ROOT)} has no section '{heading}'"
     start = text.index(heading)
-    end = text.find("\n## ", start + len(heading))
+    level = heading.split(" ", 1)[0]
+    end = text.find(f"\n{level} ", start + len(heading))
     return text[start:] if end == -1 else text[start:end]
-
-
-def rule_table_section() -> str:
-    return readme_section(RULE_TABLE_HEADING)
 
 
 def tables(text: str) -> list[list[list[str]]]:
     """Every table in ``text``: its rows, header and separator first, split into cells."""
     found: list[list[list[str]]] = []
     previous_was_row = False
-    for line in text.splitlines():
+    for line in FENCED_BLOCK.sub("", text).splitlines():
         is_row = line.startswith("|")
         if is_row:
             if not previous_was_row:
@@ -64,20 +85,127 @@ def tables(text: str) -> list[list[list[str]]]:
     return found
 
 
-def rule_table_rows() -> list[list[str]]:
-    """The table's body rows, split into cells (header and separator left out)."""
-    return [row for table in tables(rule_table_section()) for row in table[2:]]
-
-
-def chaos_invariant_rows() -> list[list[str]]:
-    """The body rows of the "make chaos" section's table of invariants."""
-    matching = [t for t in tables(readme_section(CHAOS_HEADING)) if t[0] == INVARIANTS_HEADER]
-    assert len(matching) == 1, f"README '{CHAOS_HEADING}' needs one table {INVARIANTS_HEADER}"
+def table_under(path: Path, heading: str, header: list[str]) -> list[list[str]]:
+    """The body rows of the one table with ``header`` in the section ``heading``."""
+    matching = [t for t in tables(section(path, heading)) if t[0] == header]
+    assert len(matching) == 1, f"{path.relative_to(ROOT)} '{heading}' needs one table {header}"
     return matching[0][2:]
 
 
+def rule_rows() -> list[list[str]]:
+    return table_under(RULES, RULE_TABLE_HEADING, RULE_TABLE_HEADER)
+
+
+def invariant_rows() -> list[list[str]]:
+    return table_under(CHAOS, INVARIANTS_HEADING, INVARIANTS_HEADER)
+
+
+def only_code(cell: str) -> bool:
+    """Whether a cell holds code spans and nothing else."""
+    return bool(CODE_SPAN.search(cell)) and not SEPARATORS.sub("", CODE_SPAN.sub("", cell))
+
+
+def doc_pages() -> list[Path]:
+    """README.md and the docs pages this project writes (not its copies of the spec)."""
+    return [README, *(page for page in sorted(DOCS.glob("*.md")) if page.name not in SPEC_COPIES)]
+
+
+@cache
+def defined_names(path: Path) -> frozenset[str]:
+    """What a Python file defines at its top level: functions, classes and constants, and
+    each class's own functions as ``Class.name``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.ClassDef):
+            names.add(node.name)
+            names.update(
+                f"{node.name}.{member.name}"
+                for member in node.body
+                if isinstance(member, ast.FunctionDef | ast.AsyncFunctionDef)
+            )
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return frozenset(names)
+
+
+def missing_code(named: str) -> str | None:
+    """Why ``named`` (a cell's code span) is not in the repository, or None when it is."""
+    match = NAMED_CODE.match(named)
+    if match is None:
+        return f"{named}: neither a file nor file::name"
+    path = ROOT / match["path"]
+    if not path.is_file():
+        return f"{named}: no such file"
+    if path.suffix == ".py":
+        if match["name"] is None:
+            return f"{named}: name the function, class or test of the file (file.py::name)"
+        if match["name"] not in defined_names(path):
+            return f"{named}: {match['path']} defines no {match['name']}"
+    elif match["name"] is not None:
+        return f"{named}: only a Python file defines names"
+    return None
+
+
+# --- docs/rules.md --------------------------------------------------------------------------
+
+
+def test_pattern_defines_the_rule_families_the_docs_cite() -> None:
+    """The ids come from docs/pattern.md itself; an empty or renamed digest must not pass."""
+    families = {rule_id[0] for rule_id in defined_rule_ids()}
+    assert families == set("SDEURC")
+
+
+def test_every_rule_of_the_pattern_has_one_row_and_no_row_names_another() -> None:
+    in_rule_column = [row[0] for row in rule_rows()]
+    malformed = [cell for cell in in_rule_column if not RULE_ID.match(cell)]
+    assert not malformed, f"docs/rules.md: a rule cell is one rule id, not {malformed}"
+    repeated = sorted({rule for rule in in_rule_column if in_rule_column.count(rule) > 1})
+    assert not repeated, f"docs/rules.md has more than one row for {repeated}"
+    defined = defined_rule_ids()
+    missing = [rule for rule in defined if rule not in in_rule_column]
+    assert not missing, f"docs/rules.md has no row for {missing}"
+    unknown = [rule for rule in in_rule_column if rule not in defined]
+    assert not unknown, f"docs/rules.md names rules docs/pattern.md lacks: {unknown}"
+
+
+def test_every_row_names_code_and_tests_and_nothing_else() -> None:
+    bad = [
+        f"{row[0]}: {cell}"
+        for row in rule_rows()
+        for cell in (row[1:] if len(row) == 3 else ["three cells, not " + str(len(row))])
+        if not only_code(cell)
+    ]
+    assert not bad, "docs/rules.md cells with anything but code spans:\n" + "\n".join(bad)
+    not_tests = [
+        f"{row[0]}: {named}"
+        for row in rule_rows()
+        for named in CODE_SPAN.findall(row[2])
+        if not TEST_ID.match(named)
+    ]
+    assert not not_tests, "'proved by' names what is no test id:\n" + "\n".join(not_tests)
+
+
+def test_every_file_function_and_test_the_rule_table_names_exists() -> None:
+    broken = [
+        f"{row[0]}: {problem}"
+        for row in rule_rows()
+        for cell in row[1:]
+        for named in CODE_SPAN.findall(cell)
+        if (problem := missing_code(named)) is not None
+    ]
+    assert not broken, "docs/rules.md names what is not there:\n" + "\n".join(broken)
+
+
+# --- docs/chaos.md --------------------------------------------------------------------------
+
+
 def checked_invariants(tmp_path: Path) -> list[str]:
-    """The names of the invariants `chaos.invariants.check` reports, as a run reports them."""
+    """The names of the invariants `tools.chaos.invariants.check` reports, as a run does."""
     findings = check(
         {},
         Workload([], []),
@@ -91,80 +219,111 @@ def checked_invariants(tmp_path: Path) -> list[str]:
     return list(findings.invariants)
 
 
-def rule_column_ids() -> set[str]:
-    """The rule ids the table's first column names (a row may group several)."""
-    return {rule_id for row in rule_table_rows() for rule_id in RULE_ID.findall(row[0])}
-
-
-@cache
-def defined_tests(path: Path) -> frozenset[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    return frozenset(
-        node.name
-        for node in tree.body
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test")
-    )
-
-
-def test_pattern_defines_the_rule_families_the_readme_cites() -> None:
-    """The ids come from docs/pattern.md itself; an empty or renamed digest must not pass."""
-    families = {rule_id[0] for rule_id in defined_rule_ids()}
-    assert families == set("SDEURC")
-
-
-def test_every_rule_of_the_pattern_has_a_row_in_the_rule_table() -> None:
-    in_rule_column = rule_column_ids()
-    missing = [rule_id for rule_id in defined_rule_ids() if rule_id not in in_rule_column]
-    assert not missing, f"README '{RULE_TABLE_HEADING}' has no row for {missing}"
-
-
-def test_the_rule_table_names_only_rules_the_pattern_defines() -> None:
-    unknown = rule_column_ids() - set(defined_rule_ids())
-    assert not unknown, (
-        f"README '{RULE_TABLE_HEADING}' names rules docs/pattern.md lacks: {unknown}"
-    )
-
-
-def test_every_row_names_code_and_proof() -> None:
-    incomplete = [row[0] for row in rule_table_rows() if len(row) != 3 or not all(row)]
-    assert not incomplete, f"rows without code or proof: {incomplete}"
-
-
-def test_every_file_and_test_the_rule_table_names_exists() -> None:
-    broken: list[str] = []
-    for named in NAMED_PATH.findall(rule_table_section()):
-        path_text, _, test_name = named.partition("::")
-        path = ROOT / path_text
-        if not path.exists():
-            broken.append(f"{named}: no such file or folder")
-        elif test_name and test_name not in defined_tests(path):
-            broken.append(f"{named}: no such test in {path_text}")
-    assert not broken, "README rule table names what is not there:\n" + "\n".join(broken)
-
-
-def test_every_relative_link_of_the_readme_leads_into_the_repository() -> None:
-    text = FENCED_BLOCK.sub("", README.read_text(encoding="utf-8"))
-    targets = INLINE_LINK.findall(text) + LINK_DEFINITION.findall(text)
-    assert targets, "README.md should link its rules and contracts"
-    broken: list[str] = []
-    for target in targets:
-        if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
-            continue
-        path = (README.parent / target.split("#", 1)[0]).resolve()
-        if not path.is_relative_to(ROOT) or not path.exists():
-            broken.append(target)
-    assert not broken, f"README.md links to what a clone does not have: {broken}"
-
-
-def test_every_invariant_the_chaos_run_checks_has_a_row_in_the_readme(tmp_path: Path) -> None:
-    """The README's table says what `make chaos` proves (C1-C10): one row per invariant,
-    named first in its row, and the figures' count of invariants held is their number."""
+def test_every_invariant_the_chaos_run_checks_has_a_row(tmp_path: Path) -> None:
+    """docs/chaos.md says what `make chaos` proves (C1-C10): one row per invariant, named as
+    the run names it in its first cell, with the code that checks it and the tests."""
     checked = checked_invariants(tmp_path)
-    named = [CODE_SPAN.findall(row[0])[0] for row in chaos_invariant_rows()]
+    rows = invariant_rows()
+    named = [CODE_SPAN.findall(row[0])[0] if CODE_SPAN.search(row[0]) else row[0] for row in rows]
 
-    assert checked, "chaos.invariants.check reports no invariant"
+    assert checked, "tools.chaos.invariants.check reports no invariant"
     missing = [name for name in checked if name not in named]
-    assert not missing, f"README '{CHAOS_HEADING}' invariants table has no row for {missing}"
+    assert not missing, f"docs/chaos.md invariants table has no row for {missing}"
     unknown = [name for name in named if name not in checked]
-    assert not unknown, f"README '{CHAOS_HEADING}' names invariants the run lacks: {unknown}"
-    assert f"all {len(checked)} held" in readme_section(CHAOS_HEADING)
+    assert not unknown, f"docs/chaos.md names invariants the run lacks: {unknown}"
+    broken = [
+        f"{row[0]}: {problem}"
+        for row in rows
+        for cell in row[1:]
+        for named_code in CODE_SPAN.findall(cell)
+        if (problem := missing_code(named_code)) is not None
+    ]
+    assert not broken, "docs/chaos.md names what is not there:\n" + "\n".join(broken)
+    not_tests = [named for row in rows for named in CODE_SPAN.findall(row[2])]
+    assert all(TEST_ID.match(named) for named in not_tests), not_tests
+
+
+# --- every page -----------------------------------------------------------------------------
+
+
+def test_no_table_cell_of_the_docs_holds_prose() -> None:
+    """A table maps names to code and tests; what needs words goes in a list or a paragraph."""
+    bad = [
+        f"{page.relative_to(ROOT)}: {cell}"
+        for page in doc_pages()
+        for table in tables(page.read_text(encoding="utf-8"))
+        for row in table[2:]
+        for cell in row
+        if not (only_code(cell) or RULE_ID.match(cell))
+    ]
+    assert not bad, "table cells that are not code spans:\n" + "\n".join(bad)
+
+
+def anchors(page: Path) -> set[str]:
+    """The anchors a Markdown renderer gives the headings of ``page``, as GitHub makes them:
+    lower case, punctuation dropped, spaces to hyphens."""
+    text = FENCED_BLOCK.sub("", page.read_text(encoding="utf-8"))
+    return {
+        re.sub(r"[^\w\- ]", "", heading.replace("`", "")).strip().lower().replace(" ", "-")
+        for heading in HEADING.findall(text)
+    }
+
+
+def test_every_relative_link_of_the_docs_leads_into_the_repository() -> None:
+    """A file or folder of the repository, and, for a Markdown page, one of its headings."""
+    broken: list[str] = []
+    for page in doc_pages():
+        text = FENCED_BLOCK.sub("", page.read_text(encoding="utf-8"))
+        for target in INLINE_LINK.findall(text) + LINK_DEFINITION.findall(text):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target):
+                continue
+            file, _, anchor = target.partition("#")
+            path = (page.parent / file).resolve() if file else page
+            if not path.is_relative_to(ROOT) or not path.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+            elif anchor and (path.suffix != ".md" or anchor not in anchors(path)):
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert not broken, "links to what a clone does not have:\n" + "\n".join(broken)
+
+
+def test_no_doc_carries_a_date() -> None:
+    """The docs say what is true now; a dated figure is a lab notebook's."""
+    pages = [*doc_pages(), ROOT / "tools" / "bench" / "README.md", ROOT / "devhost" / "README.md"]
+    dated = [
+        f"{page.relative_to(ROOT)}:{number}: {line.strip()}"
+        for page in pages
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+        if DATE.search(line)
+    ]
+    assert not dated, "dated lines:\n" + "\n".join(dated)
+
+
+# --- README.md ------------------------------------------------------------------------------
+
+
+def test_the_readme_is_short_and_shows_the_two_commands() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= README_MAX_LINES, "README.md: at most 200 lines"
+    assert "make demo" in text
+    assert "make test" in text
+
+
+def top_level_entries() -> set[str]:
+    """The first path component of every file git tracks: what a clone's root holds."""
+    listed = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=30
+    ).stdout.splitlines()
+    return {path.split("/", 1)[0] + "/" if "/" in path else path for path in listed if path.strip()}
+
+
+def test_the_readme_map_names_every_top_level_entry_and_only_those() -> None:
+    names = [
+        name
+        for entry in MAP_ENTRY.finditer(section(README, MAP_HEADING))
+        for name in CODE_SPAN.findall(entry["names"])
+    ]
+    entries = top_level_entries()
+    missing = sorted(entries - set(names))
+    assert not missing, f"README '{MAP_HEADING}' does not name {missing}"
+    unknown = sorted(set(names) - entries)
+    assert not unknown, f"README '{MAP_HEADING}' names what the root lacks: {unknown}"

@@ -51,9 +51,10 @@ CONSUMED = (ORDERS, RESPONSES)
 NOW = datetime(2026, 12, 1, 4, 0, tzinfo=UTC)
 
 # Not servicebus.config.json's settings: `orders` here detects duplicates (off in that file,
-# as the README explains), so that the resubmit test shows a resubmitted dead letter getting past
-# a queue's duplicate detection, as it must on the agent queues that do detect them; each
-# message is delivered up to MaxDeliveryCount times, 2 here to exhaust them quickly.
+# as docs/architecture.md explains), so that the resubmit test shows a resubmitted dead
+# letter getting past a queue's duplicate detection, as it must on the agent queues that do
+# detect them; each message is delivered up to MaxDeliveryCount times, 2 here to exhaust them
+# quickly.
 QUEUES = [
     queue(
         ORDERS,

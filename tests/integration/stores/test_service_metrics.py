@@ -422,5 +422,5 @@ def test_durations_fall_in_second_buckets_fine_enough_for_a_local_step(
     assert tuple(point.explicit_bounds) == metrics.DURATION_BUCKETS_SECONDS
     upper = point.explicit_bounds[list(point.bucket_counts).index(1)]
     assert upper == 0.05
-    # Consumer lag is read from the broker, not declared by the app (see the README).
+    # Consumer lag is read from the broker, not declared by the app (see docs/architecture.md).
     assert "sas.consumer.lag" not in points(reader)

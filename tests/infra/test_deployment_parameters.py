@@ -1,5 +1,5 @@
-"""The README's "Deploy to Azure" names every parameter a user can set, with its azd
-environment variable and its default: the table pairs exactly the variables
+"""docs/deployment.md names every parameter a user can set, with its azd environment
+variable and its default: the list under "Parameters" pairs exactly the variables
 infra/main.parameters.json maps to main.bicep's parameters, and the sentence after it names
 every other parameter of main.bicep. azd sets the AZURE_* ones itself."""
 
@@ -10,26 +10,30 @@ import re
 
 from tests.infra.bicep import INFRA, ROOT, module
 
-TABLE_INTRO = "The parameters (`azd env set NAME value`, then `azd provision`):"
+PAGE = ROOT / "docs" / "deployment.md"
+HEADING = "## Parameters"
 ALSO_TAKES = "`main.bicep` also takes"
 MAPPED = re.compile(r"^\$\{(?P<variable>[A-Z_]+)(?:=(?P<default>[^}]*))?\}$")
+# "- `A`, `B` → `a`, `b` (default `0`): what they mean", one item per group of parameters.
+ITEM = re.compile(
+    r"^- (?P<variables>`[A-Z_]+`(?:,\s+`[A-Z_]+`)*) → (?P<parameters>`\w+`(?:,\s+`\w+`)*)"
+    r" \(default (?P<default>[^)]+)\): ",
+    re.MULTILINE,
+)
 
 
-def readme() -> str:
-    return (ROOT / "README.md").read_text(encoding="utf-8")
+def page() -> str:
+    return PAGE.read_text(encoding="utf-8")
 
 
-def table_rows() -> list[list[str]]:
-    """The cells of each row of the README's parameter table."""
-    text = readme()
-    lines = text[text.index(TABLE_INTRO) + len(TABLE_INTRO) :].strip().splitlines()
-    rows = []
-    for line in lines[2:]:  # the header and its rule
-        if not line.startswith("|"):
-            break
-        rows.append([cell.strip() for cell in line.strip().strip("|").split(" | ")])
-    assert rows, "the README's parameter table is empty"
-    return rows
+def parameter_items() -> list[tuple[str, str, str]]:
+    """(variables, parameters, default) of each item of the page's parameter list."""
+    text = page()
+    start = text.index(HEADING)
+    section = text[start : text.index(ALSO_TAKES, start)]
+    items = [(m["variables"], m["parameters"], m["default"]) for m in ITEM.finditer(section)]
+    assert items, "docs/deployment.md lists no parameter"
+    return items
 
 
 def mapped_parameters() -> dict[str, tuple[str, str | None]]:
@@ -49,9 +53,9 @@ def bicep_text(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def test_the_table_pairs_each_variable_with_its_parameter_and_default():
+def test_the_list_pairs_each_variable_with_its_parameter_and_default():
     documented: dict[str, tuple[str, str]] = {}
-    for variables, parameters, default, _ in table_rows():
+    for variables, parameters, default in parameter_items():
         names = re.findall(r"`([A-Z_]+)`", variables)
         params = re.findall(r"`(\w+)`", parameters)
         assert len(names) == len(params), f"{variables} | {parameters}"
@@ -59,7 +63,7 @@ def test_the_table_pairs_each_variable_with_its_parameter_and_default():
             {param: (name, default) for name, param in zip(names, params, strict=True)}
         )
     mapped = mapped_parameters()
-    assert set(documented) == set(mapped), "the table and main.parameters.json differ"
+    assert set(documented) == set(mapped), "the page and main.parameters.json differ"
     declared = module("main")["parameters"]
     for parameter, (variable, default) in sorted(mapped.items()):
         assert documented[parameter][0] == variable, parameter
@@ -71,7 +75,7 @@ def test_the_table_pairs_each_variable_with_its_parameter_and_default():
 
 
 def test_every_other_parameter_of_main_bicep_is_named_with_its_default():
-    text = readme()
+    text = page()
     start = text.index(ALSO_TAKES) + len(ALSO_TAKES)
     paragraph = text[start : text.index("\n\n", start)]
     named = dict(re.findall(r"`(\w+)`(?:\s\((\w+))?", paragraph))
