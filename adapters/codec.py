@@ -44,7 +44,7 @@ def from_json(body: bytes | str, kind: type[T]) -> T:
         return msgspec.json.decode(body, type=kind)
     except msgspec.ValidationError as error:
         raise PayloadError(f"{kind.__name__}: {error}") from None
-    except (msgspec.DecodeError, RecursionError) as error:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
         raise PayloadError(
             f"{kind.__name__}: the body is not JSON ({type(error).__name__})"
         ) from None

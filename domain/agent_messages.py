@@ -119,9 +119,9 @@ class AgentResponse:
         if attempt > MAX_ATTEMPT:
             raise AgentMessageError(f"instance_id's attempt must be at most {MAX_ATTEMPT}")
         if self.detail is not None:
-            _check_text("detail", self.detail, MAX_DETAIL_LENGTH, free_text=True)
+            _check_text("detail", self.detail, MAX_DETAIL_LENGTH, empty=True, controls=True)
         if self.reference is not None:
-            _check_text("reference", self.reference, MAX_REFERENCE_LENGTH)
+            _check_text("reference", self.reference, MAX_REFERENCE_LENGTH, empty=True)
 
     @property
     def message_id(self) -> str:
@@ -166,9 +166,11 @@ def _check_version(version: int) -> None:
         raise AgentMessageError(f"schema_version must be {AGENT_SCHEMA_VERSION}")
 
 
-def _check_text(name: str, value: str, max_length: int, *, free_text: bool = False) -> None:
+def _check_text(
+    name: str, value: str, max_length: int, *, empty: bool = False, controls: bool = False
+) -> None:
     problem = text_problem(
-        name, value, max_length=max_length, allow_empty=free_text, allow_controls=free_text
+        name, value, max_length=max_length, allow_empty=empty, allow_controls=controls
     )
     if problem is not None:
         raise AgentMessageError(problem)

@@ -133,10 +133,11 @@ def finish_undo(
 ) -> Written:
     """Every step was undone: Compensated and a `compensated` status (C2, R2)."""
     change = transitions.finish_undo(instance, undone=undone, now=now)
-    record = _written_or_reached(states, change, instance, ProcessState.COMPENSATED)
+    record = _written_or_reached(
+        states, change, instance, ProcessState.COMPENSATED, undone=undone
+    )
     if record is None:
         return _refused(instance, "finish_undo", None if undone is None else undone.name)
-    _undone(instance, undone)
     return Written(True, record, _status(record, OrderStatus.COMPENSATED, now))
 
 
@@ -202,12 +203,19 @@ def _undone(instance: InstanceId, undone: Step | None) -> None:
 
 
 def _written_or_reached(
-    states: StateStore, change: FencedChange, instance: InstanceId, state: ProcessState
+    states: StateStore,
+    change: FencedChange,
+    instance: InstanceId,
+    state: ProcessState,
+    *,
+    undone: Step | None = None,
 ) -> StateRecord | None:
     """The record `change` wrote, counted when it finished the order, or the one this
-    attempt wrote before (C8)."""
+    attempt wrote before (C8); `undone` is the undo the write records as finished, logged
+    only by the write that applied."""
     written = states.fenced_update(change)
     if written is not None:
+        _undone(instance, undone)
         return count_if_finished(written)
     return already_reached(states, instance, state)
 

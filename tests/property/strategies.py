@@ -212,7 +212,7 @@ def agent_response_documents(draw: st.DrawFn, instance_id: str, request_id: str)
         "instance_id": instance_id,
         "outcome": draw(st.sampled_from([outcome.value for outcome in AgentOutcome])),
         "detail": draw(st.none() | st.text(max_size=300)),
-        "reference": draw(st.none() | plain_text(1, MAX_REFERENCE_LENGTH)),
+        "reference": draw(st.none() | plain_text(0, MAX_REFERENCE_LENGTH)),
     }
     kind = draw(st.sampled_from(["valid", "valid", "broken", "json"]))
     if kind == "json":

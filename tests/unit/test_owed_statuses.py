@@ -59,9 +59,7 @@ def host_view(*activities: str, output: Any = None, status: str = "Running") -> 
 
 
 def deliveries(record: StateRecord, views: dict[str, Any]) -> list[tuple[str, str]]:
-    owed = owed_statuses(
-        record, (FIRST,), views, senders=STATUS_SENDERS, reply_queues=REPLY_QUEUES
-    )
+    owed = owed_statuses(record, (FIRST,), views, senders=STATUS_SENDERS, reply_queues=REPLY_QUEUES)
     return [(m.message.message_id, m.delivery) for m in owed.messages[1:]]
 
 

@@ -92,7 +92,7 @@ def test_an_answer_is_taken_only_for_the_request_it_answers_e3() -> None:
 @pytest.mark.parametrize(
     ("changes", "reason"),
     [
-        ({"reference": "r" * 257}, "reference must be 1-256 characters, got 257"),
+        ({"reference": "r" * 257}, "reference must be 0-256 characters, got 257"),
         ({"reference": "r\x00"}, "reference must hold no control characters"),
         ({"detail": "d" * 2_001}, "detail must be 0-2000 characters, got 2001"),
         ({"detail": 7}, "Expected `str | null`, got `int` - at `$.detail`"),
