@@ -30,7 +30,7 @@ import aiohttp
 from adapters import blocking_calls, cosmos_connection, servicebus_publisher
 from adapters.cosmos_connection import CosmosOptions
 from adapters.cosmos_store import open_cosmos_stores
-from adapters.identity_connection import identity_choice
+from adapters.identity_connection import ConnectionSettingsError, identity_choice
 from adapters.servicebus_dead_letters import ServiceBusDeadLetterQueues
 from adapters.servicebus_publisher import ServiceBusPublisher, client_from_environment
 from adapters.sqlite_store import open_sqlite_stores
@@ -138,11 +138,11 @@ def check_settings(environ: Mapping[str, str] = os.environ) -> Settings:
     blocking_calls.use_threads(settings.blocking_call_threads)
     log = logs.get_logger("app.settings")
     for connection in _identity_connections(settings, environ):
-        log.info(
-            "connection identity",
-            connection=connection,
-            identity=identity_choice(environ, connection).describe(),
-        )
+        try:
+            identity = identity_choice(environ, connection).describe()
+        except ConnectionSettingsError as error:
+            raise SettingsError(str(error)) from None
+        log.info("connection identity", connection=connection, identity=identity)
     # RETRY_BUDGET covers MAX_FAILURES attempts x AGENT_DELIVERY_ATTEMPTS deliveries x the
     # agent's tries per delivery: the calls one request may cost at most (C4).
     budget = settings.budget

@@ -9,9 +9,9 @@ Python worker leaves that at asyncio's default of min(32, CPUs + 4) threads. On 
 instance six threads would then serve the store calls of every activity
 (``maxConcurrentActivityFunctions``) and every Service Bus message (``maxConcurrentCalls``)
 in flight, which queue behind each other until steps run past their CompleteBy (D4) and are
-retried for nothing (U4). The pool here has ``BLOCKING_CALL_THREADS`` threads, which
-bootstrap sets from the settings (`use_threads`) before any function runs; until then, as
-in tests that call an adapter directly, it has the declared default.
+retried for nothing (U4). The pool here has ``BLOCKING_CALL_THREADS`` threads, which the
+composition root sets from the settings (`use_threads`) before any function runs; until
+then, as in tests that call an adapter directly, it has a few.
 
 A call keeps the caller's context, as ``asyncio.to_thread`` does, so the correlation ids of
 ``observability.logs`` (C9) and the trace context follow it into the thread.
@@ -27,13 +27,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
-from config import DEFAULT_BLOCKING_CALL_THREADS
-
 P = ParamSpec("P")
 R = TypeVar("R")
 
 _lock = threading.Lock()
-_threads = DEFAULT_BLOCKING_CALL_THREADS
+_threads = 4
 _pool: ThreadPoolExecutor | None = None
 
 

@@ -35,8 +35,7 @@ from azure.core.paging import ItemPaged, PageIterator
 from azure.cosmos import CosmosClient
 from azure.cosmos.exceptions import CosmosClientTimeoutError, CosmosHttpResponseError
 
-from adapters.identity_connection import identity_choice, sync_credential
-from config import SettingsError
+from adapters.identity_connection import ConnectionSettingsError, identity_choice, sync_credential
 from domain.ports import StoreError, StoreUnavailable
 
 CONNECTION_SETTING = "CosmosConnection"
@@ -51,7 +50,7 @@ TRANSIENT_STATUS_CODES = frozenset({408, 429, 449, 500, 503})
 class CosmosOptions:
     """What the adapter needs besides the connection: names, TTL, retries and timeouts.
 
-    bootstrap.py fills it from the COSMOS_* settings (config.py declares them).
+    The composition root fills it from the COSMOS_* settings.
     """
 
     database: str
@@ -85,14 +84,14 @@ def connect(environ: Mapping[str, str], options: CosmosOptions) -> tuple[CosmosC
             try:
                 return CosmosClient.from_connection_string(connection, **retry), True
             except ValueError as error:
-                raise SettingsError(
+                raise ConnectionSettingsError(
                     f"{CONNECTION_SETTING} must be 'AccountEndpoint=https://...;AccountKey=...;': "
                     f"{error}"
                 ) from None
         if endpoint:
             credential = sync_credential(identity_choice(environ, CONNECTION_SETTING))
             return CosmosClient(endpoint, credential=credential, **retry), False
-    raise SettingsError(
+    raise ConnectionSettingsError(
         f"STATE_STORE=cosmos needs {CONNECTION_SETTING} (a connection string, locally) or "
         f"{ENDPOINT_SETTING} (the account endpoint, with a managed identity in Azure)"
     )

@@ -12,16 +12,13 @@ Three containers in one database, with no transaction shared between them:
   partitioned by time bucket (`/bucket`), see `adapters.deadline_index`.
 
 The app creates them when missing (`ensure_containers`, key auth, local runs); in Azure
-the infrastructure creates them from `container_definitions` (`python -m
-adapters.cosmos_containers` prints them as JSON), because a data-plane identity may not
-create databases or containers.
+the infrastructure creates them from the same definitions (`python -m
+tools.cosmos_containers` prints them as JSON), because a data-plane identity may not create
+databases or containers.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -137,26 +134,3 @@ def ensure_containers(client: CosmosClient, layout: CosmosLayout) -> DatabasePro
         except CosmosResourceExistsError:
             continue
     return database
-
-
-def main() -> None:
-    """Print the container definitions as JSON, for infra and for reading."""
-    # The composition root maps the settings to the adapter's options; imported here, as
-    # it imports this module.
-    from bootstrap import cosmos_options
-    from config import Settings
-
-    layout = cosmos_layout(cosmos_options(Settings.from_environ(os.environ)))
-    json.dump(
-        {
-            "database": layout.database,
-            "containers": [definition.to_document() for definition in layout.containers],
-        },
-        sys.stdout,
-        indent=2,
-    )
-    sys.stdout.write("\n")
-
-
-if __name__ == "__main__":
-    main()

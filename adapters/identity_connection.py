@@ -16,8 +16,8 @@ empty value counts as unset:
   ``__clientId`` becomes its managed identity client id, and without one it honours
   ``AZURE_CLIENT_ID`` itself.
 
-Refused with a ``SettingsError`` that names the setting, where the host would pick another
-identity than the settings suggest or this app cannot do what the host does:
+Refused with a ``ConnectionSettingsError`` that names the setting, where the host would pick
+another identity than the settings suggest or this app cannot do what the host does:
 
 - any other ``__credential`` value;
 - ``__clientId`` together with ``__managedIdentityResourceId``;
@@ -35,13 +35,17 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
-from config import SettingsError
-
 if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
     from azure.core.credentials_async import AsyncTokenCredential
 
 MANAGED_IDENTITY = "managedidentity"
+
+
+class ConnectionSettingsError(ValueError):
+    """A connection's app settings ask for what this app cannot honour; the message names
+    the setting."""
+
 
 Kind = Literal["managed-identity", "service-principal", "default"]
 
@@ -73,8 +77,8 @@ class IdentityChoice:
 
 
 def identity_choice(environ: Mapping[str, str], connection: str) -> IdentityChoice:
-    """The identity the settings of ``connection`` ask for, or a SettingsError naming the
-    setting that cannot be honoured."""
+    """The identity the settings of ``connection`` ask for, or a ConnectionSettingsError
+    naming the setting that cannot be honoured."""
     values = _properties(environ, connection)
 
     def name(prop: str) -> str:
@@ -86,7 +90,7 @@ def identity_choice(environ: Mapping[str, str], connection: str) -> IdentityChoi
     tenant_id = values.get("tenantid")
     secret = values.get("clientsecret")
     if values.get("clientcertificate"):
-        raise SettingsError(
+        raise ConnectionSettingsError(
             f"{name('clientCertificate')} is not supported: the Functions host reads that "
             f"certificate from a Windows certificate store; use {name('credential')}="
             f"{MANAGED_IDENTITY} on Azure, or {name('tenantId')}, {name('clientId')} and "
@@ -94,24 +98,24 @@ def identity_choice(environ: Mapping[str, str], connection: str) -> IdentityChoi
         )
     if credential is not None:
         if credential.lower() != MANAGED_IDENTITY:
-            raise SettingsError(
+            raise ConnectionSettingsError(
                 f"{name('credential')} must be '{MANAGED_IDENTITY}' or unset, got {credential!r}"
             )
         if client_id and resource_id:
-            raise SettingsError(
+            raise ConnectionSettingsError(
                 f"set {name('clientId')} or {name('managedIdentityResourceId')}, not both: "
                 "each names the user-assigned identity to use"
             )
         for prop, value in (("tenantId", tenant_id), ("clientSecret", secret)):
             if value:
-                raise SettingsError(
+                raise ConnectionSettingsError(
                     f"{name(prop)} is ignored by the Functions host when {name('credential')}="
                     f"{MANAGED_IDENTITY}: remove it, or remove {name('credential')} to "
                     "authenticate as a service principal"
                 )
         return IdentityChoice(connection, "managed-identity", client_id, resource_id)
     if resource_id:
-        raise SettingsError(
+        raise ConnectionSettingsError(
             f"{name('managedIdentityResourceId')} needs {name('credential')}={MANAGED_IDENTITY}"
         )
     if tenant_id or secret:
@@ -125,7 +129,7 @@ def identity_choice(environ: Mapping[str, str], connection: str) -> IdentityChoi
             if not value
         ]
         if missing:
-            raise SettingsError(
+            raise ConnectionSettingsError(
                 f"a service principal needs {name('tenantId')}, {name('clientId')} and "
                 f"{name('clientSecret')}: {', '.join(missing)} is not set"
             )

@@ -57,7 +57,7 @@ HOST_SETTINGS: tuple[tuple[str, str], ...] = (
         "and its containers when missing; on Azure `CosmosConnection__accountEndpoint` with "
         "`CosmosConnection__credential` = `managedidentity` and `CosmosConnection__clientId`, "
         "and no key anywhere: the infrastructure creates the containers "
-        "(`python -m adapters.cosmos_containers` prints their definition).",
+        "(`python -m tools.cosmos_containers` prints their definition).",
     ),
 )
 """The settings local.settings.sample.json holds that config.py does not declare."""

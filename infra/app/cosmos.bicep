@@ -1,7 +1,7 @@
 // The Cosmos DB account of the state store, the orders database and the supervisor's
 // deadline index (S2, C3, U1-U3). Entra ID only (disableLocalAuth), TLS 1.2, serverless by
 // default. The database and containers come from cosmos-containers.json, the definitions
-// adapters/cosmos_containers.py prints (partition keys, indexing policies, TTL), loaded as
+// python -m tools.cosmos_containers prints (partition keys, indexing policies, TTL), loaded as
 // they are: the app, holding a data-plane role only, creates none of them in Azure.
 // The identity gets the built-in Data Contributor on the database, not the account.
 param name string

@@ -221,7 +221,7 @@ def test_cosmos_containers_json_is_what_the_adapter_defines():
     }
     assert json.loads((INFRA / "cosmos-containers.json").read_text(encoding="utf-8")) == expected, (
         "infra/cosmos-containers.json is out of date: "
-        "python -m adapters.cosmos_containers > infra/cosmos-containers.json"
+        "python -m tools.cosmos_containers > infra/cosmos-containers.json"
     )
     settings = expected_app_settings()
     assert settings["COSMOS_DATABASE"] == layout.database

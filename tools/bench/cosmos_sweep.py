@@ -53,6 +53,7 @@ from config import Settings
 from domain import transitions
 from domain.ports import OperationKind, StoreMetrics
 from domain.records import ProcessState, StateRecord, format_utc
+from domain.workflow import DEFAULT_ORDER_STEPS
 
 NOW = datetime(2026, 8, 1, 12, 0, tzinfo=UTC)
 WINDOW = timedelta(days=1)
@@ -83,7 +84,7 @@ def record_for(index: int, expired: int) -> StateRecord:
     running with a future deadline and half are done."""
     order_id = f"bench-{index:06}"
     base = replace(
-        transitions.new_record(order_id, None, NOW - timedelta(hours=2)),
+        transitions.new_record(order_id, None, NOW - timedelta(hours=2), DEFAULT_ORDER_STEPS),
         process_state=ProcessState.PROCESSING,
         attempt=1,
         locked_by=f"{order_id}:1",

@@ -322,16 +322,7 @@ def _state_of(record: StateRecord | None) -> str:
 async def _queues(connection_string: str) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
     """Dead letters by queue and reason, and the operator alerts by kind."""
     settings = bootstrap.services().settings
-    queues = (
-        settings.orders_queue,
-        settings.agent_requests_queue,
-        settings.stock_requests_queue,
-        settings.payment_requests_queue,
-        settings.shipping_requests_queue,
-        settings.agent_responses_queue,
-        settings.operator_alerts_queue,
-        DEMO_REPLY_QUEUE,
-    )
+    queues = (*settings.consumed_queues, settings.operator_alerts_queue, DEMO_REPLY_QUEUE)
     async with ServiceBusClient.from_connection_string(connection_string) as client:
         # Opening a link costs a round of handshakes: peek every queue at once.
         counted, alerts = await asyncio.gather(

@@ -32,7 +32,8 @@ import bootstrap
 from adapters import deadline_index
 from adapters.cosmos_connection import CosmosOptions
 from adapters.cosmos_store import CosmosOrderStore, CosmosStateStore, open_cosmos_stores
-from config import Settings, SettingsError
+from adapters.identity_connection import ConnectionSettingsError
+from config import Settings
 from domain import transitions
 from domain.ports import OperationKind, PreconditionFailed, StoreMetrics, StoreUnavailable
 from domain.records import InstanceId, ProcessState, StateRecord
@@ -486,9 +487,9 @@ def test_a_store_that_is_down_raises_store_unavailable_and_loses_nothing() -> No
 def test_cosmos_connection_settings_are_checked_before_connecting() -> None:
     """The COSMOS_* values themselves are checked when the settings are read (test_config)."""
     options = bootstrap.cosmos_options(Settings(state_store="cosmos"))
-    with pytest.raises(SettingsError, match="CosmosConnection"):
+    with pytest.raises(ConnectionSettingsError, match="CosmosConnection"):
         open_cosmos_stores(options, {})
-    with pytest.raises(SettingsError, match="AccountEndpoint"):
+    with pytest.raises(ConnectionSettingsError, match="AccountEndpoint"):
         open_cosmos_stores(options, {"CosmosConnection": "nonsense"})
 
 

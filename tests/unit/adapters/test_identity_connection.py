@@ -24,9 +24,12 @@ import pytest
 
 from adapters import cosmos_connection
 from adapters.cosmos_connection import CosmosOptions
-from adapters.identity_connection import identity_choice, sync_credential
+from adapters.identity_connection import (
+    ConnectionSettingsError,
+    identity_choice,
+    sync_credential,
+)
 from adapters.servicebus_publisher import client_from_environment
-from config import SettingsError
 
 CLIENT_ID = "7d0c3b6a-5f0e-4d8e-9a51-2b1f0c0de001"
 RESOURCE_ID = (
@@ -262,7 +265,7 @@ def test_settings_the_app_cannot_honour_stop_it_naming_the_setting(
 ) -> None:
     environ = {"ServiceBusConnection__fullyQualifiedNamespace": NAMESPACE}
     environ.update({f"ServiceBusConnection{suffix}": value for suffix, value in settings.items()})
-    with pytest.raises(SettingsError) as refused:
+    with pytest.raises(ConnectionSettingsError) as refused:
         client_from_environment(environ)
     assert message in str(refused.value)
 
