@@ -133,9 +133,7 @@ def finish_undo(
 ) -> Written:
     """Every step was undone: Compensated and a `compensated` status (C2, R2)."""
     change = transitions.finish_undo(instance, undone=undone, now=now)
-    record = _written_or_reached(
-        states, change, instance, ProcessState.COMPENSATED, undone=undone
-    )
+    record = _written_or_reached(states, change, instance, ProcessState.COMPENSATED, undone=undone)
     if record is None:
         return _refused(instance, "finish_undo", None if undone is None else undone.name)
     return Written(True, record, _status(record, OrderStatus.COMPENSATED, now))
