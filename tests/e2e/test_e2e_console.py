@@ -241,7 +241,7 @@ async def run_cli(*args: str) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "console",
+        "tools.console_cli",
         *args,
         cwd=REPOSITORY,
         stdout=asyncio.subprocess.PIPE,

@@ -1,84 +1,67 @@
-"""An upgrade with orders in flight: version-1 orders finish on version-1 logic (C7, C10).
+"""An upgrade with orders in flight: every order finishes on the version it began with (C7).
 
-The app as it was before the step workflow existed (its code taken from the repository's
-history) runs under ``python -m devhost start`` and accepts orders; the host is killed with
-orders in flight; the current app then starts on the same state store, orders database,
-Durable histories and broker. Every order accepted by the old code must end Processed
-through the one-step workflow it started with - its record still WorkflowVersion 1, its
-fulfilment done once - while an order submitted after the upgrade runs the step workflow.
+The previous version of the app (``tests/e2e/previous_version``: today's functions with the
+order workflow as version 1 was released) runs under ``python -m devhost start`` and accepts
+orders, whose first step the stock service holds for a while; the host is killed with those
+orders in flight. The current app then starts on the same state store, orders database,
+Durable histories and broker. Every order the previous version started must end Processed
+on the workflow version its instance was started with, each side effect done once, while an
+order submitted after the upgrade starts on the current app's default version.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 from collections.abc import AsyncIterator, Iterator
-from io import BytesIO
 from pathlib import Path
 from typing import TextIO
 
 import pytest
+from devhost.durable.history import EventType
 from devhost.host import DevHost, HostOptions
 from devhost.servicebus.config import load_config
 from devhost.servicebus.server import ServiceBusBroker
 from devhost.settings import AppSettings
 from devhost.testing import eventually
-from tools.simulators.fulfilment import FaultKind, FaultPlan, FaultRule, FulfilmentService
 
 import bootstrap
 from adapters.sqlite_store import open_sqlite_stores
 from domain.ports import StateStore, StoreMetrics
-from domain.records import WORKFLOW_ONE_STEP, WORKFLOW_STEPS, ProcessState, StateRecord
-from tests.e2e.e2e_helpers import record_summary, submit_orders, within
-from tools.demo.pipeline import (
-    BROKER_CONFIG,
-    LOCAL_SETTINGS,
-    REPOSITORY,
-    sample_settings,
-)
+from domain.records import ProcessState, StateRecord
+from domain.workflow import WORKFLOW_VERSION
+from orchestrators.order_workflow import orchestration_version
+from tests.e2e.e2e_helpers import STEP_SERVICES, record_summary, submit_orders, within
+from tools.demo.pipeline import BROKER_CONFIG, LOCAL_SETTINGS, REPOSITORY, sample_settings
+from tools.simulators.services import FaultKind, FaultPlan, FaultRule, SimulatedServices
 
 # A backstop only: every stage below has its own bound, so a stall fails naming its stage.
 pytestmark = pytest.mark.timeout(480)
 
-VERSION_1_COMMIT = "d4b7f99ca40b43481e129a21e055fa807073f88c"
-"""The last commit whose app knew only the one-step workflow."""
-APP_FILES = (
-    "function_app.py",
-    "bootstrap.py",
-    "host.json",
-    "activities",
-    "adapters",
-    "domain",
-    "orchestrators",
-    "order_agents",
-    "services",
-    "supervisor",
-)
-OLD_ORDERS = [f"o-v1-{index}" for index in range(12)]
+PREVIOUS_APP = Path(__file__).parent / "previous_version"
+PREVIOUS_VERSION = "1.0"
+"""The orchestration version the previous app's host.json gave new instances."""
+OLD_ORDERS = [f"o-old-{index}" for index in range(8)]
+NEW_ORDER = "o-new"
 SETTLE_SECONDS = 120
 STAGE_BOUND_SECONDS = 60.0
 SDK_TIMEOUT_SECONDS = 30.0
 
 
-def version_1_app(target: Path) -> Path:
-    """The version-1 app's files from the repository's history, unpacked into `target`."""
-    archive = subprocess.run(
-        ["git", "-C", str(REPOSITORY), "archive", "--format=tar", VERSION_1_COMMIT, *APP_FILES],
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-    if archive.returncode != 0:
-        pytest.fail(
-            f"the version-1 app (commit {VERSION_1_COMMIT[:12]}) is not in this clone's history: "
-            f"{archive.stderr.decode().strip()} - the upgrade test needs a full clone"
-        )
-    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
-        tar.extractall(target, filter="data")
+def previous_app(target: Path) -> Path:
+    """The previous version's app root: its function app, its orchestrator, and host.json as
+    it shipped, new instances at PREVIOUS_VERSION."""
+    target.mkdir()
+    for module in ("function_app.py", "previous_workflow.py"):
+        shutil.copy2(PREVIOUS_APP / module, target / module)
+    host = json.loads((REPOSITORY / "host.json").read_text(encoding="utf-8"))
+    host["extensions"]["durableTask"]["defaultVersion"] = PREVIOUS_VERSION
+    (target / "host.json").write_text(json.dumps(host, indent=2), encoding="utf-8")
     return target
 
 
@@ -91,27 +74,23 @@ def broker() -> Iterator[ServiceBusBroker]:
 
 
 @pytest.fixture
-async def services() -> AsyncIterator[FulfilmentService]:
-    # Every fulfilment of the old orders takes 3 s, so they are in flight when the host dies.
-    running = FulfilmentService(
-        FaultPlan(rules=(FaultRule(FaultKind.LATENCY, order_id="o-v1-*", delay_seconds=3),))
-    )
+async def services() -> AsyncIterator[SimulatedServices]:
+    # Each old order's reservation takes 3 s, so the orders are in flight when the host dies.
+    slow = FaultRule(FaultKind.LATENCY, order_id="o-old-*", operation="reserve", delay_seconds=3)
+    running = SimulatedServices({"stock": FaultPlan(rules=(slow,))})
     await running.start()
     yield running
     await running.stop()
 
 
 def app_settings(
-    tmp_path: Path, broker: ServiceBusBroker, services: FulfilmentService
+    tmp_path: Path, broker: ServiceBusBroker, services: SimulatedServices
 ) -> dict[str, str]:
     return {
         **sample_settings(),
         **LOCAL_SETTINGS,
         "ServiceBusConnection": broker.connection_string,
-        "FULFILMENT_SERVICE_URL": services.base_url,
-        "STOCK_SERVICE_URL": services.services.url("stock"),
-        "PAYMENT_SERVICE_URL": services.services.url("payment"),
-        "SHIPPING_SERVICE_URL": services.services.url("shipping"),
+        **{f"{name.upper()}_SERVICE_URL": services.url(name) for name in STEP_SERVICES},
         "SQLITE_DIRECTORY": str(tmp_path / "stores"),
     }
 
@@ -126,7 +105,7 @@ def start_devhost(
             *("--data", str(data_dir), "--http-port", "0"),
         ],
         cwd=REPOSITORY,
-        env={**os.environ, **values, "PYTHONPATH": str(REPOSITORY)},
+        env={**os.environ, **values, "PYTHONPATH": f"{app_root}{os.pathsep}{REPOSITORY}"},
         stdout=subprocess.PIPE,
         stderr=log,
         text=True,
@@ -146,49 +125,55 @@ def unfinished(found: dict[str, StateRecord | None]) -> str:
     )
 
 
-async def test_orders_in_flight_during_an_upgrade_finish_on_the_workflow_they_started_c7(
-    tmp_path: Path, broker: ServiceBusBroker, services: FulfilmentService
+async def started_version(host: DevHost, instance_id: str) -> str | None:
+    """The version an instance was started with, as its ExecutionStarted event keeps it."""
+    assert host.engine is not None
+    status = await host.engine.get_status(instance_id, show_history=True)
+    assert status is not None, f"no instance {instance_id}"
+    (started,) = [e for e in status.history or [] if e["EventType"] == EventType.EXECUTION_STARTED]
+    version = started.get("Version")
+    return None if version is None else str(version)
+
+
+async def test_orders_in_flight_during_an_upgrade_finish_on_the_version_they_began_with_c7(
+    tmp_path: Path, broker: ServiceBusBroker, services: SimulatedServices
 ) -> None:
     values = app_settings(tmp_path, broker, services)
-    old_app = version_1_app(tmp_path / "version-1")
     data_dir = tmp_path / "devhost"
     states, orders = open_sqlite_stores(tmp_path / "stores", StoreMetrics())
-    old_log = (tmp_path / "version-1.log").open("w", encoding="utf-8")
-    old_host = start_devhost(old_app, data_dir, values, old_log)
+    old_log = (tmp_path / "previous-version.log").open("w", encoding="utf-8")
+    old_host = start_devhost(previous_app(tmp_path / "previous-app"), data_dir, values, old_log)
     try:
         assert old_host.stdout is not None
         ready = await within(
             asyncio.to_thread(old_host.stdout.readline),
-            "starting the version-1 devhost",
+            "starting the previous version's devhost",
             STAGE_BOUND_SECONDS,
         )
-        assert ready.startswith("devhost ready"), (tmp_path / "version-1.log").read_text()
+        assert ready.startswith("devhost ready"), (tmp_path / "previous-version.log").read_text()
         await submit_orders(broker.connection_string, OLD_ORDERS, bound=SDK_TIMEOUT_SECONDS)
 
         def in_flight() -> bool:
             found = records(states, OLD_ORDERS).values()
-            return all(r is not None for r in found) and any(
-                r is not None and r.process_state is ProcessState.PROCESSING for r in found
-            )
+            return all(r is not None and r.process_state is ProcessState.PROCESSING for r in found)
 
-        await eventually(in_flight, "every old order accepted, some of them in flight", bound=60)
+        await eventually(in_flight, "every old order accepted and in flight", bound=60)
     finally:
         os.kill(old_host.pid, signal.SIGKILL)
         await asyncio.to_thread(old_host.wait, 30)
         old_log.close()
     at_upgrade = records(states, OLD_ORDERS)
-    assert {r.workflow_version for r in at_upgrade.values() if r} == {WORKFLOW_ONE_STEP}
-    assert any(r and r.process_state is not ProcessState.PROCESSED for r in at_upgrade.values())
+    assert all(r and r.process_state is ProcessState.PROCESSING for r in at_upgrade.values())
 
-    services.replace_fault_plan(FaultPlan.preset("none"))
+    services.replace_fault_plan("stock", FaultPlan.preset("none", "stock"))
     new_host = DevHost(
         HostOptions(app="function_app:app", app_root=REPOSITORY, data_dir=data_dir, http_port=0),
         AppSettings(values),
     )
-    everyone = [*OLD_ORDERS, "o-v2"]
+    everyone = [*OLD_ORDERS, NEW_ORDER]
     try:
         await within(new_host.start(), "starting the current app's devhost", STAGE_BOUND_SECONDS)
-        await submit_orders(broker.connection_string, ["o-v2"], bound=SDK_TIMEOUT_SECONDS)
+        await submit_orders(broker.connection_string, [NEW_ORDER], bound=SDK_TIMEOUT_SECONDS)
 
         def all_processed() -> bool:
             return not unfinished(records(states, everyone))
@@ -203,14 +188,18 @@ async def test_orders_in_flight_during_an_upgrade_finish_on_the_workflow_they_st
         for order_id in OLD_ORDERS:
             record = final[order_id]
             assert record is not None
-            assert (record.workflow_version, record.steps) == (WORKFLOW_ONE_STEP, ())
-            assert len(services.ledger_entries(order_id)) == 1, order_id
-        assert services.stats()["double_side_effects"] == 0
-        upgraded = final["o-v2"]
+            assert record.workflow_version == 1
+            assert record.locked_by is not None
+            assert await started_version(new_host, record.locked_by) == PREVIOUS_VERSION
+            for service in STEP_SERVICES:
+                assert len(services.ledger_entries(service, order_id)) == 1, (order_id, service)
+        upgraded = final[NEW_ORDER]
         assert upgraded is not None
-        assert upgraded.workflow_version == WORKFLOW_STEPS
-        assert len(upgraded.compensation_log) == 3
-        assert services.ledger_entries("o-v2") == []
+        assert upgraded.workflow_version == WORKFLOW_VERSION
+        assert upgraded.locked_by is not None
+        assert await started_version(new_host, upgraded.locked_by) == orchestration_version(
+            WORKFLOW_VERSION
+        )
         assert new_host.listener_failures == []
     finally:
         try:
@@ -219,16 +208,3 @@ async def test_orders_in_flight_during_an_upgrade_finish_on_the_workflow_they_st
             await within(bootstrap.shutdown(), "closing the app's clients", STAGE_BOUND_SECONDS)
             states.close()
             orders.close()
-
-
-def test_the_version_1_app_is_the_one_step_app() -> None:
-    """Guards the commit the upgrade test runs: its app knows the one-step workflow only."""
-    shown = subprocess.run(
-        ["git", "-C", str(REPOSITORY), "show", f"{VERSION_1_COMMIT}:function_app.py"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    ).stdout
-    assert "step_activities" not in shown
-    assert "order_steps" in shown
