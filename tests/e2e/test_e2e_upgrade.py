@@ -189,6 +189,11 @@ async def test_orders_in_flight_during_an_upgrade_finish_on_the_version_they_beg
             record = final[order_id]
             assert record is not None
             assert record.workflow_version == 1
+            # The instance the previous version started is the one that finished the order:
+            # its history replayed on the current code, no attempt failed and none was retried.
+            assert (record.attempt, record.failure_count) == (1, 0), record_summary(
+                order_id, record
+            )
             assert record.locked_by is not None
             assert await started_version(new_host, record.locked_by) == PREVIOUS_VERSION
             for service in STEP_SERVICES:
