@@ -140,15 +140,6 @@ class AgentResponse:
         return self
 
 
-def answered_operation(message_id: str | None) -> AgentOperation | None:
-    """The operation of the request an agent response answers, from the response's message
-    id (`AgentResponse.message_id`); None for an id of another shape."""
-    if message_id is None or not message_id.endswith(RESPONSE_SUFFIX):
-        return None
-    request_id = message_id.removesuffix(RESPONSE_SUFFIX)
-    return AgentOperation.UNDO if request_id.endswith(UNDO_SUFFIX) else AgentOperation.DO
-
-
 def clip_detail(detail: str | None) -> str | None:
     """`detail` as an agent may send it: cut to MAX_DETAIL_LENGTH characters, a lone
     surrogate (from a decoded error text) replaced."""

@@ -18,22 +18,18 @@ Why the text as well: the app owns no log handler. On Azure the Python worker ow
 handler and, with PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY, the OpenTelemetry handler
 that exports records; under the devhost the language worker owns a stderr handler whose
 format is itself key=value (``level=... logger=... <message>``). Replacing a handler the
-app does not own would fight the host over it, so the app only shapes its records, and
-`StructuredFormatter` - the same rendering, with time, level and logger in front - is for a
-handler the app or a tool does own (`install`).
+app does not own would fight the host over it, so the app only shapes its records.
 
-No personal data: a field may never hold a customer id or an order's items; `customer_hash`
-is the one form of a customer id a log may carry (sha256, 12 hex digits).
+No personal data: a field may never hold a customer id or an order's items.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import hashlib
 import logging
 from collections.abc import Iterator, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
@@ -41,7 +37,6 @@ ORDER_ID = "order.id"
 INSTANCE_ID = "instance.id"
 ATTEMPT = "attempt"
 STEP = "step"
-CORRELATION_KEYS = (ORDER_ID, INSTANCE_ID, ATTEMPT, STEP)
 
 FIELDS_ATTRIBUTE = "sas_fields"
 """Record attribute naming, in order, the fields the app added to the record."""
@@ -52,11 +47,6 @@ _NO_IDS: Mapping[str, object] = MappingProxyType({})
 _context: contextvars.ContextVar[Mapping[str, object]] = contextvars.ContextVar(
     "sas_log_context", default=_NO_IDS
 )
-
-
-def customer_hash(customer_id: str) -> str:
-    """The only form of a customer id a log or span may carry: sha256, first 12 hex digits."""
-    return hashlib.sha256(customer_id.encode()).hexdigest()[:12]
 
 
 def correlation(
@@ -121,25 +111,6 @@ def render(event: str, fields: Mapping[str, object]) -> str:
     is quoted."""
     parts = [event, *(f"{key}={_text(value)}" for key, value in fields.items())]
     return " ".join(parts)
-
-
-class StructuredFormatter(logging.Formatter):
-    """The one structured format: ``time=... level=... logger=...`` then the record's
-    message (already ``event k=v ...`` for the app's records) and its exception."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        moment = datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")
-        head = render("", {"time": moment, "level": record.levelname, "logger": record.name})
-        line = f"{head.strip()} {record.getMessage()}"
-        if record.exc_info:
-            line += " exception=" + _text(self.formatException(record.exc_info))
-        return line
-
-
-def install(handler: logging.Handler) -> logging.Handler:
-    """Give a handler the app owns the structured format."""
-    handler.setFormatter(StructuredFormatter())
-    return handler
 
 
 class AppLogger:

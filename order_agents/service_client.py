@@ -33,7 +33,6 @@ class Done:
     """The service performed (or undid) the side effect, now or on an earlier try."""
 
     reference: str | None
-    replayed: bool
 
 
 @dataclass(frozen=True)
@@ -148,7 +147,7 @@ class ServiceClient:
     def _result(self, status: int, answer: dict[str, Any]) -> RemoteResult:
         if status in (200, 201) and (answer.get(self._api.id_field) or "undone" in answer):
             reference = answer.get(self._api.id_field)
-            return Done(None if reference is None else str(reference), bool(answer.get("replayed")))
+            return Done(None if reference is None else str(reference))
         error = str(answer.get("error", f"HTTP {status}"))
         reason = f"{error}: {answer.get('message', '')}".strip(": ")
         if status == 409:

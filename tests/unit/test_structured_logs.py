@@ -1,7 +1,6 @@
 """Structured log records (C9): key=value lines with the correlation ids, and no personal data.
 
-The app's records read ``event k=v ...`` through any handler; `StructuredFormatter` puts
-time, level and logger in front for a handler the app owns. The ids come from the call or
+The app's records read ``event k=v ...`` through any handler. The ids come from the call or
 from `correlated`, across ``asyncio.to_thread``. A real agent run over an order logs the
 order's id and never its customer id, and no log call in the app's code passes anything
 named after the customer.
@@ -44,7 +43,9 @@ def fields(line: str) -> dict[str, str]:
 def lines() -> Iterator[io.StringIO]:
     """Every record of the ``app`` loggers, through a handler with the structured format."""
     stream = io.StringIO()
-    handler = logs.install(logging.StreamHandler(stream))
+    # The devhost's language worker prints records this way: the app owns no handler.
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("level=%(levelname)s logger=%(name)s %(message)s"))
     app = logging.getLogger("app")
     level = app.level
     app.addHandler(handler)
@@ -68,7 +69,6 @@ def test_a_record_is_one_key_value_line_with_the_correlation_ids(lines: io.Strin
     assert found["step"] == "charge-payment"
     assert found["reason"] == r'"a \"b\" = c"'
     assert " step started " in line
-    datetime.fromisoformat(found["time"])
 
 
 def test_the_ids_are_also_record_attributes_for_an_exporter(
@@ -99,17 +99,6 @@ async def test_correlated_ids_reach_records_in_threads_the_block_awaits(
     assert "order.id" not in fields(outside)
 
 
-def test_an_exception_stays_on_the_line(lines: io.StringIO) -> None:
-    try:
-        raise RuntimeError("store down")
-    except RuntimeError:
-        logs.get_logger("app.test").exception("could not start attempt", instance_id="o-3:1")
-
-    (line,) = lines.getvalue().splitlines()
-    assert fields(line)["level"] == "ERROR"
-    assert "RuntimeError: store down" in fields(line)["exception"]
-
-
 def test_a_disabled_level_renders_nothing(lines: io.StringIO) -> None:
     """A hot path logs at INFO under a worker at ERROR: the call must stop at the level
     check, before any id or field is turned into text."""
@@ -123,12 +112,6 @@ def test_a_disabled_level_renders_nothing(lines: io.StringIO) -> None:
     logs.get_logger("app.test").warning("write superseded", attempt=2, write=Unrenderable())
 
     assert lines.getvalue() == ""
-
-
-def test_the_customer_hash_is_short_and_stable() -> None:
-    assert logs.customer_hash(CUSTOMER) == logs.customer_hash(CUSTOMER)
-    assert re.fullmatch(r"[0-9a-f]{12}", logs.customer_hash(CUSTOMER))
-    assert CUSTOMER not in logs.customer_hash(CUSTOMER)
 
 
 async def test_an_agent_run_logs_the_order_id_and_never_the_customer_id(
@@ -151,7 +134,7 @@ async def test_an_agent_run_logs_the_order_id_and_never_the_customer_id(
         order=submission.order,
         deadline=T0 + timedelta(minutes=5),
     )
-    results: list[RemoteResult] = [TransientFailure("503 Service Unavailable"), Done("p-1", False)]
+    results: list[RemoteResult] = [TransientFailure("503 Service Unavailable"), Done("p-1")]
 
     async def call(timeout_seconds: float) -> RemoteResult:
         return results.pop(0)
@@ -201,7 +184,7 @@ def test_no_log_call_of_the_app_passes_anything_about_the_customer() -> None:
 
 def test_every_logger_of_the_app_is_under_app_so_one_name_selects_them_all() -> None:
     # One logger name selects the app's records for an exporter or a handler (the Azure
-    # worker's PYTHON_APPLICATIONINSIGHTS_LOGGER_NAME, or `install` on the "app" logger).
+    # worker's PYTHON_APPLICATIONINSIGHTS_LOGGER_NAME, or a handler on the "app" logger).
     names = []
     for package in (*APP_PACKAGES, "observability"):
         for path in sorted((ROOT / package).rglob("*.py")):

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
 
-from domain.agent_messages import answered_operation
+from domain.agent_messages import RESPONSE_SUFFIX, UNDO_SUFFIX, AgentOperation
 
 LOST = 0.02
 DUPLICATED = 0.03
@@ -196,3 +196,12 @@ def _copy(message: ServiceBusReceivedMessage, message_id: str | None) -> Service
         subject=message.subject,
         application_properties=message.application_properties,
     )
+
+
+def answered_operation(message_id: str | None) -> AgentOperation | None:
+    """The operation of the request an agent response answers, from the response's message
+    id (`AgentResponse.message_id`); None for an id of another shape."""
+    if message_id is None or not message_id.endswith(RESPONSE_SUFFIX):
+        return None
+    request_id = message_id.removesuffix(RESPONSE_SUFFIX)
+    return AgentOperation.UNDO if request_id.endswith(UNDO_SUFFIX) else AgentOperation.DO

@@ -174,7 +174,7 @@ async def test_an_order_through_every_step_moves_the_order_and_step_instruments_
     instance = claim(states, T0 + timedelta(seconds=4))
     for index, step in enumerate(STEPS):
         begin(states, instance, index, T0 + timedelta(seconds=5 + index))
-        tries = [TransientFailure("503"), Done(f"ref-{index}", replayed=False)]
+        tries = [TransientFailure("503"), Done(f"ref-{index}")]
         outcome = await agent_answer(instance, step, tries if index == 1 else tries[1:], 0.25)
         assert outcome is AgentOutcome.SUCCEEDED
     last = Step(2, STEPS[2], "ref-2")

@@ -17,7 +17,6 @@ from domain.agent_messages import (
     AgentOutcome,
     AgentRequest,
     AgentResponse,
-    answered_operation,
     clip_detail,
 )
 from domain.contracts import Order, OrderItem
@@ -55,17 +54,6 @@ def test_an_undo_has_its_own_message_id_and_names_the_side_effect_c1() -> None:
     assert undo.message_id != request().message_id
     restored = from_json(to_json(undo), AgentRequest)
     assert (restored.operation, restored.reference) == (AgentOperation.UNDO, "pay-9")
-
-
-def test_a_responses_message_id_tells_a_do_from_an_undo_c1() -> None:
-    """Whoever carries a response (a relay, a dead-letter reader) knows from its id alone
-    whether it answers a step's action or its compensation."""
-    for operation in AgentOperation:
-        sent = request(operation=operation)
-        answer = AgentResponse(sent.request_id, sent.instance_id, AgentOutcome.SUCCEEDED)
-        assert answered_operation(answer.message_id) is operation
-    assert answered_operation(request().message_id) is None
-    assert answered_operation(None) is None
 
 
 def test_an_unknown_operation_or_schema_version_is_refused_naming_the_field_c7() -> None:
