@@ -29,6 +29,16 @@ from domain.policies import AGENT_TRANSPORT_ACTIVITY
 from domain.workflow import declaration
 from observability import logs
 from observability.tracing import order_span
+from orchestrators.order_workflow import (
+    BEGIN_STEP,
+    BEGIN_UNDO,
+    FAIL_STEP,
+    FINISH_STEPS,
+    FINISH_UNDO,
+    RUN_STEP,
+    RUN_UNDO,
+    UNDO_FAILED,
+)
 from orchestrators.payloads import REFUSED, StepWrite, StepWritten
 from order_agents.functions import run_step_agent_once
 from services import steps
@@ -47,26 +57,26 @@ _BEGUN = {AgentOperation.DO: "step begun", AgentOperation.UNDO: "undo begun"}
 @bp.activity_trigger(input_name="call")
 async def begin_step(call: Any) -> Any:
     write = from_data(call, StepWrite)
-    with _span(write, "begin_step"):
+    with _span(write, BEGIN_STEP):
         return to_data(_written(await _begun(write, AgentOperation.DO)))
 
 
 @bp.activity_trigger(input_name="call")
 async def run_step_in_activity(call: Any) -> Any:
     write = from_data(call, StepWrite)
-    with _span(write, "run_step_in_activity"):
+    with _span(write, RUN_STEP):
         return to_data(await _answered(await _begun(write, AgentOperation.DO)))
 
 
 @bp.activity_trigger(input_name="call")
 async def finish_steps(call: Any) -> Any:
     write = from_data(call, StepWrite)
-    with _span(write, "finish_steps"):
+    with _span(write, FINISH_STEPS):
         written = await blocking_calls.run(
             steps.finish_steps,
             bootstrap.services().states,
             write.instance,
-            _required(write.done, "finish_steps"),
+            _required(write.done, "the last step"),
             now=write.at,
         )
         return to_data(await _sent(written))
@@ -75,15 +85,15 @@ async def finish_steps(call: Any) -> Any:
 @bp.activity_trigger(input_name="call")
 async def fail_step(call: Any) -> Any:
     write = from_data(call, StepWrite)
-    with _span(write, "fail_step"):
+    with _span(write, FAIL_STEP):
         written = await blocking_calls.run(
             steps.fail_step,
             bootstrap.services().states,
             write.instance,
-            _required(write.step, "fail_step"),
+            _required(write.step, "the step that failed"),
             reason=write.reason or "the service refused the order",
             now=write.at,
-            compensate_by=_required(write.complete_by, "fail_step"),
+            compensate_by=_required(write.complete_by, "the compensation's deadline"),
         )
         return to_data(await _sent(written))
 
@@ -91,21 +101,21 @@ async def fail_step(call: Any) -> Any:
 @bp.activity_trigger(input_name="call")
 async def begin_undo(call: Any) -> Any:
     write = from_data(call, StepWrite)
-    with _span(write, "begin_undo"):
+    with _span(write, BEGIN_UNDO):
         return to_data(_written(await _begun(write, AgentOperation.UNDO)))
 
 
 @bp.activity_trigger(input_name="call")
 async def run_undo_in_activity(call: Any) -> Any:
     write = from_data(call, StepWrite)
-    with _span(write, "run_undo_in_activity"):
+    with _span(write, RUN_UNDO):
         return to_data(await _answered(await _begun(write, AgentOperation.UNDO)))
 
 
 @bp.activity_trigger(input_name="call")
 async def finish_undo(call: Any) -> Any:
     write = from_data(call, StepWrite)
-    with _span(write, "finish_undo"):
+    with _span(write, FINISH_UNDO):
         written = await blocking_calls.run(
             steps.finish_undo,
             bootstrap.services().states,
@@ -119,12 +129,12 @@ async def finish_undo(call: Any) -> Any:
 @bp.activity_trigger(input_name="call")
 async def undo_failed(call: Any) -> Any:
     write = from_data(call, StepWrite)
-    with _span(write, "undo_failed"):
+    with _span(write, UNDO_FAILED):
         written = await blocking_calls.run(
             steps.undo_failed,
             bootstrap.services().states,
             write.instance,
-            _required(write.step, "undo_failed"),
+            _required(write.step, "the undo that failed"),
             reason=write.reason or "the service refused to undo it",
             now=write.at,
         )
@@ -134,8 +144,8 @@ async def undo_failed(call: Any) -> Any:
 async def _begun(write: StepWrite, operation: AgentOperation) -> AgentRequest | None:
     """The write that begins a step or its undo, then the agent's request, None when the
     fence refused it; over Service Bus the request is on the agent's queue already."""
-    step = _required(write.step, "the write that begins a step")
-    complete_by = _required(write.complete_by, "the write that begins a step")
+    step = _required(write.step, "the step it begins")
+    complete_by = _required(write.complete_by, "the deadline of what it begins")
     app = bootstrap.services()
     if operation is AgentOperation.DO:
         written = await blocking_calls.run(
@@ -214,5 +224,5 @@ def _span(write: StepWrite, activity: str) -> AbstractContextManager[Span]:
 
 def _required(value: T | None, what: str) -> T:
     if value is None:
-        raise ValueError(f"{what} needs its step and deadline")
+        raise ValueError(f"the write lacks {what}")
     return value

@@ -11,6 +11,7 @@ to a final state counts it (C9).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -55,7 +56,7 @@ def begin_step(
     change = transitions.begin_step(instance, step, complete_by=complete_by, now=now, done=done)
     record = states.fenced_update(change) or _begun_already(states, instance, step, done)
     if record is None:
-        return _refused(instance, "begin_step", step.name)
+        return _refused(instance, begin_step, step.name)
     progress = () if done is None else _status(record, OrderStatus.IN_PROGRESS, now, step=done)
     return Written(True, record, progress)
 
@@ -66,7 +67,7 @@ def finish_steps(states: StateStore, instance: InstanceId, done: Step, *, now: d
     change = transitions.finish_steps(instance, done, now=now)
     record = _written_or_reached(states, change, instance, ProcessState.PROCESSED)
     if record is None:
-        return _refused(instance, "finish_steps", done.name)
+        return _refused(instance, finish_steps, done.name)
     statuses = (
         *_status(record, OrderStatus.IN_PROGRESS, now, step=done),
         *_status(record, OrderStatus.COMPLETED, now),
@@ -93,13 +94,13 @@ def fail_step(
         )
         record = _written_or_reached(states, change, instance, ProcessState.COMPENSATING)
         if record is None:
-            return _refused(instance, "fail_step", step.name)
+            return _refused(instance, fail_step, step.name)
         log.info("step failed", instance_id=instance, step=step.name, compensate=True)
         return Written(True, record, undo=transitions.compensation_plan(record))
     change = transitions.fail_step(instance, step, reason=reason, now=now, compensate_by=None)
     record = _written_or_reached(states, change, instance, ProcessState.ERROR)
     if record is None:
-        return _refused(instance, "fail_step", step.name)
+        return _refused(instance, fail_step, step.name)
     log.info("step failed", instance_id=instance, step=step.name, compensate=False)
     return Written(
         True,
@@ -123,7 +124,7 @@ def begin_undo(
     change = transitions.begin_undo(instance, undo, complete_by=complete_by, now=now, undone=undone)
     record = states.fenced_update(change)
     if record is None:
-        return _refused(instance, "begin_undo", undo.name)
+        return _refused(instance, begin_undo, undo.name)
     _undone(instance, undone)
     return Written(True, record)
 
@@ -135,7 +136,7 @@ def finish_undo(
     change = transitions.finish_undo(instance, undone=undone, now=now)
     record = _written_or_reached(states, change, instance, ProcessState.COMPENSATED, undone=undone)
     if record is None:
-        return _refused(instance, "finish_undo", None if undone is None else undone.name)
+        return _refused(instance, finish_undo, None if undone is None else undone.name)
     return Written(True, record, _status(record, OrderStatus.COMPENSATED, now))
 
 
@@ -147,7 +148,7 @@ def undo_failed(
     change = transitions.undo_failed(instance, undo, reason=reason, now=now)
     record = _written_or_reached(states, change, instance, ProcessState.COMPENSATION_FAILED)
     if record is None:
-        return _refused(instance, "undo_failed", undo.name)
+        return _refused(instance, undo_failed, undo.name)
     log.info("undo failed", instance_id=instance, step=undo.name)
     why = f"undoing {undo.name} failed: {reason}"
     return Written(
@@ -188,10 +189,10 @@ def already_reached(
     return None
 
 
-def _refused(instance: InstanceId, write: str, step: str | None) -> Written:
-    """The fence refused the write: the supervisor or a newer attempt owns the order now
+def _refused(instance: InstanceId, write: Callable[..., Written], step: str | None) -> Written:
+    """The fence refused `write`: the supervisor or a newer attempt owns the order now
     (D4), so the attempt ends without sending anything."""
-    log.info("write superseded", instance_id=instance, step=step, write=write)
+    log.info("write superseded", instance_id=instance, step=step, write=write.__name__)
     return REFUSED
 
 

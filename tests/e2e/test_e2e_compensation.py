@@ -21,6 +21,7 @@ from devhost.testing import eventually
 
 import bootstrap
 from domain.records import ProcessState, StateRecord, StepState
+from orchestrators.order_workflow import BEGIN_STEP, BEGIN_UNDO
 from tests.e2e.e2e_helpers import (
     ALERTS,
     E2E,
@@ -269,7 +270,7 @@ async def test_u4_c1_an_attempt_that_keeps_timing_out_is_given_up_and_compensate
             "charge-payment",
             "reserve-stock",
         ]
-        assert "begin_step" not in scheduled_activities(compensation)
+        assert BEGIN_STEP not in scheduled_activities(compensation)
         assert await e2e.instance(f"{order}:5") is None
         # C10: one reservation, by attempt 1, released by the compensation.
         assert effects(e2e, "stock", order) == [
@@ -318,7 +319,7 @@ async def test_c2_a_stalled_compensation_is_resumed_where_it_stopped(tmp_path: P
         assert resumed.input["undo"] == [
             {"index": 0, "name": "reserve-stock", "reference": reservation}
         ]
-        assert scheduled_activities(resumed).count("begin_undo") == 1
+        assert scheduled_activities(resumed).count(BEGIN_UNDO) == 1
         record = await e2e.record(order)
         assert record is not None
         assert (

@@ -22,6 +22,7 @@ import bootstrap
 from adapters.codec import to_json
 from domain.agent_messages import AgentOutcome, AgentResponse
 from domain.records import ProcessState, StepState, format_utc
+from orchestrators.order_workflow import BEGIN_STEP, FAIL_STEP, FINISH_STEPS
 from tests.e2e.e2e_helpers import (
     AGENT_RESPONSES,
     ALERTS,
@@ -36,7 +37,7 @@ from tests.e2e.e2e_helpers import (
 )
 from tools.simulators.services import FaultKind, FaultPlan, FaultRule, SideEffectKind
 
-FINAL_WRITES = {"finish_steps", "fail_step"}
+FINAL_WRITES = {FINISH_STEPS, FAIL_STEP}
 ENDED_WITHOUT_WRITING = {"timed-out", "gave-up"}
 
 
@@ -90,7 +91,7 @@ async def test_e8_a_permanent_failure_ends_in_error_without_retries(
         ]
         assert in_error.compensation_log == ()
         instance = await e2e.finished_instance("o-perm:1")
-        assert scheduled_activities(instance) == ["begin_step", "fail_step"]
+        assert scheduled_activities(instance) == [BEGIN_STEP, FAIL_STEP]
 
         sweeps_before = _sweeps(caplog)
         await eventually(lambda: _sweeps(caplog) >= sweeps_before + 2, "two more supervisor sweeps")
@@ -142,7 +143,7 @@ async def test_e6_u4_an_agent_that_never_answers_is_retried_then_given_up(
             instance = await e2e.finished_instance(f"o-hang:{attempt}")
             assert instance.output["outcome"] in ENDED_WITHOUT_WRITING
             assert instance.output["step"] == "reserve-stock"
-            assert scheduled_activities(instance) == ["begin_step"], "no write after the begin"
+            assert scheduled_activities(instance) == [BEGIN_STEP], "no write after the begin"
         assert await e2e.instance("o-hang:4") is None
         for service in STEP_SERVICES:
             assert _effects(e2e, service, "o-hang") == [], f"{service} did something"
@@ -228,7 +229,7 @@ async def test_d4_e5_e7_a_stale_attempt_changes_nothing_and_nothing_happens_twic
         [shipment] = e2e.pipeline.services.ledger_entries("shipping", "o-stale")
         assert shipment.attempt == 1, "attempt 1 performed the side effect"
         current = await e2e.finished_instance("o-stale:2")
-        assert scheduled_activities(current) == ["begin_step", "finish_steps"]
+        assert scheduled_activities(current) == [BEGIN_STEP, FINISH_STEPS]
         [answer] = raised_events(current)
         assert answer["outcome"] == "succeeded"
         assert answer["reference"] == shipment.resource_id

@@ -15,6 +15,14 @@ import json
 from pathlib import Path
 
 from domain.records import ProcessState, StateRecord, StepState, parse_utc
+from orchestrators.order_workflow import (
+    BEGIN_STEP,
+    FAIL_STEP,
+    FINISH_STEPS,
+    FINISH_UNDO,
+    RUN_STEP,
+    RUN_UNDO,
+)
 from tests.e2e.e2e_helpers import (
     AGENT_REQUESTS,
     AGENT_RESPONSES,
@@ -137,7 +145,7 @@ async def test_c10_c8_the_next_attempt_resumes_at_the_step_not_completed(tmp_pat
         assert first.output["step"] == "charge-payment"
         second = await e2e.finished_instance(f"{order}:2")
         assert second.input["resume_at"] == 1
-        assert scheduled_activities(second) == ["begin_step", "begin_step", "finish_steps"]
+        assert scheduled_activities(second) == [BEGIN_STEP, BEGIN_STEP, FINISH_STEPS]
         # One side effect per service; the payment is attempt 1's, replayed to attempt 2.
         assert effects(e2e, "stock", order) == [(SideEffectKind.RESERVATION, 1)]
         assert effects(e2e, "payment", order) == [(SideEffectKind.PAYMENT, 1)]
@@ -194,26 +202,26 @@ async def test_e1_activity_agents_use_no_queue_to_complete_or_to_compensate(
             ("compensated", None),
         ]
         runs = await e2e.finished_instance("o-act:1")
-        assert scheduled_activities(runs) == ["run_step_in_activity"] * 3 + ["finish_steps"]
+        assert scheduled_activities(runs) == [RUN_STEP] * 3 + [FINISH_STEPS]
         # the start, one per step, and the one that saw finish_steps done
         assert episodes(runs) == 1 + len(STEPS) + 1
         # each step's timer is due at the CompleteBy its write was given
         written = [
             parse_utc(json.loads(event["Input"])["complete_by"])
             for event in runs.history or []
-            if event.get("Name") == "run_step_in_activity"
+            if event.get("Name") == RUN_STEP
         ]
         assert len(written) == len(STEPS)
         assert timer_deadlines(runs) == written
         undoes = await e2e.finished_instance(f"{declined}:1")
         # reserve, the declined charge; then the charge's undo by key and the release
         assert scheduled_activities(undoes) == [
-            "run_step_in_activity",
-            "run_step_in_activity",
-            "fail_step",
-            "run_undo_in_activity",
-            "run_undo_in_activity",
-            "finish_undo",
+            RUN_STEP,
+            RUN_STEP,
+            FAIL_STEP,
+            RUN_UNDO,
+            RUN_UNDO,
+            FINISH_UNDO,
         ]
         sent = e2e.app_sent()
         for queue in (*AGENT_REQUESTS, AGENT_RESPONSES):

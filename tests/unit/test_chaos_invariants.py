@@ -14,6 +14,7 @@ from devhost.durable.history import EventType, execution_started, new_event
 
 from domain.records import CompletedStep, ProcessState, StateRecord, format_utc
 from domain.transitions import new_record
+from orchestrators.order_workflow import BEGIN_STEP
 from tools.chaos.invariants import (
     QueueMessage,
     check,
@@ -186,7 +187,7 @@ def attempt_history(
         call = {"order_id": order_id, "attempt": attempt, "at": format_utc(at)}
         events.append(
             new_event(
-                EventType.TASK_SCHEDULED, at, task_id, Name="begin_step", Input=json.dumps(call)
+                EventType.TASK_SCHEDULED, at, task_id, Name=BEGIN_STEP, Input=json.dumps(call)
             )
         )
         events.append(

@@ -25,7 +25,7 @@ from domain.agent_messages import AgentOutcome, AgentRequest, AgentResponse
 from domain.contracts import Order, OrderItem
 from domain.policies import Timeouts
 from domain.records import format_utc
-from orchestrators.order_workflow import run_attempt
+from orchestrators.order_workflow import BEGIN_STEP, FINISH_STEPS, run_attempt
 from orchestrators.payloads import Attempt, StepWritten
 
 INSTANCE = "o-1:1"
@@ -100,11 +100,11 @@ def history(early: tuple[bool, ...]) -> Iterator[dict[str, Any]]:
         OrchestrationInstance={"InstanceId": INSTANCE},
         ParentInstance=None,
     )
-    yield scheduled(0, "begin_step")
+    yield scheduled(0, BEGIN_STEP)
     yield completed()
     for index, step in enumerate(STEPS):
         begin_id, timer_id, following = 2 * index, 2 * index + 1, 2 * index + 2
-        following_name = "begin_step" if index + 1 < len(STEPS) else "finish_steps"
+        following_name = BEGIN_STEP if index + 1 < len(STEPS) else FINISH_STEPS
         yield started()
         if early[index]:
             yield answer(step)
@@ -159,5 +159,5 @@ def test_every_step_takes_its_own_answer_whenever_it_arrived_e3(early: tuple[boo
         for step in group
         for action in step.get("compoundActions", [step])
     ]
-    assert scheduled_names.count("begin_step") == len(STEPS)
-    assert scheduled_names.count("finish_steps") == 1
+    assert scheduled_names.count(BEGIN_STEP) == len(STEPS)
+    assert scheduled_names.count(FINISH_STEPS) == 1
