@@ -1,17 +1,9 @@
-"""Composition root: the one place that wires settings, stores, messaging and time.
+"""Composition root: the one place that builds adapters and wires settings, stores, messaging
+and time (`services`, `publisher`, `dead_letter_queues`, `http_session`, `now`).
 
-Function code asks this module for what it needs and never builds adapters itself. The app
-settings are read once, through ``config.Settings``; STATE_STORE picks the state store and
-orders database (``sqlite``, the embedded default, or ``cosmos``), and the adapters get
-their options from the settings here. Everything is created once per worker process on
-first use. Tests and the devhost may replace the clock (``use_clock``) so that timer-driven
-code follows virtual time.
-
-Start-up (``check_settings``, run when function_app is imported) stops the app, with the
-setting to change, when a setting cannot work: a retry budget too small for its factors
-(C4), identity settings of a connection the app cannot honour, or on Azure the embedded
-SQLite store, which needs a writable, instance-local file (the deployed package is read-only
-and every instance would keep a database of its own). Locally nothing of this changes.
+Everything is created once per worker process, on first use. `check_settings`, run when
+function_app is imported, stops start-up on a setting that cannot work (C4); `use_clock`
+lets tests and the devhost run timer-driven code on virtual time.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """The app's settings, each declared once: its name, default, parser and meaning.
 
-`Settings.from_environ` reads them from the app settings (the process environment on
-Azure; local.settings.json `Values` under the devhost), and a bad value fails fast with a
-`SettingsError` that names the setting and what it accepts. Names follow contracts.md
-exactly. Host and connection settings (FUNCTIONS_WORKER_RUNTIME, AzureWebJobsStorage,
-ServiceBusConnection, CosmosConnection, ...) are the Functions host's and the adapters'
-to read, not declared here.
-
-The domain never sees this module: `Settings` hands the service layer domain values
-(`timeouts`, `starter_scan`, `supervisor_policy`, `agent_policy`, `budget`, `reply_queues`),
-and bootstrap.py hands the adapters their options. The values set the rules D3, E1, E2,
-E7, E9, R1, U2, U4, U5, U7, C2, C4 and C5; C4's budget is checked here against MAX_FAILURES and
-AGENT_DELIVERY_ATTEMPTS, C5's backlog bound against the running cap and U2's catch-up window
-against the sweep window, when the settings
-are read.
+`Settings.from_environ` reads them and fails with a `SettingsError` naming the setting and
+what it accepts, also when settings disagree: the retry budget against its factors (C4), the
+backlog bound against the running cap (C5), the catch-up window against the sweep window
+(U2). `Settings` hands the service layer domain values (`budget`, `timeouts`,
+`supervisor_policy`, ...) for D3, E1, E2, E7, E9, R1, U2, U4, U5, U7, C2, C4 and C5. Host and
+connection settings are not declared here (docs/settings.md).
 """
 
 from __future__ import annotations

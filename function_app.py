@@ -1,14 +1,10 @@
-"""The Functions app: a composition of blueprints, one per role of the pattern.
+"""The Functions app: the `DFApp` and one blueprint per role of the pattern.
 
-- activities.submission    S1-S4  Service Bus trigger on ORDERS_QUEUE
-- activities.starter       D1-D3  timer: claim Pending records, start attempts
-- orchestrators            D4-D6, E2, E5, E6, C1, C7  the versioned order workflow (the Scheduler)
-- activities.steps         D4, E5, E8, C1, C2, R2  the workflow's fenced writes
-- activities.agent_bridge  E1, E3, E4  agent responses in -> external events
-- order_agents.functions   E1, E7, E9, C1  one agent per step's remote service
-- supervisor.sweep         U1-U7  timer: bounded sweeps for expired attempts
-- supervisor.dead_letter_watch  S3, E8  timer: one operator alert per new dead letter
-- console.functions        E8, C2, C4  the operator console: admin HTTP functions and page
+Scheduler: `activities.submission` (S1-S4), `activities.starter` (D1-D3), `orchestrators`
+(D4-D6, E2, E5, E6, C1, C7), `activities.steps` (D4, E5, E8, C1, C2, R2) and
+`activities.agent_bridge` (E1, E3, E4). Agents: `order_agents.functions` (E1, E7, E9, C1).
+Supervisor: `supervisor.sweep` (U1-U7) and `supervisor.dead_letter_watch` (S3, E8). The
+operator console: `console.functions` (E8, C2, C4).
 """
 
 import azure.durable_functions as df
