@@ -1,14 +1,9 @@
-"""The scheduler's side of the agent queue pair (E1, E3, E4).
+"""The scheduler's side of the agent queue pair (E1, E3, E4, E6).
 
-``send_agent_request`` puts the request on its agent's request queue (<AGENT>_REQUESTS_QUEUE)
-with a stable MessageId, so a re-run of the activity that sends it is removed by duplicate
-detection (E4).
-``receive_agent_response`` is triggered by AGENT_RESPONSES_QUEUE and raises the
-orchestration's external event, named after the request it answers (one name per request:
-``agent_response_event``) and carrying the request id the orchestrator checks (E3). A response for
-an instance that has finished or never existed is late or stray: it is logged and dropped
-(E6). A response that breaks the contract is dead-lettered with the reason. Taking a response
-in is a span of the order's trace, which the response message carried (C9).
+`send_agent_request` puts a request on its agent's queue under its stable MessageId (E4).
+`receive_agent_response` (AGENT_RESPONSES_QUEUE) raises the orchestration's event named
+after the request it answers (E3); a response for a finished or unknown instance is late and
+dropped (E6), and one that breaks the contract is dead-lettered with the reason.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
-"""Where status replies and operator alerts leave the app (R1, R2, S3, E8, U4, C2, C9).
+"""Where status replies and operator alerts leave the app (R1, R2, S3, E8, U4, C2).
 
-A status goes to the order's own reply queue only while that queue is on the REPLY_QUEUES
-allow-list: a queue removed from it since the order was submitted gets nothing (R1). Each
-status send is a span of the order's trace.
+`send_statuses` sends each status to its order's reply queue only while that queue is on the
+REPLY_QUEUES allow-list (R1); `send_alert` sends to OPERATOR_ALERTS_QUEUE.
 """
 
 from __future__ import annotations

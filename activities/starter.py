@@ -1,13 +1,8 @@
-"""The starter (D1-D3): a timer trigger that claims Pending records and starts attempts.
+"""The starter's timer trigger (D1-D3, C5, C7, U7): claim Pending records, start attempts.
 
-Each claim is a conditional update made BEFORE its orchestration instance is scheduled
-(D3), so two starters never start the same attempt. The instance runs the workflow version
-the order was accepted with (C7) and, in the step workflow, starts at the first step the
-record does not show completed (C10). A crash between the claim and
-``start_new`` leaves a Processing record with a provisional CompleteBy, which the
-supervisor recovers. A run claims no more than leave MAX_RUNNING_ORDERS running (C5). The
-cadence is STARTER_SCHEDULE (U7). Each start is a span of the order's trace (the record's
-``TraceParent``), and the durable client carries it to the orchestration (C9).
+`start_pending_orders` starts one orchestration per claim `services.starter` won, after the
+claim is stored (D3), running the order's own workflow version (C7). A start that fails
+leaves the claim to expire for the supervisor. The cadence is STARTER_SCHEDULE.
 """
 
 from __future__ import annotations

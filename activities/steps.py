@@ -1,14 +1,9 @@
-"""The workflow's fenced writes as activity functions (D4, D6, E1, E4, E5, E8, C1, C2, R2).
+"""The workflow's fenced writes as activity functions (D4, D6, E1, E4, E5, E8, C1, C2, C4, R2).
 
-Each activity takes the orchestration's (replay-safe) time, runs one write of
-`services.steps` and sends what it produced - statuses, operator alerts - only when the
-write applied for this attempt (D4). `begin_step` and `begin_undo` set the CompleteBy the
-orchestration chose (D6) and, once the fence held, put the agent's request on its own
-queue with a stable MessageId, so a re-run's second send is removed by duplicate
-detection (E1, E4). `run_step_in_activity` and `run_undo_in_activity` make the same write
-and then run the agent here (E1's activity shape): once per activity, so a retry of the
-activity for its store write never spends more of the budget (C4). The order is read from
-the orders database by an attempt's first write and then travels with the orchestration.
+Each activity runs one write of `services.steps` at the orchestration's time and sends what
+it produced only when the write applied (D4). `begin_step` and `begin_undo` then put the
+agent's request on its queue (E1, E4); `run_step_in_activity` and `run_undo_in_activity`
+run the agent in the same invocation instead (E1's activity shape, C4).
 """
 
 from __future__ import annotations

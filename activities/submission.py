@@ -1,14 +1,9 @@
-"""Submission (S1-S4, C5, C6, R1): the Service Bus trigger on ORDERS_QUEUE.
+"""Submission's Service Bus trigger on ORDERS_QUEUE (S1-S4, C5, C6, R1).
 
-PeekLock (S1) with manual settlement: a valid message is written idempotently to the orders
-database and the state store, the ``received`` status goes to the app's reply queue, then
-the message is completed. A new order while the backlog is at MAX_BACKLOG_ORDERS is
-answered ``rejected`` and its message completed, with nothing stored (C5). An invalid or
-conflicting message is dead-lettered with a reason and an operator is alerted (S3); nothing
-reaches the stores. A store or broker fault raises,
-so the host abandons the message and it is redelivered; the writes are idempotent (C6).
-The submission span starts the order's trace; its ``traceparent`` goes into the new record
-and the status message carries it (C9).
+`receive_order` settles its message itself (PeekLock, S1): accepted, or refused at the
+backlog bound (C5), it sends the status `services.submission` built and completes; invalid
+or conflicting, it alerts an operator and dead-letters with the reason (S3). A store or
+broker fault raises, and the redelivery repeats the idempotent writes (C6).
 """
 
 from __future__ import annotations
