@@ -1,20 +1,9 @@
-"""The app's own thread pool for the blocking calls of its async function code.
+"""The app's own thread pool for the blocking calls of its async function code (C9).
 
-The state store and orders database SDKs (sqlite3, the synchronous azure-cosmos client) and
-Service Bus settlement over the host's gRPC service block the calling thread, so async
-function code runs them here, off the event loop, with `run`.
-
-Why not ``asyncio.to_thread``: it uses the event loop's default executor, and the Functions
-Python worker leaves that at asyncio's default of min(32, CPUs + 4) threads. On a two-core
-instance six threads would then serve the store calls of every activity
-(``maxConcurrentActivityFunctions``) and every Service Bus message (``maxConcurrentCalls``)
-in flight, which queue behind each other until steps run past their CompleteBy (D4) and are
-retried for nothing (U4). The pool here has ``BLOCKING_CALL_THREADS`` threads, which the
-composition root sets from the settings (`use_threads`) before any function runs; until
-then, as in tests that call an adapter directly, it has a few.
-
-A call keeps the caller's context, as ``asyncio.to_thread`` does, so the correlation ids of
-``observability.logs`` (C9) and the trace context follow it into the thread.
+`run` calls a store SDK or a settlement off the event loop, in the caller's context, so the
+correlation ids and the trace follow it into the thread. The composition root sizes the
+pool from BLOCKING_CALL_THREADS (`use_threads`) before any function runs; until then it has
+a few threads. Why not ``asyncio.to_thread``: docs/architecture.md, "Blocking calls".
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
-"""The one codec of the app's internal payloads (D6, E1, E3, C7): orchestration inputs,
-activity inputs and results, agent requests and responses.
+"""The one codec of the app's internal payloads (D6, E1, E3, C7): orchestration and activity
+inputs and results, agent requests and responses.
 
-The payloads are the domain's frozen dataclasses; msgspec turns them into JSON data and
-back, checking each field's type on the way in, so no class carries a hand-written
-to_dict/from_dict. What does not fit raises `PayloadError`, whose message names the field
-by its path and the expected type, never the value it got.
+`to_data`/`from_data` (Durable Functions' JSON data) and `to_json`/`from_json` (message
+bodies) over the domain's frozen dataclasses, type-checked on the way in. What does not fit
+raises `PayloadError`, naming the field's path and expected type, never the value.
 """
 
 from __future__ import annotations

@@ -1,25 +1,10 @@
-"""Connecting to Cosmos DB: connection, retries, errors and request charge (C4, C9, U2).
+"""Connecting to Cosmos DB: connection, errors, paging and request charge (C4, C9, U2).
 
-- Connection (contracts.md): locally `CosmosConnection` is a connection string with an
-  account key; in Azure `CosmosConnection__accountEndpoint` names the account and an
-  identity authenticates, with no key anywhere: the one `CosmosConnection__credential`
-  and `CosmosConnection__clientId` pick, by the Functions host's rules
-  (`adapters/identity_connection.py`).
-- Retries within the end-to-end budget (C4): the SDK retries throttling (429) up to
-  COSMOS_RETRY_TOTAL times, never waiting longer than COSMOS_RETRY_BACKOFF_MAX_SECONDS
-  between tries, and retries refused connections. Every request gives up after
-  COSMOS_CONNECTION_TIMEOUT_SECONDS to connect and COSMOS_READ_TIMEOUT_SECONDS to answer;
-  the stores pass COSMOS_OPERATION_TIMEOUT_SECONDS as each SDK call's `timeout`, which
-  stops its retries (the SDK checks it between requests, so one call takes at most that
-  plus one read timeout). What still fails becomes `StoreUnavailable`:
-  the function fails and its trigger retries it (Service Bus redelivers, the timer ticks
-  again, Durable retries the activity). Every store write is conditional or idempotent,
-  so a retried function loses and duplicates nothing.
-- Paging (U2): `first_page` reads one SDK page from a continuation token and returns the
-  token of the next one (`query_items(...).by_page(token)`).
-- Request charge (U2, C9): `RequestCharge` collects `x-ms-request-charge` from the
-  response headers of every request one store operation makes, through the SDK's
-  per-call `response_hook` (thread-safe, unlike the client's `last_response_headers`).
+`connect` takes CosmosConnection (a connection string with an account key, which alone may
+create containers) or CosmosConnection__accountEndpoint with an identity
+(`adapters.identity_connection`). `translate_errors` turns what still fails after the SDK's
+bounded retries into `StoreUnavailable`, for the trigger to retry; `first_page` reads one
+SDK page from a continuation token; `RequestCharge` sums a store operation's request charge.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
-"""The Cosmos DB database and containers of the app, defined once (S2, C6, U1, U2, U3).
+"""The Cosmos DB database and its three containers, defined once (S2, C6, U1, U2, U3).
 
-Three containers in one database, with no transaction shared between them:
-
-- `state` (COSMOS_STATE_CONTAINER): one state record per order, partition key `/OrderID`,
-  `id` = OrderID. Its indexing policy serves the starter (D1) and supervisor (U1) filters
-  with a composite index on ProcessState + CompleteBy and leaves the compensation log
-  (C1, C3) out of the index. TTL is enabled with no default (`defaultTtl = -1`): only
-  finished records carry a per-item `ttl`, so a live record never expires.
-- `orders` (COSMOS_ORDERS_CONTAINER): the orders database, partition key `/OrderID` (S2).
-- `deadlines` (COSMOS_DEADLINE_INDEX_CONTAINER): the supervisor's recovery index (U3),
-  partitioned by time bucket (`/bucket`), see `adapters.deadline_index`.
-
-The app creates them when missing (`ensure_containers`, key auth, local runs); in Azure
-the infrastructure creates them from the same definitions (`python -m
-tools.cosmos_containers` prints them as JSON), because a data-plane identity may not create
-databases or containers.
+`cosmos_layout` names them from the settings: `state` and `orders` partitioned by
+`/OrderID`, `deadlines` by `/bucket` (`adapters.deadline_index`). `ensure_containers`
+creates what is missing, with key auth only; on Azure the infrastructure creates them from
+these same definitions.
 """
 
 from __future__ import annotations

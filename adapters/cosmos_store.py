@@ -1,58 +1,10 @@
 """Cosmos DB adapters of the `StateStore` and `OrderStore` ports (S2, D1, D3, D4, E5, U1-U3, C6).
 
-`STATE_STORE=cosmos` selects them (bootstrap.py calls `open_cosmos_stores`). The state
-store, the orders database and the deadline index are three containers that share no
-transaction (S2, C6); `adapters.cosmos_containers` defines them.
-
-Writes, one conditional request each on the state record:
-- `create`: create_item; a 409 means the record exists, which is read and returned
-  unchanged (S2, S4).
-- `replace`: replace_item with the record's etag and `MatchConditions.IfNotModified`;
-  412 -> `PreconditionFailed` (someone else won, D3, U4, U6), 404 -> `RecordNotFound`.
-- `fenced_update`: patch_item with a filter predicate on LockedBy and ProcessState and no
-  read (D4, E5); 412 or 404 -> None. The change's `sets` become `set` operations, its
-  `appends` `add` operations at the end of the list (`/CompensationLog/-`, C1).
-Finished records (Processed, Error, Compensated, CompensationFailed) get a per-item `ttl`
-of FINISHED_RETENTION_SECONDS; every other write leaves `ttl` out, so a live record never
-expires.
-The dead-letter watcher's marks live in the state container too, one document per mark
-with the id and partition key `$watch:{name}` - never an OrderID, which cannot hold `$` -
-and no ProcessState, so no query of state records reads them; they carry no `ttl`.
-
-Queries:
-- `query_claimable` (D1): one cross-partition query with a plain filter (no ORDER BY,
-  TOP, OFFSET, GROUP BY or DISTINCT), which the gateway serves with continuation tokens
-  across partitions. The starter reads at most STARTER_MAX_CLAIMS records per run, and
-  claimable records are the work itself, so this scan costs in proportion to the work.
-- `query_by_state` (E8, C2): the same kind of query over one ProcessState, for the
-  operator console's list, one page per operator request.
-- `query_expired` (U1-U3): the deadline index (`adapters.deadline_index`) - a few
-  single-partition queries over the buckets of the window, then one point read per entry
-  to re-check the state record, whose cost grows with the expired records, not the store.
-- `query_expired_until` (U2): deadlines older than every supervisor window, from the state
-  records themselves - one cross-partition query with a plain filter like
-  `query_claimable`, served by the composite index; it finds nothing in the usual case, and
-  then costs one page (one request per physical partition, up to `MAX_FETCHES_PER_PAGE`).
-Pages are filled up to `page_size` from as many SDK pages as that takes (bounded by
-`MAX_FETCHES_PER_PAGE`); our continuation token wraps the SDK's.
-
-The deadline index and the crash-safety of its upkeep. Cosmos DB has no transaction
-across containers, so the order of writes keeps the invariant "every running record with
-a CompleteBy names an index entry that exists":
-1. write the new entry (id unique to this write) - a crash here leaves an unreferenced
-   entry, a harmless hint;
-2. write the state record, naming the new entry in `DeadlineEntry` - conditional, so
-   either it applies with its entry already in place, or it does not apply at all;
-3. delete the entry the previous version named - a crash here leaves a stale entry
-   that the next sweep that reaches it re-checks and removes.
-A refused write (409, 412, 404) deletes its own new entry at once. The entry the replaced
-version named is known without a read: a fenced patch moves `DeadlineEntry` to
-`PreviousDeadlineEntry` in the same request, and a record's etag as this adapter hands
-it out (`StateRecord.etag`) is the Cosmos etag followed by `#` and that version's entry.
-
-Request charge: every request's `x-ms-request-charge` is summed per port call, index
-upkeep included, and recorded in `StoreMetrics` under the call's operation kind; the
-counts (reads, writes, items) stay those of the port call, as in SQLite.
+`open_cosmos_stores` (STATE_STORE=cosmos) opens `CosmosStateStore` and `CosmosOrderStore`
+over one client. Each state write is one conditional request on the record plus the upkeep
+of its deadline index entry (`adapters.deadline_index`), which `query_expired` reads; the
+other queries are cross-partition queries with plain filters. The request charge of every
+port call is recorded in `StoreMetrics`. Design: docs/architecture.md, "The stores".
 """
 
 from __future__ import annotations

@@ -1,27 +1,9 @@
-"""The supervisor's recovery index in Cosmos DB: deadlines partitioned by time bucket (U2, U3).
+"""The supervisor's recovery index in Cosmos DB: running records' deadlines by time bucket (U2, U3).
 
-The state container is partitioned by OrderID, so a query on ProcessState and CompleteBy
-fans out to every physical partition and pays for each of them on every sweep, however
-few records expired (U2). This index keeps one entry per running record (Processing or
-Compensating with a CompleteBy) in a container partitioned by `bucket`: the CompleteBy
-truncated to `BUCKET_SECONDS`. A sweep over [window_start, now] reads only the buckets of
-that window, one single-partition query each, paged by the SDK's continuation tokens,
-and its cost grows with the entries it finds, not with the store (U3).
-
-Entries are hints, never the truth. The state record names its live entry in the field
-`DeadlineEntry` (`"{bucket}|{entry id}"`, a fresh id per write); the sweep reads the state
-record of every entry it finds and returns the record only if the record still names that
-entry (see `adapters.cosmos_store`). So a stale entry costs one read and is removed; a
-missing entry would hide an expired record forever, so the adapter writes an entry BEFORE
-the state write that needs it and deletes the superseded one AFTER.
-
-`basis` records the precondition of the state write an entry was written for. It lets a
-sweep remove an entry that does not match its record only when that write can no longer
-apply (`entry_is_dead`): its create met an existing record, the etag it was conditional
-on has moved on, or its fence (LockedBy + allowed states) no longer holds. A fence never
-holds again once broken, because an attempt's instance id carries a strictly increasing
-attempt number (D2) and one attempt's states only move forward (transitions.py). An entry
-whose write may still be in flight is left alone.
+`DeadlineIndex` adds, removes and pages the entries of one `bucket`, a CompleteBy truncated
+to `BUCKET_SECONDS`. Entries are hints: `adapters.cosmos_store` re-checks each against its
+state record, and `entry_is_dead` says, from the `basis` an entry was written with, when one
+its record does not name may be removed.
 """
 
 from __future__ import annotations

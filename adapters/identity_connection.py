@@ -1,31 +1,10 @@
 """The credential of an identity-based connection, chosen by the Functions host's rules.
 
-The app's own SDK clients (the Cosmos DB stores, the Service Bus publisher) read the same
-identity-based connection settings the Functions host reads for its bindings, so one set of
-app settings authenticates the triggers and the app's clients alike. For a connection named
-``<CONNECTION>`` (``ServiceBusConnection``, ``CosmosConnection``) the settings are
-``<CONNECTION>__<property>``, matched ignoring case as the host's configuration does, and an
-empty value counts as unset:
-
-- ``__credential=managedidentity`` (any case): a managed identity. ``__clientId`` picks a
-  user-assigned identity by its client id, ``__managedIdentityResourceId`` by its resource
-  id (never both); with neither, the system-assigned identity.
-- no ``__credential``, and ``__tenantId``, ``__clientId`` and ``__clientSecret``: that
-  service principal (the host's form for local development against Azure resources).
-- no ``__credential`` otherwise: ``DefaultAzureCredential``, as the host does; a lone
-  ``__clientId`` becomes its managed identity client id, and without one it honours
-  ``AZURE_CLIENT_ID`` itself.
-
-Refused with a ``ConnectionSettingsError`` that names the setting, where the host would pick
-another identity than the settings suggest or this app cannot do what the host does:
-
-- any other ``__credential`` value;
-- ``__clientId`` together with ``__managedIdentityResourceId``;
-- ``__clientCertificate``: the host looks the thumbprint up in a Windows certificate store,
-  which a Python worker on Linux does not have;
-- ``__tenantId`` or ``__clientSecret`` without the other two service-principal settings, or
-  beside ``__credential=managedidentity``;
-- ``__managedIdentityResourceId`` without ``__credential=managedidentity``.
+`identity_choice` reads a connection's ``<CONNECTION>__<property>`` settings (any case; an
+empty value is unset) into an `IdentityChoice` (a managed identity, a service principal or
+``DefaultAzureCredential``), or raises `ConnectionSettingsError` naming a setting the app
+cannot honour; `sync_credential` and `async_credential` build it. The forms:
+docs/deployment.md, "Identity and roles".
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """Settling a trigger's Service Bus message from function code (S1, S3; C8 redelivery).
 
-The Functions host dead-letters a message with a reason only through the SDK-type binding of
-``azurefunctions-extensions-bindings-servicebus``: the function declares
-``auto_complete_messages=False``, receives an ``azure.servicebus.ServiceBusReceivedMessage``
-and a ``ServiceBusMessageActions`` client, and settles the message itself over the host's
-gRPC settlement service. Those calls block, so they run off the event loop.
-
-Every settlement call has a deadline, ``SETTLEMENT_DEADLINE_SECONDS``, on the gRPC call
-itself, so no thread waits forever on a host that does not answer. A settlement that fails
-(the host refused it, the lock was lost, the message was already settled, or no answer came
-before the deadline) is not raised: it is logged, and the message is abandoned so the broker
-redelivers it at once. If the abandon fails too, that is logged and the lock expires, after
-which the broker redelivers the message (S1: PeekLock). Either way the message comes back,
-counts one delivery towards its queue's MaxDeliveryCount, and its work runs again, which is
-safe because every trigger's work is idempotent (S2, C6, C8).
+`complete` and `dead_letter` settle through the SDK-type binding's `ServiceBusMessageActions`,
+off the event loop, each gRPC call bounded by `SETTLEMENT_DEADLINE_SECONDS`. A settlement that
+fails is logged, not raised, and the message is abandoned for redelivery (or left until its
+lock expires): its work runs again, as every trigger's work allows (S2, C6, C8). `body_bytes`
+reads a body whatever AMQP section carried it.
 """
 
 from __future__ import annotations
@@ -141,15 +132,11 @@ async def _settle(
 def with_deadline(actions: ServiceBusMessageActions, seconds: float) -> ServiceBusMessageActions:
     """The extension's actions client with each settlement gRPC call bounded by ``seconds``.
 
-    ``ServiceBusMessageActions`` (1.0.0b2) calls its ``Settlement`` stub, kept in the private
-    attribute ``_client``, without a timeout and takes none, so a host that never answers would
-    block the calling thread forever (a timeout around ``blocking_calls.run`` would only stop
-    waiting for that thread). The copy returned keeps the extension's own request building and
-    error wrapping (every failure is a ``SettlementError``) and only swaps the stub for one
-    that passes ``timeout=seconds`` to each call, which gRPC enforces as the call's deadline.
-
-    This is the one place that touches the extension's private state. If the extension changes
-    shape, it raises ``ExtensionShapeError`` rather than settle without a deadline.
+    The copy keeps the extension's request building and error wrapping (every failure is a
+    ``SettlementError``) and swaps its ``Settlement`` stub, the private ``_client``, for one
+    that passes ``timeout=seconds`` to each call. The one place that touches the extension's
+    private state: if its shape changed, ``ExtensionShapeError``, never a settlement without a
+    deadline.
     """
     stub = getattr(actions, "_client", None)
     calls = {name: getattr(stub, name, None) for name in _STUB_CALLS}

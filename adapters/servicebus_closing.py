@@ -1,8 +1,7 @@
-"""Closing the app's Service Bus senders, receivers and clients, bounded.
+"""Closing the app's Service Bus senders, receivers and clients within `CLOSE_TIMEOUT_SECONDS`.
 
-Closing a link or a connection whose peer died may wait for frames that never come, or
-raise; either way the handler is done with, and a shutdown must not wait on it (a host
-stopping, or a test tearing down, would hang there).
+A link or connection whose peer died may never answer its close, or raise; the handler is
+done with either way, so `close_quietly` lets a shutdown go on without it.
 """
 
 from __future__ import annotations

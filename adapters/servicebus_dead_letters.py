@@ -1,35 +1,10 @@
-"""The `DeadLetterQueues` port on Service Bus (S3, E8, DLQ triage).
+"""The `DeadLetterQueues` port on Service Bus (S3, E8, DLQ triage): `ServiceBusDeadLetterQueues`.
 
-Each queue's dead letters are its sub-queue `<queue>/$DeadLetterQueue`, read through the
-azure-servicebus SDK with `sub_queue=ServiceBusSubQueue.DEAD_LETTER`:
-
-- `list` peeks (no lock, nothing consumed) from a sequence number on; the reason and
-  description are the ones the message was dead-lettered with, and the body is reduced to
-  a preview with no personal data (`domain.dead_letters.summarise_body`).
-- `resubmit` and `discard` first peek the one sequence number: when it is gone, False at
-  once. Otherwise they receive the sub-queue in PeekLock until they hold that message
-  (locking the ones before it on the way, at most `scan_limit`), act on it - `resubmit`
-  sends a copy to the source queue - then complete it, and abandon everything else they
-  locked. The lock is the condition: of two operators acting on the same dead letter, one
-  holds it; the other cannot receive it, sees by peeking that it is still there, waits
-  (bounded by `busy_wait_seconds`) and then finds it gone: False. A dead letter locked
-  for longer (a console that crashed holding it, until its LockDuration ends), or one
-  behind more than `scan_limit` others, raises `DeadLetterBusy`.
-- The resubmitted copy keeps the body, content type, correlation id, subject, reply-to
-  and application properties (trace context included), drops the dead-letter reason and
-  description, adds `DeadLetterResubmittedFrom` = the dead letter's sequence number, and
-  gets a derived message id (`resubmitted_message_id`): the source queues detect
-  duplicates, and a copy with the original id would be dropped silently within their
-  window. Consumers are idempotent by OrderID (S2), so a copy of an order that did arrive
-  before is harmless. The copy is sent before the dead letter is completed: if the
-  completion fails (the lock ended), the dead letter stays listed and a second resubmit
-  sends the same message id again, which the source queue de-duplicates.
-- `oldest_sequence_number` peeks the source queue itself for the watcher's floor.
-
-Every SDK call is bounded by a timeout. Peeks go through receivers kept open per queue
-and sub-queue (an AMQP attach costs a round trip; the watcher peeks every queue each
-run), replaced after a failure; `resubmit` and `discard` open a receiver of their own and
-close it after the action, which also releases any lock it still held.
+`list` peeks a queue's dead-letter sub-queue, locking and consuming nothing, each body
+reduced to its preview (`domain.dead_letters.summarise_body`). `resubmit` and `discard` act
+only while holding the dead letter's lock: of two operators one acts and the other gets
+False; one locked elsewhere, or behind more than `scan_limit` others, raises
+`DeadLetterBusy`. `oldest_sequence_number` peeks the source queue for the watcher's floor.
 """
 
 from __future__ import annotations

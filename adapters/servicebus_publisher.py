@@ -1,25 +1,9 @@
-"""The `MessagePublisher` port on Service Bus: status replies (R1-R2), alerts, agent traffic (E4).
+"""The `MessagePublisher` port on Service Bus (R1, R2, E4, C9): `ServiceBusPublisher`.
 
-Every message carries a stable ``message_id`` chosen by the caller, so a resend after a crash
-or a retried activity is removed by the queue's duplicate detection instead of reaching a
-consumer twice. Senders are created lazily per queue and reused, and sends that wait at the
-same time go out together as one batch. The counts of messages sent per queue feed the
-demo's cost per order. Each message joins the batch in its sender's context, so with
-azure-core tracing on the SDK stamps it with the trace of the function that sent it (its
-``Diagnostic-Id`` / ``traceparent``, C9), not with that of whoever sent first.
-
-A send that fails (after the SDK's own retries) fails its callers, so the function that sent
-fails and its trigger message is delivered again (at-least-once; the resend keeps its
-message id). The sender it went through is then closed and the queue's next send opens a new
-one, with a connection of its own: a sender whose connection died with the namespace (a
-broker restart, a network drop) is never reused, and sends work again once the namespace is
-back. Each replacement is logged and counted in ``sender_restarts``.
-
-The connection is the app's ``ServiceBusConnection`` setting, a connection string locally or
-the identity form ``ServiceBusConnection__fullyQualifiedNamespace`` in Azure, authenticated
-as the identity ``ServiceBusConnection__credential`` and ``__clientId`` pick, by the same
-rules the Functions host applies to the Service Bus triggers
-(``adapters/identity_connection.py``).
+Each message goes out under the stable `message_id` its caller chose, batched with the sends
+waiting on the same queue and stamped with its own sender's trace. A send that fails fails
+its caller, whose trigger is then redelivered, and the sender is replaced. The connection is
+ServiceBusConnection or its identity form (`client_from_environment`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """Thread-safe access to one SQLite database file for the embedded stores (S2, C6).
 
-Functions run activities on a thread pool, so each thread gets its own connection to the
-file (a `sqlite3.Connection` must not be used by two threads at once). WAL lets readers
-run beside the single writer. Writers of one process queue on a lock: SQLite's busy handler
-would make them sleep up to 100 ms per try instead of waking when the write lock frees, which
-idles the cores under load. The busy timeout still queues writers of other processes.
-Connections run in autocommit mode: every store operation is one statement, so each
-conditional write is atomic on its own.
+`SqliteDatabase` gives each thread its own connection, in WAL and autocommit mode (every
+store operation is one statement), and queues the writers of one process on a lock.
 """
 
 from __future__ import annotations

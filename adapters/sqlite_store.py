@@ -1,15 +1,8 @@
 """Embedded SQLite adapters of the `StateStore` and `OrderStore` ports (S2, D1, D3, D4, U1, U2).
 
-The default store of the app (`STATE_STORE=sqlite`). Like the two Cosmos DB containers it
-stands in for, the state store and the orders database are separate files that share no
-transaction (S2, C6). The state store's file also keeps the dead-letter watcher's marks, in
-a table of their own.
-
-Each record is kept as its JSON document (the contract field names) with an etag; the
-fields that queries filter on are generated columns over the document, so a fenced update
-can patch the document with `json_set` in one `UPDATE ... WHERE LockedBy = ?` and the
-indexes follow by themselves. Query pages use keyset pagination behind an opaque
-continuation token, so a page costs the same however deep the scan is.
+The default stores (STATE_STORE=sqlite, `open_sqlite_stores`): the state store and the
+orders database are separate files that share no transaction (S2, C6); the state store's
+file also keeps the dead-letter watcher's marks. Design: docs/architecture.md, "The stores".
 """
 
 from __future__ import annotations
