@@ -1,9 +1,6 @@
-"""The operator console (E8, C2, C4): admin HTTP functions, the page they serve, and a CLI.
+"""The operator console (E8, C2, C4): `console.functions`, the app's admin HTTP functions, and
+``console/page.html``, the page they serve.
 
-``console.functions`` is the app's blueprint: thin HTTP functions over
-``services.operator`` (and ``services.dead_letters`` when present), function-key auth, JSON
-in and out, under ``api/console/...`` (Azure reserves routes that start with ``admin``).
-``console/page.html`` is the page ``GET api/console`` serves. ``console.cli``
-(``python -m tools.console_cli``) calls the same endpoints with a function key; it is tooling and is
-left out of the deployment package.
+Its command-line client, ``tools.console_cli``, calls the same endpoints and is tooling, left
+out of the deployment package. Routes and answers: docs/console.md.
 """

@@ -1,31 +1,10 @@
-"""The console's HTTP functions: one thin face over ``services.operator`` (E8, C2, C4).
+"""The operator console's HTTP functions (E8, C2, C4): a thin face over `services.operator`
+and `services.dead_letters`.
 
-Routes (auth level FUNCTION: a function key in ``x-functions-key`` or ``code``; on Azure,
-when deployed with ``consoleAuthClientId``, also behind App Service authentication with
-Entra ID, infra/app/function.bicep):
-
-- ``GET  api/console``                                 the page (``console/page.html``)
-- ``GET  api/console/orders?state=Error&pageSize=50&continuation=...``   one page of a state
-- ``GET  api/console/orders/{order_id}``               the order's timeline, with each
-  attempt's orchestration status (the newest with its history) from the durable client,
-  and the status messages owed to the order's reply queue, sent or owed as every attempt's
-  history shows (``services.owed_statuses``, R2)
-- ``POST api/console/orders/{order_id}/resubmit``       body ``{"etag"?}``  (E8, C4)
-- ``POST api/console/orders/{order_id}/retry-compensation``  body ``{"etag"?}``  (C2)
-- ``POST api/console/orders/{order_id}/cancel``         body ``{"reason", "etag"?}``  (C1)
-- ``GET  api/console/dead-letters``                    the queues whose dead letters are triaged
-- ``GET  api/console/dead-letters/{queue}?after=0&max=50``  dead letters with reason and
-  description, the body's shape but none of its content (``services.dead_letters``)
-- ``POST api/console/dead-letters/{queue}/{sequence}/resubmit``  back to the source queue
-- ``POST api/console/dead-letters/{queue}/{sequence}/discard``   removed for good
-
-Answers: 200 with JSON; 400 bad input; 404 unknown order or queue; 409 when the action lost
-a race, the order is not in a state that allows it, or the dead letter is gone (another
-operator resubmitted or discarded it); 503 when the store is
-unavailable. An action started compensation answers 202 with the instance it started; the
-instance runs the order's own workflow version (C7), as the supervisor starts it. A cancel
-terminates the superseded attempt's instance as well: its writes are already refused by
-the fence (D4), so this only tidies what the durable view shows.
+Function-key auth, JSON in and out, under ``api/console/...`` (Azure reserves routes that
+start with ``admin``); the service layer's refusals become 400, 404, 409 or 503 (`_answer`).
+An action that starts a compensation answers 202 with the instance it started, which runs
+the order's own workflow version (C7). Routes and answers: docs/console.md.
 """
 
 from __future__ import annotations
