@@ -1,5 +1,5 @@
-"""The order domain: records, transitions, policies, contracts and store ports.
+"""The order domain: records, transitions, policies, workflow, contracts and ports.
 
-Plain Python and the standard library only - no Azure or other framework import - so every
-rule's logic is unit-tested without a runtime (see style.md).
+Standard library only, no Azure or framework import, so every rule is unit-tested without a
+runtime.
 """

@@ -1,14 +1,11 @@
-"""The scheduler <-> agent messages (E1, E3, E4, E7, C7, C8): the project's internal contract.
+"""The scheduler <-> agent messages (E1, E3, E4, E7, C1, C7, C8): the project's internal contract.
 
-A request carries what the agent needs to act on its own: the order, the attempt (the
-fencing token the remote service enforces, E7), the idempotency key that is the same on
-every try and every attempt of the step (C8) and the deadline after which the agent starts
-no new side effect (E7). Its operation is ``do`` or ``undo`` (the compensation, C1), which
-names the side effect by its reference, or for a step in doubt by the action's idempotency
-key. Message ids derive from the request id, so a resend is removed by duplicate detection
-(E4). A response's fields are bounded, so that no response can make a record the stores
-refuse or cannot read back; a field past its bound fails the response's construction with a
-message that names the field. Both carry a schema version (C7).
+An `AgentRequest` carries what the agent needs to act alone: the order, the attempt as the
+fencing token (E7), the step's `idempotency_key` (C8), the deadline, and the `AgentOperation`
+(an `undo` names its side effect by `reference`, or in doubt by the key, C1). An
+`AgentResponse` has bounded fields, checked at construction (`AgentMessageError`). Both carry
+a schema version (C7) and ids derived from the request's (E4); `agent_response_event` names
+the event an answer is raised as (E3).
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Public message contracts of contracts.md: submission, status and operator alert (S1-S3, R1, R2).
 
-`parse_submission` validates an order message exactly as contracts.md describes and gives
-either a `Submission` (the typed `Order` plus its allow-listed reply queue) or an
-`InvalidSubmission` whose reason says what is wrong, ready for the dead-letter queue.
-`Order.immutable_data` is the data compared in S2 (the whole body minus `schemaVersion`).
-
-Every field is bounded (contracts.md, "Bounds"): the body's size, string lengths, the item
-count and each quantity, so that whatever is accepted is stored and read back unchanged by
-every store (JSON numbers beyond 2**53 become doubles in Cosmos DB; S2, S4, C6). A body that
-breaks a bound is invalid like any other schema break and its reason names the bound (S3).
-Status messages and operator alerts are built here with their stable message ids, so
-resends de-duplicate (R2, E4).
+`parse_submission` gives a `Submission` (the typed `Order` and its allow-listed reply queue)
+or an `InvalidSubmission` whose reason names the field or bound it breaks, for the
+dead-letter queue (S3). `Order.immutable_data` is what S2 compares. `status_message` and
+`operator_alert` build messages with their stable message ids (R2, E4).
 """
 
 from __future__ import annotations

@@ -1,37 +1,10 @@
 """Dead letters as an operator triages them, and what the dead-letter watcher remembers
 (S3, E8, "DLQ with metadata for triage").
 
-A `DeadLetter` is one message of a queue's dead-letter sub-queue, described by its broker
-metadata - the reason and description it was dead-lettered with, its sequence number,
-delivery count and times - and by a `body_preview` that shows the shape of the body but
-none of its content: personal data (a customer id, an order's items) never reaches a
-console, a log line or an alert. The preview of a JSON object is its sorted top-level
-keys; the order id is the one value shown, because it is the key an operator looks an
-order up by and carries no personal data (contracts.md restricts it to [A-Za-z0-9._-]).
-It is taken from the body's `orderId`, or from the `instanceId` ("{OrderID}:{attempt}")
-of an agent request or response.
-
-Resubmitting a dead letter sends a copy to its source queue under a message id derived from
-the original's and the dead letter's sequence number (`resubmitted_message_id`). The queues
-of servicebus.config.json detect duplicates, and within that window a copy with the
-original id would be dropped silently as a duplicate of the message that was dead-lettered.
-The derived id differs for every dead letter, so the copy always arrives; a second copy of
-the same dead letter (an operator who resubmits, then sees the send's outcome lost and
-tries again) keeps the same id and is de-duplicated. Processing stays idempotent by OrderID
-(S2): consumers key on the body, not on the message id.
-
-The watcher's memory per queue is a `WatchMark`: sequence numbers of dead letters are those
-the messages had in their source queue, so a message enqueued early can be dead-lettered
-late, after many newer ones (it exhausted its deliveries while they conflicted at once). A
-single high-water mark would miss it. Instead the mark keeps a `floor` - no dead letter
-below it is still to come, because every message of the source queue with a smaller number
-has left it - and the numbers at or above the floor it has already reported. `watch_step`
-computes the next mark from one look at the source queue and its dead letters. The mark
-stays correct whatever numbering the dead-letter queue uses (were its numbers its own,
-increasing as messages are dead-lettered): the floor never passes a number not yet looked
-at, and whatever it has not passed is remembered by number. The reported numbers kept are
-those still in the dead-letter queue, so the mark grows no larger than the queue an
-operator has to triage.
+A `DeadLetter` is one message of a dead-letter sub-queue: its broker metadata and a
+`body_preview` with the body's shape, never its content (`summarise_body`).
+`resubmitted_message_id` names the copy sent back to the source queue. A `WatchMark` is the
+watcher's memory of one queue, and `watch_step` the new dead letters and the next mark.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Outgoing messages as the app hands them to the `MessagePublisher` port (R2, E4, S3, E8, U4).
 
 An `OutgoingMessage` is transport-neutral: the queue, the JSON body and the properties a
-consumer reads (message id, correlation id, subject, application properties). What a status
-message or an operator alert carries is contract knowledge (contracts.md), so it is built
-here; putting it on the wire is the messaging adapter's job. The message id is always the
-stable one the contract names, so a resend after a crash or a retried function is removed
-by the queue's duplicate detection instead of reaching a consumer twice (R2, E4).
+consumer reads. `status_outgoing` and `alert_outgoing` build one from a contract message,
+always under the contract's stable message id (R2, E4).
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """The rules that deadlines, budgets and thresholds drive (D3, E1, E2, E7, E9, U2, U4, U5, C2, C4).
 
-Every value here is a plain number passed in; where the values come from (app settings,
-a test, a benchmark) is not the domain's business.
-
-- `RetryBudget` (C4): the end-to-end budget of tries is owned here; the agent's own number
-  of tries is derived from it so that agent tries x message deliveries x supervisor
-  attempts can never exceed it.
-- `AgentPolicy`, `full_jitter_delay` / `next_retry_delay` (E7, E9): an agent's share of the
-  budget and its exponential backoff with full jitter from an injected random source, and
-  never a try that would start past the deadline.
-- `CircuitBreaker` (E9): closed / open / half-open on an injected clock.
-- `SupervisorPolicy`, `supervisor_decision` (U2, U4, U5): how far back a sweep looks, how
-  far back the slower catch-up looks beyond it, and whether to retry soon, retry after a
-  longer wait, or give up.
-- `ScanBounds` (U2): the page size, item cap and page cap of one scan of the state store.
-- `Timeouts` and the deadline helpers for claims, steps and compensation (D3, E2, C2).
-- The two agent transports an attempt may use (E1).
+Each value is a plain number passed in. `RetryBudget` (C4) derives an agent's tries from the
+one end-to-end budget; `AgentPolicy` and `next_retry_delay` give its full-jitter backoff,
+never past the deadline (E7, E9); `CircuitBreaker` (E9) runs on an injected clock.
+`SupervisorPolicy` and `supervisor_decision` (U2, U4, U5) set how far back a sweep and its
+catch-up look, and whether to retry soon, retry later or give up; `ScanBounds` bounds one scan
+(U2); `Timeouts` and the deadline helpers give each CompleteBy (D3, E2, C2).
 """
 
 from __future__ import annotations

@@ -1,37 +1,9 @@
-"""Ports of the state store and the orders database (S2, D1, D3, D4, U1, U2, U6, C6).
+"""Ports of the stores and of messaging, and the stores' errors (S2, D1, D3, D4, U1, U2, U6, C6).
 
-Two independent stores that share no transaction (S2, C6), shaped after what Cosmos DB
-offers so that its adapter (`adapters.cosmos_store`) fits without changing any caller:
-
-- `create` is idempotent: it inserts, or on a conflict returns the existing document
-  (Cosmos: create_item, then read on 409) - never an overwrite.
-- `replace` is conditional on the etag the record was read with (Cosmos: replace_item with
-  if-match); a lost race raises `PreconditionFailed`. Claims (D3) and supervisor
-  recoveries (U4, U6) use it.
-- `fenced_update` is ONE conditional write with no read (Cosmos: patch_item with a filter
-  predicate on LockedBy and ProcessState; SQLite: UPDATE ... WHERE). A refused change
-  returns None: an expired attempt never changes a newer attempt's record (D4, E5).
-- Queries for claimable and expired records return one `Page` per call, with an opaque
-  continuation token and a size capped by the store; records carry their etag, so a claim
-  or recovery needs no extra read (D1, U1, U2). `query_expired_until` finds running
-  records past a deadline older than every supervisor window, from the records themselves
-  (U2). `query_by_state` pages through one state for an operator (E8, C2).
-
-`StoreMetrics` counts calls, reads, writes, items read, refused fenced writes and request
-charge per operation kind: the demo's cost per order and the supervisor's own accounting.
-
-`BlockingCalls` is how async code runs a blocking store call off the event loop; the app's
-is `adapters.blocking_calls.run`, a pool sized by BLOCKING_CALL_THREADS.
-
-`MessagePublisher` is the port for outgoing messages (status replies, operator alerts,
-agent traffic; R2, E4): function code sends through it and never sees the Service Bus SDK.
-
-`DeadLetterQueues` is the port for triaging the dead-letter sub-queues of the app's queues
-(S3, E8): peek them, resubmit one dead letter to its source queue or discard it, each action
-conditional on the dead letter still being there, so of two operators acting on the same
-one exactly one succeeds. The state store keeps the dead-letter watcher's `WatchMark` per
-queue (`load_watch_mark`, `save_watch_mark`), so a restarted watcher neither re-alerts nor
-misses a dead letter.
+`StateStore` and `OrderStore` are two stores that share no transaction (S2, C6), shaped after
+what Cosmos DB offers; `StoreMetrics` counts their calls, items and request charge.
+`MessagePublisher` sends the app's messages (R2, E4), `DeadLetterQueues` triages the
+dead-letter sub-queues (S3, E8), and `BlockingCalls` runs a blocking call off the event loop.
 """
 
 from __future__ import annotations

@@ -1,32 +1,11 @@
 """The order state machine (S4, D1-D4, E5, E6, E8, U4, U5, C1, C2, C4).
 
-Two kinds of transition, matching the two kinds of conditional write the stores offer:
-
-- Whole-record transitions (`claim`, `retry_later`, `give_up`, `stall_compensation`, and
-  the operator's `resubmit`, `retry_compensation`, `cancel`) take a record that was read
-  with its etag and return the next record; the caller replaces it conditionally on that
-  etag, so two starters, supervisors or operators that read the same version cannot both
-  win (D3, U6, E8).
-- Fenced changes (`begin_step`, `finish_steps`, `fail_step`, `begin_undo`, `finish_undo`,
-  `undo_failed`) are written blind, without a read: a `FencedChange` is a small patch plus a
-  guard (`LockedBy` equals the attempt's instance id and `ProcessState` is one of the
-  allowed states, D4). A store applies it as one conditional write; `FencedChange.apply` is
-  the same semantics in plain Python, which the unit tests and the store contract suite
-  compare against.
-
-Illegal transitions raise `IllegalTransition`; a fenced change whose guard fails raises
-`FenceLost` from `apply` (stores report it as a refused write instead).
-
-`ProcessState` flow::
-
-    Pending --claim--> Processing --finish_steps--> Processed
-       ^                  |  |--fail_step (first step)--> Error --resubmit--> Pending
-       |                  |  '--fail_step (later step)--> Compensating --> Compensated
-       '--retry_later-----|                                      |  '--> CompensationFailed
-                          '--give_up--> Error (empty log) | Compensating (C1 log not empty)
-
-    Operator (E8, C2): Pending | Processing --cancel--> Compensating;
-                       CompensationFailed --retry_compensation--> Compensating
+Whole-record transitions (`claim`, `retry_later`, `give_up`, `resume_compensation`,
+`stall_compensation`, `resubmit`, `retry_compensation`, `cancel`) return the next record, to
+replace on the etag it was read with (D3, U6, E8), or raise `IllegalTransition`. Fenced
+changes (`begin_step`, `finish_steps`, `fail_step`, `begin_undo`, `finish_undo`,
+`undo_failed`) build a `FencedChange`, written blind under the attempt's fence (D4). The
+ProcessState flow: docs/architecture.md, "The order's life".
 """
 
 from __future__ import annotations
@@ -343,14 +322,10 @@ class FencedChange:
     """A blind conditional change of one state record, guarded by the attempt's fence (D4).
 
     It names record fields, typed; a field left at `KEEP` is not written. `steps` replaces
-    whole entries of `Steps` by index; `logged` appends one entry to the compensation log
-    (C1) in the same write, so the log can never miss a completed step or hold one that did
-    not complete. A store applies the change only when `LockedBy == locked_by`,
-    `ProcessState` is in `allowed_states` and each `Steps` entry `step_guard` names is in
-    the `StepState` it names; `apply` is the same semantics in plain Python, which the unit
-    tests and the store contract suite compare against. The step guard is what makes a
-    logging write idempotent: run twice (C8), its second run finds the step it logs no
-    longer Running and changes nothing, so the log holds each completed step once.
+    whole entries of `Steps` by index; `logged` appends one compensation-log entry in the same
+    write (C1). A store applies it only when `LockedBy == locked_by`, `ProcessState` is in
+    `allowed_states` and each `Steps` entry `step_guard` names is in its `StepState`, which
+    makes a logging write idempotent (C8); `apply` is the same semantics in plain Python.
     """
 
     action: str

@@ -101,8 +101,8 @@ ALLOWED = {
     ProcessState.COMPENSATED: set(),
     ProcessState.COMPENSATION_FAILED: {ProcessState.COMPENSATING},
 }
-"""The ProcessState flow of `domain.transitions` (its module docstring): the edges a record
-may take in one write, besides staying in its state."""
+"""The ProcessState flow of `domain.transitions` (docs/architecture.md, "The order's life"):
+the edges a record may take in one write, besides staying in its state."""
 FITTING = {
     ProcessState.ERROR: "resubmit",
     ProcessState.COMPENSATION_FAILED: "retry-compensation",
