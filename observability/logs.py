@@ -1,26 +1,11 @@
-"""Structured log records with the correlation ids (C9): one key=value rendering, through the
-logging module.
+"""Structured log records with the correlation ids (C9), through the logging module.
 
-App code logs through `get_logger(name)`: ``log.info("order received", order_id=...,
-created=True)``. Each record then carries
-- the correlation ids ``order.id``, ``instance.id``, ``attempt`` and ``step`` - given as
-  keyword arguments (``order_id``, ``instance_id``, ``attempt``, ``step``; an instance id
-  ``"{OrderID}:{attempt}"`` brings its order id and attempt with it) or bound for a block of
-  code with `correlated`, which a contextvar carries into awaited code and threads started
-  with ``asyncio.to_thread`` - and every other keyword as a field;
-- those fields as record attributes (``record.__dict__``, named in ``record.sas_fields``),
-  which an OpenTelemetry log exporter sends as attributes (customDimensions in Application
-  Insights);
-- and the same fields in its message text, rendered key=value after the event by `render`,
-  so that whatever handler prints the record shows them.
-
-Why the text as well: the app owns no log handler. On Azure the Python worker owns the root
-handler and, with PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY, the OpenTelemetry handler
-that exports records; under the devhost the language worker owns a stderr handler whose
-format is itself key=value (``level=... logger=... <message>``). Replacing a handler the
-app does not own would fight the host over it, so the app only shapes its records.
-
-No personal data: a field may never hold a customer id or an order's items.
+`get_logger(name)` gives an `AppLogger`: ``log.info("order received", order_id=..., created=True)``.
+The correlation ids (``order_id``, ``instance_id``, ``attempt``, ``step``; an instance id
+brings its order id and attempt) come as keywords or from `correlated`, which binds them for
+a block and the code it awaits. Every field is both a record attribute (named in
+``record.sas_fields``) and, rendered key=value by `render`, part of the message text. No
+field may hold a customer id or an order's items.
 """
 
 from __future__ import annotations

@@ -1,39 +1,11 @@
 """The app's metric instruments, each declared once, and the functions that record them (C9).
 
-OpenTelemetry API only: the meter comes from the provider the host process configured (on
-Azure the Python worker's Azure Monitor distro, locally the devhost's), under the scope
-``scheduler_agent_supervisor``. Without a provider every call is a no-op, so the service
-layer records unconditionally. `bind` points the instruments at another provider.
-
-Names and attributes are the telemetry contract's. Metric points carry low-cardinality
-attributes only (step, outcome, reason, order.state, queue): never an order or instance id,
-and never anything about the customer.
-
-What records what:
-- submissions accepted (S2) and refused at the backlog bound (C5): `services.submission`;
-- orders reaching Processed / Error / Compensated / CompensationFailed with the time since
-  their submission: the fenced writes of `services.step_writes` and `services.steps`, and
-  the supervisor's give-ups and stalled compensations (`services.supervisor`), each only by
-  the write that moved the order there, never by a repeat that finds it there (C8);
-- per step, the agent's time from request to answer, its retries and its failures
-  (`order_agents.call_policy`), and attempts whose step deadline expired (U1, supervisor);
-- each supervisor sweep or catch-up: items read and Cosmos DB request charge (U2; the
-  SQLite store reports no charge, 0), and give-ups (U5);
-- the observable gauges read the last value the app saw, never a store from the exporter's
-  thread. The starter (`services.starter`), which runs on its timer whether or not orders
-  arrive, sets all three at the start of each run from the counts it makes anyway: the
-  Pending orders, the unfinished ones (Pending, Processing, Compensating), and the age of
-  the oldest Pending order its claim scan read. Admission control (C5,
-  `services.admission`) also sets the unfinished count whenever it counts for a submission.
-
-Consumer lag is not an app metric: counting a queue's active messages takes the namespace's
-Manage right on Azure (the app's identity has Listen and Send only) and the embedded broker has
-no management API. On Azure it is the Service Bus platform metric ActiveMessages split by
-EntityName; the demo reports it from the embedded broker's own counts (`demo.report`).
-
-The duration histograms advise bucket boundaries in seconds (`DURATION_BUCKETS_SECONDS`): the
-SDK's default boundaries (0, 5, 10, 25, ... 10000) suit milliseconds and would put every step
-of a local run in one bucket.
+OpenTelemetry API only, under the scope ``scheduler_agent_supervisor``: without a provider
+every call is a no-op, so callers record unconditionally; `bind` points the instruments at
+another provider. Attributes are low-cardinality (step, outcome, reason, order.state, queue,
+scan), never an order or instance id nor anything about the customer. `order_finished` is for
+the write that reached the final state only (C8); the backlog gauges report the last counts
+given to `backlog_observed`, `backlog_counted` and `pending_observed`.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
-"""Spans of the app, through the OpenTelemetry API only (C9).
+"""Spans of the app, through the OpenTelemetry API only (C9): one trace per order.
 
-One trace per order: the submission's span is the root the app starts, its W3C
-``traceparent`` is kept in the state record (``TraceParent``), and every later hop joins it -
-the starter's claim and start, the supervisor's recovery of the record, the orchestration
-(the durable client sends the current context with ``start_new``), each step's activity and
-agent, the remote service (``inject`` on the HTTP call), the response and the status message
-(the Service Bus SDK stamps ``Diagnostic-Id`` / ``traceparent`` on every message it sends once
-azure-core tracing is on, as azure-monitor-opentelemetry turns it on). Spans carry the
-correlation attributes ``order.id``, ``instance.id``, ``attempt`` and ``step``.
-
-The provider is the host process's (on Azure the Python worker's azure-monitor-opentelemetry,
-locally the devhost's file export); without one every call here is the API's no-op.
+`order_span` opens one hop's span with the correlation attributes (``order.id``,
+``instance.id``, ``attempt``, ``step``), under a stored ``traceparent`` when given one;
+`current_traceparent` is what the submission keeps in the record (``TraceParent``), and
+`inject` adds the context to an HTTP call's headers. Without a provider every call is a no-op.
 """
 
 from __future__ import annotations
