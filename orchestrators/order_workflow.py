@@ -1,17 +1,11 @@
-"""The Scheduler (D4-D6, E2, E5, E6, E8, C1, C2, C7, C10): one instance per order attempt.
+"""The Scheduler's orchestration (D4-D6, E2, E5, E6, E8, C1, C2, C7, C10): one instance per
+order attempt.
 
-For each step from the first one not completed (C10), one fenced write begins it with the
-CompleteBy the orchestration chose and records the step before it completed (D4, D6, C1);
-a durable timer at that CompleteBy races the agent's answer (E2). Answer first: the next
-step, or Processed after the last (E5); failed for good: Error, or compensation when steps
-completed (E8, C1). Timer first: the instance ends without touching the record (E6). An
-undo runs the completed steps newest first, each with its own write and deadline (C2).
-
-Each instance runs the workflow version it was started with (C7): the starter passes the
-record's WorkflowVersion, `context.version` picks the code, host.json's defaultVersion is
-the newest. Parallelism comes from one instance per attempt (D5). The code is replay-safe:
-time comes from `context.current_utc_datetime` only. This module alone names the
-activities.
+`order_workflow` runs the steps from the first not completed, each begun by a fenced write
+and raced against a durable timer at its CompleteBy; timer first, it ends without touching
+the record (E6). It dispatches on `context.version` (`WORKFLOWS`, C7) and is replay-safe.
+This module alone names the activities (`ACTIVITIES`, `STATUS_SENDERS`) and builds the
+instances' inputs (`attempt_input`, `compensation_input`).
 """
 
 from __future__ import annotations

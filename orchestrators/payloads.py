@@ -1,9 +1,7 @@
 """What the order workflow hands its activities and what they answer (D2, D6, E1, C1, C10).
 
-Small frozen dataclasses that cross the Durable Functions boundary through the app's one
-codec (`adapters.codec`): the orchestrator and each activity turn them into JSON data and
-back, typed, so the order and the agent's request and response are read once per hop by
-the codec, never re-parsed by hand.
+`Attempt`, `StepWrite` and `StepWritten`: small frozen dataclasses that cross the Durable
+Functions boundary through the app's one codec (`adapters.codec`).
 """
 
 from __future__ import annotations
