@@ -1,14 +1,9 @@
 """An agent's call policy (E7, E9, C4, C8): one request, tried until the service answers for good.
 
-Retries transient faults with full-jitter exponential backoff, within two bounds: the
-agent's share of the end-to-end retry budget (``AgentPolicy.max_tries``, C4) and the step's
-deadline. It starts no new call after the deadline (E7); a call already in flight may finish.
-Every try sends the same idempotency key and the attempt as fencing token, so retries and
-overlapping attempts never repeat a side effect (C8). A circuit breaker per remote service
-stops calls while the service keeps failing (E9); a refused call counts as a try and waits
-like a transient fault.
-
-An agent only reports; it never changes the state record or recovers the workflow.
+`run_agent` retries with full-jitter backoff within the agent's share of the retry budget
+(C4) and the step's deadline, after which it starts no new call (E7); every try carries the
+same idempotency key and fencing token (C8), through a circuit breaker per service (E9). It
+only reports (`respond`); it never changes the state record.
 """
 
 from __future__ import annotations

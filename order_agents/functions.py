@@ -1,12 +1,9 @@
-"""The agents' Functions entry points: one per remote service (E1, E4, E7, E9, C1, C8).
+"""The agents' Functions entry points, one per remote service (E1, E4, E7, E9, C1, C8).
 
-Each agent wraps ONE service (``order_agents.remote_services``): ``do`` performs the step's
-side effect, ``undo`` its compensation - by the reference of the side effect, or for a step
-in doubt by the idempotency key of its action (C1). Behind the Service Bus queue pair each
-agent has its own request queue trigger (<AGENT>_REQUESTS_QUEUE) and answers on
-AGENT_RESPONSES_QUEUE; as an activity (E1's other shape) the step's activity runs it through
-``run_step_agent_once``. Each service has its own circuit breaker (E9). Each run is a span
-of the order's trace; the calls to the service carry it (C9).
+`stock_agent`, `payment_agent` and `shipping_agent` are the request-queue triggers
+(<AGENT>_REQUESTS_QUEUE) of the queue-pair shape; `run_step_agent_once` runs an agent inside
+a step's activity, E1's other shape. Either way `run_step_agent` does or undoes the step
+through its service's client, under the call policy.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""The remote services the agents wrap, one declaration each (E1).
+"""The remote services the agents wrap, one `ServiceApi` declaration each (E1): `STEP_SERVICES`.
 
-Each agent wraps ONE remote service, the one its step declaration names
-(domain/workflow.py): ``stock``, ``payment``, ``shipping``. A new step's agent is one more
-declaration here, its settings (<AGENT>_REQUESTS_QUEUE, <AGENT>_SERVICE_URL) and its queue
-trigger.
+Each agent wraps the one service its step declaration names (domain/workflow.py): ``stock``,
+``payment``, ``shipping``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
-"""Serving one agent request from a request queue (E1, E3, E4, E7).
+"""Serving one agent request from a request queue (E1, E3, E4, E7): `serve_request`, which every
+agent's queue trigger shares.
 
-Shared by every agent's queue trigger: parse the request (a request that breaks the contract
-is dead-lettered with the reason), run the agent, and answer on AGENT_RESPONSES_QUEUE with a
-MessageId derived from the request, so a redelivered request produces a duplicate answer
-that Service Bus removes (E4). A request whose deadline already passed starts no side effect
-(E7) and gets a ``gave-up`` answer from the call policy. Serving is a span of the order's
-trace (the request message carried it, C9), the response message carries it on.
+A request that breaks the contract is dead-lettered with the reason. Any other is run and
+answered on AGENT_RESPONSES_QUEUE under a MessageId derived from the request, so a
+redelivered request's answer is a duplicate Service Bus removes (E4); one past its deadline
+starts no side effect and is answered ``gave-up`` (E7).
 """
 
 from __future__ import annotations

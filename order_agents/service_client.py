@@ -1,18 +1,9 @@
-"""HTTP client of a remote service that an agent wraps (E1, E7, E8, E9, C1, C8).
+"""HTTP client of the remote services the agents wrap (E1, E7, E8, E9, C1, C8): `ServiceClient`.
 
-Each remote service performs one kind of side effect and undoes it: the stock service
-reserves and releases, the payment service charges and refunds, the shipping service ships
-and cancels. They share one API shape (a
-collection of side effects, each with an id; an undo by id, or by the idempotency key of the
-action when its outcome is in doubt), so one client serves them all, given a `ServiceApi`
-that names the collection, the id field, the undo and what the action's body holds.
-
-Every answer maps to one result the agent's call policy understands: done (with the id of
-the side effect), a non-transient failure (E8), a newer attempt holds the order (the fencing
-token was refused, E7), or a transient fault worth retrying (E9). Timeouts and connection
-errors are transient: the call may or may not have been performed, which the idempotency key
-makes harmless (C8). Each call is a CLIENT span whose context travels in the request's
-``traceparent`` header (C9).
+Given a `ServiceApi`, one client serves every service. Each answer becomes `Done`,
+`PermanentFailure` (E8), `Superseded` (a newer attempt holds the order, E7) or
+`TransientFailure` (E9); a timeout or connection error is transient, as the idempotency key
+makes a repeat harmless (C8).
 """
 
 from __future__ import annotations
