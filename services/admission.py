@@ -1,23 +1,10 @@
-"""Admission control of submissions: the bound on the backlog (C5).
+"""Admission control of submissions: the bound on the backlog (C5), `BacklogGate`.
 
-The backlog is every unfinished order - Pending, Processing or Compensating - and
-MAX_BACKLOG_ORDERS bounds it: while it is full, a new order is refused (`rejected`) instead
-of growing the state store without limit behind a slow or failing downstream. The starter's
-cap on running orders (`services.starter`) bounds the work in progress within it.
-
-Counting the backlog is a store query (a cross-partition aggregate on Cosmos DB), too dear to
-run for every submission. A `BacklogGate` counts at most once per BACKLOG_RECOUNT_SECONDS and,
-between counts, adds the orders it admitted itself: within one instance the bound is never
-overshot (orders finishing only make its estimate high until the next count), and each other
-instance can add at most what it admits in one interval before its next count sees them. The
-bound is a bound on growth, not a lock, like the running cap.
-
-The gate's estimate also sets the sas.backlog.unfinished gauge (C9): a count the gate makes
-anyway, so observing the backlog costs the store nothing more. The starter sets it too, each
-run, so it stays current while no submissions arrive.
-
-Each admission is a reservation: the submission settles it with whether it stored a new
-record, so a resend, a conflict or a message of another kind gives its place back.
+The gate counts the unfinished orders at most once per BACKLOG_RECOUNT_SECONDS, adds between
+counts what it admitted itself, and answers `Full` at MAX_BACKLOG_ORDERS. An admission is a
+`Reservation` the submission settles with whether it stored a new record, so a resend, a
+conflict or a message of another kind gives its place back. Each count also sets the
+sas.backlog.unfinished gauge (C9).
 """
 
 from __future__ import annotations

@@ -1,28 +1,10 @@
 """Dead-letter triage and the dead-letter watcher (S3, E8, DLQ with metadata for triage).
 
-Triage - what the operator console's faces (HTTP admin functions, CLI, web page) call:
-`list_dead_letters`, `resubmit_dead_letter` and `discard_dead_letter` act on the
-dead-letter sub-queue of one of the queues the app consumes (`Settings.consumed_queues`);
-any other queue is an `UnknownQueue` error naming the ones it may be. Resubmit and discard
-are conditional (`DeadLetterQueues`): of two operators acting on the same dead letter,
-exactly one gets True.
-
-The watcher - `watch_dead_letters`, run by the timer of `supervisor.dead_letter_watch` -
-raises one operator alert per new dead letter of every consumed queue: the submissions
-queue (S3 conflicts, invalid messages, and submissions that exhausted MaxDeliveryCount),
-the agent request queues and the agent responses queue. Per queue it reads the oldest
-sequence number still in the queue, then peeks the dead letters from its remembered
-`WatchMark` on, reports the new ones, and only then saves the next mark in the state store
-(`domain.dead_letters.watch_step`). A crash between the two re-reports on the next run,
-under the same alert message id, which the alerts queue's duplicate detection removes; a
-restarted watcher reads the saved marks, so it neither re-alerts nor misses one.
-
-Each alert is a WARNING log line "operator alert: dead letter" with the queue, sequence
-number, reason, description, message id and the order id when the body names one, and an
-`OperatorAlert` of kind `dead-letter` on OPERATOR_ALERTS_QUEUE with those fields. No body
-content is logged or sent (`DeadLetter.body_preview` has none). The report returns the new
-dead letters, so the caller can count them as the metric of dead letters by queue and
-reason.
+`list_dead_letters`, `resubmit_dead_letter` and `discard_dead_letter` act on the dead-letter
+sub-queue of a queue the app consumes (`Settings.consumed_queues`), any other being an
+`UnknownQueue`; of two operators resubmitting or discarding the same one, exactly one gets
+True. `watch_dead_letters` raises one operator alert per new dead letter, a WARNING log line
+and a `dead-letter` alert with no body content, and returns them in a `WatchReport`.
 """
 
 from __future__ import annotations

@@ -1,32 +1,11 @@
-"""What an orchestration and an operator read or ask of the stores (D6, E8, C2, C4, U4).
+"""What an orchestration and an operator read or ask of the stores (D6, E8, C2, C4, U4, U6).
 
-`load_order` is the orchestration's one read of the orders database (D6). The rest is the
-operator console's service layer, which its three faces (the admin HTTP functions, the CLI
-that calls them, the page they serve) share:
-
-- `list_orders`: one page of the orders in one ProcessState, with the store's continuation
-  token for the next (E8, C2: Error and CompensationFailed are the states that need a
-  person).
-- `order_timeline`: one order's state record, steps, compensation log, what is left to undo
-  and the instance id of every attempt; the face adds each attempt's orchestration status
-  and history through the durable client, and `timeline_view` the status messages the
-  record says the app owes the order's reply queue, each sent or owed as the histories show
-  (`services.owed_statuses`, R2, C10).
-- Actions, each ONE conditional replace on the etag the record was read with, so of two
-  operators (or an operator and the supervisor or starter) only one wins; the loser gets
-  `PreconditionFailed`, or `IllegalTransition` once the record moved on (U4, U6):
-  - `resubmit_order`: an order in Error back to Pending for the starter, at most
-    `max_resubmits` times in its life (E8, C4);
-  - `retry_compensation`: a CompensationFailed order compensating again under a new attempt
-    that resumes at the step that failed (C2);
-  - `cancel_order`: a Pending or Processing order compensating under a new attempt; the
-    running attempt is fenced out by the same write (D4, E5, E7).
-  The last two return a `CompensationRequest`: the face starts that instance of the order's
-  own workflow version (C7), as the supervisor does, and may terminate the superseded one.
-  If the start fails, the record stays Compensating with its deadline, and the supervisor
-  resumes it (U4, C2).
-An operator may pass the etag of the version they looked at: the action is then refused
-when the order changed since, even if the change left it in a state the action accepts.
+`load_order` is an attempt's one read of the orders database (D6). The rest serves the
+operator console: `list_orders` and `order_timeline` read; `resubmit_order`,
+`retry_compensation` and `cancel_order` each make one conditional replace on the etag read,
+or on the one the operator passes, so the loser of a race gets `PreconditionFailed` or
+`IllegalTransition`. The last two return the `CompensationRequest` the caller starts (C7); if
+that start fails, the supervisor resumes the compensation (U4, C2).
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """The status messages the app owes one order, for the operator console's timeline (R1, R2,
 S2, C10, E8).
 
-A status message leaves no copy in the app. The state record is the truth (C10) and each
-status follows one transition it shows: `received` its creation, one `in-progress` per
-compensation-log entry, and the final status of a finished record. Whether a message went
-out is read from the history of the attempt whose activity sends it: an activity sends
-before it returns, so a completed sending activity means `sent`, and one not (yet)
-completed means `owed`. Which activities send what is the workflow's to say
-(`StatusSenders`, given by the orchestrator module); histories are matched by activity name
-and position, never by their inputs or results (C3). Without an attempt's history the
-messages it sends are `unknown`.
+`owed_statuses` derives them from the state record (C10) and marks each sent, owed or
+unknown from the history of the attempt that sends it, matched by activity name and
+position, never by inputs or results (C3); `StatusSenders`, given by the orchestrator
+module, says which activity sends what. The rules: docs/console.md.
 """
 
 from __future__ import annotations

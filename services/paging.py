@@ -1,9 +1,8 @@
-"""Bounded scans over paged store queries (D1, U2, U6).
+"""Bounded scans over paged store queries (D1, U2, U6): `BoundedScan`.
 
-Every scan of the state store is bounded by an item cap and a page cap, follows the
-store's continuation tokens, and stops when a token repeats, so a buggy or adversarial
-store cannot keep a starter or supervisor busy forever. The scan keeps its own account of
-pages, items and request charge for the caller's report.
+A scan follows the store's continuation tokens and stops at its item cap, its page cap, the
+end, or a repeated token (`StopReason`), so no store can keep a starter or supervisor busy
+forever; it keeps its own account of pages, items and request charge.
 """
 
 from __future__ import annotations

@@ -1,26 +1,9 @@
-"""The starter's claims (D1-D3, U5).
+"""The starter's claims (D1-D3, U5, C5): `claim_pending`.
 
-Page through claimable records (Pending, LockedBy null, past any retry delay) and claim
-each with a conditional replace on the etag it was read with: Processing, the next
-attempt's instance id in LockedBy, and a provisional CompleteBy. Only the claims this call
-won are returned; the Functions layer starts one orchestration per claim, with the claim's
-instance id, after the claim is stored. Two starters never win the same attempt (D3).
-
-Admission (C5): a run claims only the room left under the cap on running orders
-(Processing or Compensating), so a slow downstream leaves orders Pending - visible as
-backlog - instead of starting more attempts than the pipeline can finish before their
-deadlines. Two starters racing may overshoot the cap by one run's claims; the cap bounds
-work in progress, it is not a lock.
-
-Backlog gauges (C9): the starter runs on its timer whether or not orders arrive, so each
-run sets them from what it counts anyway, once per run and never per order: the Pending
-orders (sas.backlog.pending) and, with the running ones, the unfinished orders
-(sas.backlog.unfinished), both counted up to MAX_BACKLOG_ORDERS at the start of the run.
-The running count goes up to that bound too, not only to the cap, so that the two add up
-to the backlog. sas.backlog.oldest_pending_age is the age of the oldest Pending record, asked
-of the store each run (its UpdatedAt: its submission, or the retry that made it Pending
-again), whether or not the record is claimable yet and whether or not the cap leaves room:
-a full cap is when the backlog ages, and the scan reads nothing then.
+It pages through the claimable records (Pending, unlocked, past any retry delay) and claims
+each by a conditional replace on the etag it was read with (D3), no more than leave
+MAX_RUNNING_ORDERS running (C5). Only the claims it won are returned, for the caller to start
+once stored. Each run also sets the backlog gauges from counts it makes anyway (C9).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Status replies and operator alerts: who is told what (R1, R2, S3, E8, U4, C2, C5).
 
-Status messages go only to the reply queue recorded in the state record (R1). Functions
-here decide and build; the Functions layer sends, and holds each send against the
-`REPLY_QUEUES` allow-list at that moment (`reply_queue_allowed`).
+`status_for`, `rejection_for` and `alert_for` build the messages; the Functions layer sends a
+status only to the order's recorded reply queue, while `reply_queue_allowed` finds it on the
+REPLY_QUEUES allow-list (R1).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Fenced state writes of an attempt, and who is told what (D4, D6, E5, E8, C1, C2, C8, R2).
 
-Each function is one blind conditional write through `StateStore.fenced_update`, applied
-only while `LockedBy` still names the attempt (D4): a refused write returns `applied=False`
-and nothing to send. An activity may run twice (C8): a write that finds its own earlier
-write already made returns the same messages again, and their stable ids de-duplicate
-them (R2). The app hears `in-progress` as each step completes, then the final status;
-operators hear of `Error` and `CompensationFailed` (E8, C2). The write that moves an order
-to a final state counts it (C9).
+Each function is one blind conditional write (`StateStore.fenced_update`) returning a
+`Written`: refused, `applied=False` and nothing to send (D4); applied, the statuses and
+alerts to send (R2, E8, C2). A write run again after its own earlier one applied returns the
+same messages (C8, `already_reached`).
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
-"""Submission of an order message (S1-S4, R1, C5, C6).
+"""Submission of an order message (S1-S4, R1, C5, C6): `submit_order`.
 
-Validate the message, then two independent idempotent writes keyed by OrderID: the order
-into the orders database, then the state record into the state store; the write that creates
-the state record counts the order in sas.orders.received (C9). A redelivered or
-duplicate message finds both already there and is accepted again - but only when the
-stored order's immutable data equals the message's (S2). Anything else is a dead letter
-with a reason and an operator alert, and nothing is overwritten (S3).
-
-The order is written first, so a state record never exists without its order: a crash
-between the writes leaves an order without a record, which the message's redelivery
-completes.
-
-Admission control (C5): a new order takes a place in the backlog (`services.admission`).
-When the backlog is at its bound, an order with no state record is `Rejected` (counted in
-sas.orders.rejected, C9): nothing is written, the app answers `rejected` with the bound and
-the count, and the message is completed. An order already accepted is never rejected - its
-resend takes the idempotent path above (S2) - so the bound costs a point read only while the
-backlog is full. (An order whose first write landed but whose state record did not counts as
-new: it was never acknowledged, and its order document waits for a resend with the same
-data.)
+It validates the message, then writes the order and then the state record, each
+idempotently by OrderID; a resend is accepted again only when the stored order's immutable
+data equals the message's (S2). The result is `Accepted`, `Rejected` at the backlog bound
+with nothing written (C5), or a `DeadLetter` with its reason and operator alert (S3).
 """
 
 from __future__ import annotations

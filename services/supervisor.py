@@ -1,54 +1,10 @@
-"""The supervisor's sweep and its catch-up (U1-U7, C2).
+"""The supervisor's sweep and its catch-up (U1-U7, C2, C3): `sweep` and `catch_up`.
 
-One sweep looks at records whose attempt (or compensation) is running past its CompleteBy,
-inside a bounded window, with an item cap, a page cap and continuation-token paging (U2).
-Each expired record is recovered with a conditional replace on the etag it was read with,
-which also proves LockedBy is still the expired attempt (U4): of two supervisors that read
-the same record only one write succeeds, so a failure is never counted twice (U6). The
-sweep only requests recovery - a retry through the starter, or compensation - and never
-does the work itself. It reports what it read, wrote and spent, and records it in the
-metrics (C9): items read, request charge, give-ups, the steps whose deadline expired and the
-final states its recoveries reached.
-
-The window keeps every sweep cheap, but a record whose deadline fell behind it - the app
-was down longer than the window, or sweeps capped by their item and page limits fell
-behind a backlog - would never be looked at again. `catch_up` is the slower sweep that
-finds those (U2: never silently stuck): on its own cadence, it reads the deadlines older
-than the sweep window and at most SUPERVISOR_CATCHUP_WINDOW_SECONDS old, with the same
-caps and paging, through the same store query, so on Cosmos DB it reads only the deadline
-index's buckets of that range, one single-partition query each (U3). Each record it finds
-is both recovered and alerted:
-- recovered by the very rules of the sweep (retry below MAX_FAILURES, give up or
-  compensate at it; U4, U5, C2), because a late find is still an expired attempt, and an
-  order an operator must recover by hand is one the pattern failed to recover;
-- alerted with an `order-overdue` alert naming the order, its deadline and the recovery
-  requested, because a deadline that escaped the window means the supervisor fell behind
-  (an outage, or a backlog beyond its caps): the order is late already, and the operator
-  must hear of it, and of the cause, even when the retry then succeeds.
-The catch-up window keeps the catch-up's index reads bounded (on Cosmos DB one bucket of
-the deadline index per hour of it), so a deadline older still - an outage longer than the
-window, or a record no index entry leads to - needs a last resort: after its window, each
-catch-up runs one more bounded scan, `query_expired_until`, over the running records whose
-CompleteBy is older than the catch-up window, however old. It queries the state records
-themselves, not a recovery index (U3), so it finds a record whatever happened to its
-index entry; on Cosmos DB that is a cross-partition query (the fan-out of U2) with a plain
-filter served by the ProcessState + CompleteBy composite index, under the same item cap,
-page cap and continuation paging. In the usual case nothing is that old and the scan reads
-one page that holds nothing. What it finds is recovered and alerted exactly like the
-catch-up's own finds, its alert naming the catch-up window it escaped. So no expired record
-is silently stuck whatever its age: each catch-up recovers the oldest it can read (SQLite
-serves them oldest first; Cosmos DB in its own order), recovered records leave the query,
-and the next catch-up continues with the rest. One catch-up reads at most twice the scan
-caps: once in its window, once beyond it. The beyond-window scan's items and request
-charge are its own `SweepReport` (`SweepReport.beyond_window`) and its own metrics
-(`scan="beyond-window"`), so its cost is watched apart from the rest. Only running records
-(Processing, Compensating) can be stuck this way: a Pending record waits for the starter,
-whose claim query has no time window (D1), and the other states are final.
-
-Each sweep also has the store remove finished records past their retention, bounded by the
-same item cap (C3; Cosmos DB's TTL does this itself). A crashed sweep or catch-up needs no
-hand-over: recovered records leave the query, so the next tick continues with what is left
-(U6). The cadences are the SUPERVISOR_SCHEDULE and SUPERVISOR_CATCHUP_SCHEDULE settings (U7).
+Each expired record found is recovered by one conditional replace on the etag it was read
+with (U4, U6) and returned as a `Recovery` in the `SweepReport`: a retry through the starter,
+a give-up, or compensation, for the caller to send and start; the supervisor never does the
+work itself. `sweep` also removes finished records past their retention (C3). Design:
+docs/architecture.md, "The supervisor: windows and catch-up".
 """
 
 from __future__ import annotations
