@@ -1,12 +1,9 @@
 """The dead-letter watcher's timer trigger (S3, E8, DLQ with metadata for triage).
 
-Each tick runs `services.dead_letters.watch_dead_letters` over every queue the app consumes
-(`Settings.consumed_queues`): one operator alert - a WARNING log line "operator alert: dead
-letter" and a `dead-letter` alert on OPERATOR_ALERTS_QUEUE - per dead letter not reported
-before, including submissions that exhausted MaxDeliveryCount. The marks of what was
-reported live in the state store, so a restart neither repeats nor misses an alert. A
-queue that could not be read fails the invocation after the others were watched; the next
-tick looks at it again. The cadence is DEADLETTER_WATCH_SCHEDULE.
+Each tick of `watch_dead_letter_queues` alerts once per dead letter not reported before, of
+every queue the app consumes (`services.dead_letters.watch_dead_letters`). A queue it could
+not read fails the invocation after the others were watched, and the next tick looks at it
+again. The cadence is DEADLETTER_WATCH_SCHEDULE.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
-"""The supervisor's timer triggers: the sweep and its catch-up (U1-U7).
+"""The supervisor's timer triggers: the sweep and its catch-up (U1-U7, C1, C2).
 
-Each tick of `supervise_orders` runs one bounded sweep (window, item cap, page cap,
-continuation tokens; U2) and logs what it read, wrote and spent. Recoveries are conditional
-updates on the expired LockedBy (U4, U6): retries go back to the starter, give-ups get an
-operator alert and a ``failed`` status or, when steps completed, a compensation instance
-that undoes them (C1); a stalled compensation is resumed where it stopped, and past the
-threshold reported (C2). The cadence is SUPERVISOR_SCHEDULE (U7).
-
-Each tick of `catch_up_orders` runs one bounded catch-up over the deadlines older than the
-sweep window, then one bounded scan of the state records over the deadlines older than the
-catch-up window, however old (U2, `services.supervisor.catch_up`): what they find is
-recovered the same way and reported with an `order-overdue` operator alert naming the
-order, so a record that escaped the windows is never silently stuck. Its cadence is
-SUPERVISOR_CATCHUP_SCHEDULE (U7).
-
-Each recovery is a span of its order's trace (the record's ``TraceParent``, C9): what it
-sends and the compensation it starts follow from there.
+`supervise_orders` (SUPERVISOR_SCHEDULE) runs one bounded sweep, `catch_up_orders`
+(SUPERVISOR_CATCHUP_SCHEDULE) one catch-up (`services.supervisor`); each logs what it read,
+wrote and spent, and acts on the recoveries it won: it sends their statuses and alerts and
+starts their compensation instances, each under its order's trace (C9).
 """
 
 from __future__ import annotations
