@@ -52,7 +52,7 @@ class DeadLetter:
     )
     """The message's own application properties (not the dead-letter reason/description)."""
     body_preview: str = ""
-    """The body's shape without its content (see the module docstring)."""
+    """The body's shape without its content: a JSON object's sorted keys (`summarise_body`)."""
     order_id: str | None = None
     """The order the message is about, when its body names one."""
 
