@@ -56,8 +56,11 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
+# The tests run in TEST_WORKERS processes (pytest-xdist), each test taken by the next free one;
+# `make pytest TEST_WORKERS=0` runs them in this process, one after another.
+TEST_WORKERS ?= 3
 pytest: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
 # The order pipeline end to end on the embedded default: 200 orders, default fault mix.
 # BACKEND=cosmos runs it on the Cosmos adapter against a local Cosmos DB API server it starts;
