@@ -18,31 +18,32 @@ from typing import Any
 
 import azure.functions as func
 import pytest
-from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
-from azure.servicebus.aio import ServiceBusClient
+from azure.servicebus import ServiceBusMessage
 from azurefunctions.extensions.bindings.servicebus import ServiceBusMessageActions
 from azurefunctions.extensions.bindings.servicebus import (
     ServiceBusReceivedMessage as SdkMessage,
 )
-from devhost.host_config import ServiceBusOptions
-from devhost.indexing import index_app
 from devhost.invocation import FunctionInvoker
 from devhost.servicebus.server import ServiceBusBroker
-from devhost.settings import AppSettings
 from devhost.testing import eventually, queue, running_broker
 from devhost.triggers.servicebus import ServiceBusTrigger
 from devhost.triggers.settlement import SettlementService
+from devhost_tests_support.settlement_harness import (
+    TIMEOUT,
+    dead_letters,
+    is_empty,
+    send,
+    trigger_for,
+)
 
 from adapters import message_settlement
 from adapters.message_settlement import Outcome
 
 pytestmark = pytest.mark.timeout(60)
 
-TIMEOUT = 15
 # Small, so the tests show the call ending at its deadline; far below the devhost settlement
 # service's own wait (60 s), which is what the call would otherwise block on.
 TEST_DEADLINE = 0.5
-NO_RENEWAL = dt.timedelta(0)
 SETTLEMENT_LOGGER = "app.settlement"
 
 
@@ -137,40 +138,6 @@ def settling_app(
         outcomes.append((delivery, outcome, time.monotonic() - started))
 
     return app
-
-
-def trigger_for(
-    app: func.FunctionApp, broker: ServiceBusBroker, invoker: FunctionInvoker
-) -> ServiceBusTrigger:
-    """The devhost's trigger, one invocation at a time, locks never renewed."""
-    settings = AppSettings({"SB": broker.connection_string})
-    (function,) = index_app(app, settings)
-    options = ServiceBusOptions(1, max_auto_lock_renewal=NO_RENEWAL)
-    return ServiceBusTrigger(function, invoker, settings, options)
-
-
-async def send(broker: ServiceBusBroker, queue_name: str, message: ServiceBusMessage) -> None:
-    async with ServiceBusClient.from_connection_string(broker.connection_string) as client:
-        sender = client.get_queue_sender(queue_name)
-        async with sender:
-            await sender.send_messages(message, timeout=TIMEOUT)
-
-
-async def is_empty(broker: ServiceBusBroker, queue_name: str) -> bool:
-    async with ServiceBusClient.from_connection_string(broker.connection_string) as client:
-        receiver = client.get_queue_receiver(queue_name)
-        async with receiver:
-            return not await receiver.peek_messages(max_message_count=1, timeout=TIMEOUT)
-
-
-async def dead_letters(broker: ServiceBusBroker, queue_name: str) -> list[Any]:
-    async with ServiceBusClient.from_connection_string(broker.connection_string) as client:
-        receiver = client.get_queue_receiver(queue_name, sub_queue=ServiceBusSubQueue.DEAD_LETTER)
-        async with receiver:
-            received = await receiver.receive_messages(max_message_count=1, max_wait_time=5)
-            for message in received:
-                await receiver.complete_message(message)
-            return received
 
 
 async def run_until(
