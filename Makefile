@@ -58,7 +58,7 @@ typecheck: setup
 
 # The tests run in TEST_WORKERS processes (pytest-xdist), each test taken by the next free one;
 # `make pytest TEST_WORKERS=0` runs them in this process, one after another.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 pytest: setup
 	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from devhost import sdk_compat
 
-DEVHOST = Path(sdk_compat.__file__).resolve().parent
 # devhost/: the package's source and these tests, which must keep to the same door.
 DISTRIBUTION = Path(__file__).resolve().parents[2]
+DEVHOST = DISTRIBUTION / "src" / "devhost"
 SDK_PACKAGES = (
     "azure",
     "azurefunctions",
