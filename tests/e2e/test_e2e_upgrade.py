@@ -33,7 +33,7 @@ from devhost.testing import eventually, eventually_true
 import bootstrap
 from adapters.sqlite_store import open_sqlite_stores
 from domain.ports import StateStore, StoreMetrics
-from domain.records import ProcessState, StateRecord
+from domain.records import ProcessState, StateRecord, StepState
 from domain.workflow import WORKFLOW_VERSION
 from orchestrators.order_workflow import orchestration_version
 from tests.e2e.e2e_helpers import STEP_SERVICES, record_summary, submit_orders, within
@@ -169,10 +169,12 @@ async def test_orders_in_flight_during_an_upgrade_finish_on_the_version_they_beg
         await submit_orders(broker.connection_string, OLD_ORDERS, bound=SDK_TIMEOUT_SECONDS)
 
         def in_flight() -> bool:
+            """Every old order's instance started and began its first step: a claim whose
+            start the kill cut off would only expire and be retried as a new attempt."""
             found = records(states, OLD_ORDERS).values()
-            return all(r is not None and r.process_state is ProcessState.PROCESSING for r in found)
+            return all(r is not None and r.steps[0].state is StepState.RUNNING for r in found)
 
-        await eventually(in_flight, "every old order accepted and in flight", bound=60)
+        await eventually(in_flight, "every old order's first step begun", bound=60)
     finally:
         os.kill(old_host.pid, signal.SIGKILL)
         await asyncio.to_thread(old_host.wait, 30)
