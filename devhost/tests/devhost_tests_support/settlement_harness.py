@@ -16,10 +16,21 @@ from devhost.indexing import index_app
 from devhost.invocation import FunctionInvoker
 from devhost.servicebus.server import ServiceBusBroker
 from devhost.settings import AppSettings
+from devhost.testing import queue
 from devhost.triggers.servicebus import ServiceBusTrigger
 
 TIMEOUT = 15
 NO_RENEWAL = dt.timedelta(0)
+TEST_DEADLINE = 0.5
+"""A settlement call's deadline in these tests: small, so a test shows the call ending at it,
+far below the devhost settlement service's own wait (60 s)."""
+SETTLEMENT_QUEUES = [
+    queue("lost-lock", LockDuration="PT1S", MaxDeliveryCount=5),
+    queue("stalled-complete", LockDuration="PT30S", MaxDeliveryCount=5),
+    queue("stalled-dead-letter", LockDuration="PT30S", MaxDeliveryCount=5),
+    queue("stalled-both", LockDuration="PT1S", MaxDeliveryCount=5),
+]
+"""A queue per case: a lock that expires before the settlement, and settlements that stall."""
 
 
 def trigger_for(

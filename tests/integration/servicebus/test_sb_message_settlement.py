@@ -25,10 +25,12 @@ from azurefunctions.extensions.bindings.servicebus import (
 )
 from devhost.invocation import FunctionInvoker
 from devhost.servicebus.server import ServiceBusBroker
-from devhost.testing import eventually, queue, running_broker
+from devhost.testing import eventually, running_broker
 from devhost.triggers.servicebus import ServiceBusTrigger
 from devhost.triggers.settlement import SettlementService
 from devhost_tests_support.settlement_harness import (
+    SETTLEMENT_QUEUES,
+    TEST_DEADLINE,
     TIMEOUT,
     dead_letters,
     is_empty,
@@ -41,21 +43,12 @@ from adapters.message_settlement import Outcome
 
 pytestmark = pytest.mark.timeout(60)
 
-# Small, so the tests show the call ending at its deadline; far below the devhost settlement
-# service's own wait (60 s), which is what the call would otherwise block on.
-TEST_DEADLINE = 0.5
 SETTLEMENT_LOGGER = "app.settlement"
 
 
 @pytest.fixture(scope="module")
 def broker() -> Iterator[ServiceBusBroker]:
-    queues = [
-        queue("lost-lock", LockDuration="PT1S", MaxDeliveryCount=5),
-        queue("stalled-complete", LockDuration="PT30S", MaxDeliveryCount=5),
-        queue("stalled-dead-letter", LockDuration="PT30S", MaxDeliveryCount=5),
-        queue("stalled-both", LockDuration="PT1S", MaxDeliveryCount=5),
-    ]
-    with running_broker(queues) as running:
+    with running_broker(SETTLEMENT_QUEUES) as running:
         yield running
 
 
