@@ -16,7 +16,8 @@ from azurefunctions.extensions.bindings.servicebus import (
 
 import bootstrap
 from adapters.codec import PayloadError, from_json, to_data, to_json
-from adapters.message_settlement import body_bytes, complete, dead_letter
+from adapters.message_bodies import NotADataBody, data_body
+from adapters.message_settlement import complete, dead_letter
 from domain.agent_messages import AgentRequest, AgentResponse
 from domain.outgoing_messages import OutgoingMessage
 from domain.records import InstanceId, RecordFormatError
@@ -58,8 +59,8 @@ async def receive_agent_response(
     client: df.DurableOrchestrationClient,
 ) -> None:
     try:
-        response = from_json(body_bytes(message), AgentResponse)
-    except PayloadError as error:
+        response = from_json(data_body(message), AgentResponse)
+    except (NotADataBody, PayloadError) as error:
         await dead_letter(
             message_actions, message, reason="InvalidAgentResponse", description=str(error)
         )

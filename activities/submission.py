@@ -18,10 +18,11 @@ from opentelemetry.trace import Span
 import bootstrap
 from activities.replies import send_alert, send_statuses
 from adapters import blocking_calls
-from adapters.message_settlement import body_bytes, complete, dead_letter
+from adapters.message_bodies import NotADataBody, data_body
+from adapters.message_settlement import complete, dead_letter
 from observability import logs
 from observability.tracing import annotate, current_traceparent, order_span
-from services.submission import DeadLetter, Rejected, submit_order
+from services.submission import Accepted, DeadLetter, Rejected, submit_order, unreadable_submission
 
 bp = df.Blueprint()
 log = logs.get_logger("app.submission")
@@ -44,19 +45,27 @@ async def _receive_order(
     message: ServiceBusReceivedMessage, message_actions: ServiceBusMessageActions, span: Span
 ) -> None:
     app = bootstrap.services()
-    result = await blocking_calls.run(
-        submit_order,
-        body_bytes(message),
-        reply_to=message.reply_to,
-        message_id=str(message.message_id),
-        orders=app.orders,
-        states=app.states,
-        admission=app.admission,
-        reply_queues=app.settings.reply_queues,
-        now=bootstrap.now(),
-        steps=app.settings.order_steps,
-        trace_parent=current_traceparent(),
-    )
+    message_id = str(message.message_id)
+    try:
+        body = data_body(message)
+    except NotADataBody as error:
+        result: DeadLetter | Rejected | Accepted = unreadable_submission(
+            str(error), message_id=message_id, now=bootstrap.now()
+        )
+    else:
+        result = await blocking_calls.run(
+            submit_order,
+            body,
+            reply_to=message.reply_to,
+            message_id=message_id,
+            orders=app.orders,
+            states=app.states,
+            admission=app.admission,
+            reply_queues=app.settings.reply_queues,
+            now=bootstrap.now(),
+            steps=app.settings.order_steps,
+            trace_parent=current_traceparent(),
+        )
     if isinstance(result, DeadLetter):
         log.warning(
             "submission dead-lettered", message_id=str(message.message_id), reason=result.reason

@@ -3,8 +3,7 @@
 `complete` and `dead_letter` settle through the SDK-type binding's `ServiceBusMessageActions`,
 off the event loop, each gRPC call bounded by `SETTLEMENT_DEADLINE_SECONDS`. A settlement that
 fails is logged, not raised, and the message is abandoned for redelivery (or left until its
-lock expires): its work runs again, as every trigger's work allows (S2, C6, C8). `body_bytes`
-reads a body whatever AMQP section carried it.
+lock expires): its work runs again, as every trigger's work allows (S2, C6, C8).
 """
 
 from __future__ import annotations
@@ -189,13 +188,3 @@ def _error_fields(error: SettlementError) -> dict[str, object]:
         detail = str(original.details() or "")
         return {"status": original.code().name, "detail": detail[:_DETAIL_CHARS]}
     return {"status": type(original).__name__, "detail": str(original)[:_DETAIL_CHARS]}
-
-
-def body_bytes(message: ServiceBusReceivedMessage) -> bytes:
-    """The message body as bytes, whatever AMQP body section carried it."""
-    body = message.body
-    if isinstance(body, bytes):
-        return body
-    if isinstance(body, str):
-        return body.encode()
-    return b"".join(part if isinstance(part, bytes) else str(part).encode() for part in body)

@@ -15,18 +15,20 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from azure.servicebus import (
-    ServiceBusMessage,
     ServiceBusReceivedMessage,
     ServiceBusReceiveMode,
     ServiceBusSubQueue,
 )
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver
+from azure.servicebus.amqp import AmqpAnnotatedMessage, AmqpMessageBodyType, AmqpMessageProperties
 from azure.servicebus.exceptions import MessageAlreadySettled, MessageLockLostError
 
+from adapters.message_bodies import NotADataBody, data_body
 from adapters.servicebus_closing import close_quietly
 from domain.dead_letters import (
     DEAD_LETTER_PROPERTIES,
     RESUBMITTED_FROM_PROPERTY,
+    BodySummary,
     DeadLetter,
     resubmitted_message_id,
     summarise_body,
@@ -288,17 +290,18 @@ def _own_properties(message: ServiceBusReceivedMessage) -> dict[str, PropertyVal
     return {key: value for key, value in own.items() if key not in DEAD_LETTER_PROPERTIES}
 
 
-def _body(message: ServiceBusReceivedMessage) -> bytes:
-    body = message.body
-    if isinstance(body, bytes):
-        return body
-    if isinstance(body, str):
-        return body.encode()
-    return b"".join(part if isinstance(part, bytes) else bytes(part) for part in body)
+def _summary(message: ServiceBusReceivedMessage) -> BodySummary:
+    try:
+        return summarise_body(data_body(message))
+    except NotADataBody as error:
+        return BodySummary(
+            f"an AMQP {error.section.value} body, unreadable: the app reads data bodies only",
+            None,
+        )
 
 
 def _dead_letter(queue: str, message: ServiceBusReceivedMessage) -> DeadLetter:
-    summary = summarise_body(_body(message))
+    summary = _summary(message)
     return DeadLetter(
         queue=queue,
         sequence_number=_sequence(message),
@@ -313,20 +316,26 @@ def _dead_letter(queue: str, message: ServiceBusReceivedMessage) -> DeadLetter:
     )
 
 
-def _copy(message: ServiceBusReceivedMessage) -> ServiceBusMessage:
-    """The message to send back to the source queue for dead letter `message`."""
-    properties: dict[str | bytes, Any] = {
+def _copy(message: ServiceBusReceivedMessage) -> AmqpAnnotatedMessage:
+    """The message to send back to the source queue for dead letter `message`: its body in
+    the AMQP section it came in, its properties, and a message id of its own."""
+    properties: dict[str, Any] = {
         key: value for key, value in _own_properties(message).items() if value is not None
     }
     properties[RESUBMITTED_FROM_PROPERTY] = _sequence(message)
     message_id = None if message.message_id is None else str(message.message_id)
-    return ServiceBusMessage(
-        _body(message),
+    header = AmqpMessageProperties(
         message_id=resubmitted_message_id(message_id, _sequence(message)),
         content_type=message.content_type,
         correlation_id=message.correlation_id,
         subject=message.subject,
         reply_to=message.reply_to,
         to=message.to,
-        application_properties=properties,
     )
+    if message.body_type is AmqpMessageBodyType.VALUE:
+        section: dict[str, Any] = {"value_body": message.body}
+    elif message.body_type is AmqpMessageBodyType.SEQUENCE:
+        section = {"sequence_body": list(message.body)}
+    else:
+        section = {"data_body": data_body(message)}
+    return AmqpAnnotatedMessage(**section, properties=header, application_properties=properties)

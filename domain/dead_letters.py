@@ -69,6 +69,8 @@ def summarise_body(body: bytes) -> BodySummary:
         document = json.loads(body)
     except (UnicodeDecodeError, ValueError):
         return BodySummary(f"{len(body)} bytes, not JSON", None)
+    except RecursionError:
+        return BodySummary(f"{len(body)} bytes, unreadable: nested too deep to parse", None)
     if not isinstance(document, dict):
         return BodySummary(f"JSON {type(document).__name__}, {len(body)} bytes", None)
     order_id = _order_id(document)

@@ -18,7 +18,8 @@ from azurefunctions.extensions.bindings.servicebus import (
 
 import bootstrap
 from adapters.codec import PayloadError, from_json, to_json
-from adapters.message_settlement import body_bytes, complete, dead_letter
+from adapters.message_bodies import NotADataBody, data_body
+from adapters.message_settlement import complete, dead_letter
 from domain.agent_messages import AgentRequest, AgentResponse
 from domain.outgoing_messages import OutgoingMessage
 from observability import logs
@@ -33,8 +34,8 @@ async def serve_request(
     message: ServiceBusReceivedMessage, actions: ServiceBusMessageActions, agent: Agent
 ) -> None:
     try:
-        request = from_json(body_bytes(message), AgentRequest)
-    except PayloadError as error:
+        request = from_json(data_body(message), AgentRequest)
+    except (NotADataBody, PayloadError) as error:
         await dead_letter(actions, message, reason="InvalidAgentRequest", description=str(error))
         return
     # Every record of this request - the agent's, the publisher's, the settlement's - carries

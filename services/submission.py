@@ -164,6 +164,12 @@ def _rejected(order: Order, reply_to: str | None, full: Full, now: datetime) -> 
     )
 
 
+def unreadable_submission(problem: str, *, message_id: str, now: datetime) -> DeadLetter:
+    """A message whose body could not be read as bytes at all (an AMQP value or sequence
+    section): dead-lettered with `problem` at once, like any invalid message (S3)."""
+    return _invalid(InvalidSubmission(problem, None), message_id, now)
+
+
 def _invalid(invalid: InvalidSubmission, message_id: str, now: datetime) -> DeadLetter:
     description = f"message {message_id!r} rejected: {invalid.reason}"
     return DeadLetter(

@@ -25,6 +25,7 @@ import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusReceiveMode
 from azure.servicebus import ServiceBusSubQueue as SubQueue
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver, ServiceBusSender
+from azure.servicebus.amqp import AmqpAnnotatedMessage, AmqpMessageBodyType
 from devhost.clock import SkippingClock
 from devhost.durable.history import EventType
 from devhost.durable.status import OrchestrationStatus
@@ -136,6 +137,7 @@ class Delivered:
     subject: str | None
     correlation_id: str | None
     raw: bytes
+    """The data body; empty for a body in an AMQP value or sequence section."""
     dead_letter_reason: str | None
     dead_letter_description: str | None
 
@@ -148,7 +150,10 @@ class Delivered:
     @classmethod
     def of(cls, message: ServiceBusReceivedMessage) -> Delivered:
         body = message.body
-        raw = body if isinstance(body, bytes) else b"".join(body)
+        if message.body_type is not AmqpMessageBodyType.DATA:
+            raw = b""
+        else:
+            raw = body if isinstance(body, bytes) else b"".join(body)
         return cls(
             message_id=None if message.message_id is None else str(message.message_id),
             subject=message.subject,
@@ -228,6 +233,12 @@ class E2E:
         message = ServiceBusMessage(
             body, message_id=message_id, reply_to=reply_to, correlation_id=correlation_id
         )
+        await self.send_amqp(queue, message)
+
+    async def send_amqp(
+        self, queue: str, message: ServiceBusMessage | AmqpAnnotatedMessage
+    ) -> None:
+        """Send `message` as a client app would, whatever AMQP body section it has."""
         await (await self._sender(queue)).send_messages(message, timeout=SDK_TIMEOUT_SECONDS)
         self.sent_by_client[queue] += 1
 

@@ -9,6 +9,7 @@ replies do with them.
 import asyncio
 from pathlib import Path
 
+from azure.servicebus.amqp import AmqpAnnotatedMessage
 from devhost.telemetry import EXPORT_SETTING
 from devhost.testing import eventually
 
@@ -146,6 +147,35 @@ async def test_invalid_messages_are_dead_lettered_with_what_is_wrong(tmp_path: P
             assert await e2e.record(order_id) is None
             assert await e2e.stored_order(order_id) is None
         assert await e2e.pending(REPLIES) == []
+
+
+async def test_s3_a_body_in_an_amqp_value_or_sequence_section_is_dead_lettered_at_once(
+    tmp_path: Path,
+) -> None:
+    """A client that sends its order as an AMQP value or sequence section sent no UTF-8 JSON
+    data: on its first delivery the message is dead-lettered with a reason naming the
+    section, and an operator is alerted, instead of failing until MaxDeliveryCount."""
+    async with running_pipeline(tmp_path) as e2e:
+        value = AmqpAnnotatedMessage(
+            value_body={"orderId": "o-value"}, properties={"message_id": "value"}
+        )
+        sequence = AmqpAnnotatedMessage(sequence_body=[[1]], properties={"message_id": "sequence"})
+        await e2e.send_amqp(ORDERS, value)
+        await e2e.send_amqp(ORDERS, sequence)
+
+        dead = await e2e.count_of(ORDERS, 2, dead_letters=True)
+
+        assert {m.message_id: m.dead_letter_reason for m in dead} == {
+            "value": "InvalidMessage",
+            "sequence": "InvalidMessage",
+        }
+        why = {m.message_id: m.dead_letter_description or "" for m in dead}
+        assert "the body is an AMQP value section, not a data section" in why["value"]
+        # The Service Bus extension's own decoding hands a sequence section over as a value.
+        assert "section, not a data section" in why["sequence"]
+        alerts = await e2e.count_of(ALERTS, 2)
+        assert {a.body["kind"] for a in alerts} == {"invalid-message"}
+        assert await e2e.record("o-value") is None
 
 
 async def test_r1_only_allow_listed_reply_queues_get_status_messages(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient
+from azure.servicebus.amqp import AmqpAnnotatedMessage, AmqpMessageBodyType
 from devhost.servicebus.server import ServiceBusBroker
 from devhost.testing import queue, running_broker
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -459,3 +460,72 @@ async def test_a_dead_letter_behind_more_than_the_scan_limit_is_refused_and_noth
         assert await narrow.discard(ORDERS, letters[1].sequence_number)
     finally:
         await narrow.close()
+
+
+# -- hostile bodies -------------------------------------------------------------------------
+
+NESTED = b"[" * 5_000 + b"]" * 5_000
+"""About 10 KB of brackets: more nesting than a JSON parser recurses through."""
+
+
+async def dead_letter_amqp(
+    client: ServiceBusClient, queue_name: str, message: AmqpAnnotatedMessage
+) -> None:
+    """A message of any AMQP body section, dead-lettered by its consumer."""
+    await send(client, queue_name, message)  # type: ignore[arg-type]
+    await receive_one(client, queue_name, "unreadable")
+
+
+async def poison(client: ServiceBusClient) -> None:
+    """Three dead letters no body parser can take: nested brackets, an AMQP value body and
+    an AMQP sequence body; then an ordinary one after them."""
+    await dead_letter_amqp(
+        client, ORDERS, AmqpAnnotatedMessage(data_body=NESTED, properties={"message_id": "p-1"})
+    )
+    await dead_letter_amqp(
+        client,
+        ORDERS,
+        AmqpAnnotatedMessage(value_body={"orderId": "o-v"}, properties={"message_id": "p-2"}),
+    )
+    await dead_letter_amqp(
+        client,
+        ORDERS,
+        AmqpAnnotatedMessage(sequence_body=[[1, 2], [3]], properties={"message_id": "p-3"}),
+    )
+    await dead_letter(client, ORDERS, "order-9", "conflict")
+
+
+async def test_a_body_no_parser_can_take_is_an_unreadable_row_and_the_queue_still_works_s3(
+    client: ServiceBusClient, triage: ServiceBusDeadLetterQueues
+) -> None:
+    await poison(client)
+
+    letters = await list_dead_letters(triage, ORDERS, consumed=CONSUMED)
+
+    assert [(d.message_id, d.body_preview) for d in letters] == [
+        ("p-1", f"{len(NESTED)} bytes, unreadable: nested too deep to parse"),
+        ("p-2", "an AMQP value body, unreadable: the app reads data bodies only"),
+        ("p-3", "an AMQP sequence body, unreadable: the app reads data bodies only"),
+        ("order-9", letters[3].body_preview),
+    ]
+    assert letters[3].order_id == "order-9"
+    # Each can still be resubmitted or discarded: an operator is never stuck with one.
+    assert await resubmit_dead_letter(triage, ORDERS, letters[1].sequence_number, consumed=CONSUMED)
+    assert await discard_dead_letter(triage, ORDERS, letters[0].sequence_number, consumed=CONSUMED)
+    async with client.get_queue_receiver(ORDERS, prefetch_count=0) as receiver:
+        [copy] = await receiver.receive_messages(max_message_count=1, max_wait_time=5)
+        await receiver.complete_message(copy)
+    assert copy.body_type is AmqpMessageBodyType.VALUE
+    assert copy.body == {b"orderId": b"o-v"}  # the SDK reads AMQP strings as bytes
+
+
+async def test_a_poison_dead_letter_does_not_blind_the_watcher_s3(
+    client: ServiceBusClient, watcher: Watcher
+) -> None:
+    await poison(client)
+
+    report = await watcher.run()
+
+    assert [d.message_id for d in report.new] == ["p-1", "p-2", "p-3", "order-9"]
+    await dead_letter(client, ORDERS, "order-10", "conflict")
+    assert [d.message_id for d in (await watcher.run()).new] == ["order-10"]
