@@ -33,6 +33,9 @@ log = logs.get_logger("app.settlement")
 # every queue in servicebus.config.json) and within the devhost settlement service's own wait
 # (SETTLE_TIMEOUT_SECONDS = 60), so the caller, not the server, decides when to give up.
 SETTLEMENT_DEADLINE_SECONDS = 20.0
+MAX_DEAD_LETTER_TEXT = 4096
+"""The longest dead-letter reason or description Service Bus takes; the host's client
+refuses a longer one, and the message would only be abandoned."""
 
 # The stub calls this module makes through the extension's client.
 _STUB_CALLS = ("Complete", "Abandon", "Deadletter")
@@ -77,14 +80,24 @@ async def dead_letter(
     deadline: float = SETTLEMENT_DEADLINE_SECONDS,
 ) -> Outcome:
     """Dead-letter the message with a reason; on failure abandon it, so the next delivery
-    dead-letters it again (or the broker does, past MaxDeliveryCount)."""
+    dead-letters it again (or the broker does, past MaxDeliveryCount). Reason and
+    description are cut to the MAX_DEAD_LETTER_TEXT characters Service Bus takes."""
 
     def settle(bound: ServiceBusMessageActions, received: ServiceBusReceivedMessage) -> None:
         bound.deadletter(
-            received, deadletter_reason=reason, deadletter_error_description=description
+            received,
+            deadletter_reason=_clipped(reason),
+            deadletter_error_description=_clipped(description),
         )
 
     return await _settle("dead_letter", actions, message, deadline, settle)
+
+
+def _clipped(text: str) -> str:
+    if len(text) <= MAX_DEAD_LETTER_TEXT:
+        return text
+    marker = "..."
+    return text[: MAX_DEAD_LETTER_TEXT - len(marker)] + marker
 
 
 async def _settle(

@@ -31,6 +31,7 @@ MAX_QUANTITY = 1_000_000
 MAX_CUSTOMER_ID_LENGTH = 128
 MAX_SKU_LENGTH = 64
 _CURRENCY_PATTERN = re.compile(r"[A-Z]{3}")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
 _SUBMISSION_FIELDS = frozenset({"schemaVersion", "orderId", "customerId", "items", "currency"})
 _ITEM_FIELDS = frozenset({"sku", "quantity"})
 
@@ -113,10 +114,10 @@ def parse_submission(
     try:
         document = decode_json(body.decode("utf-8") if isinstance(body, bytes) else body)
     except UnicodeDecodeError as error:
-        return InvalidSubmission(f"body is not UTF-8: {error}", None)
+        return InvalidSubmission(f"body is not UTF-8 (byte {error.start})", None)
     except (ValueError, RecursionError) as error:
         # JSONDecodeError, an integer literal past Python's digit limit, or nesting too deep
-        return InvalidSubmission(f"body is not valid JSON: {_short(str(error))}", None)
+        return InvalidSubmission(f"body is not valid JSON: {str(error)[:200]}", None)
     if not isinstance(document, dict):
         return InvalidSubmission(f"body must be a JSON object, got {type(document).__name__}", None)
     raw_order_id = document.get("orderId")
@@ -127,19 +128,20 @@ def parse_submission(
     )
     version = document.get("schemaVersion")
     if type(version) is not int or version != SUBMISSION_SCHEMA_VERSION:
+        got = f"{version}" if type(version) is int and abs(version) < 10**6 else _kind(version)
         return InvalidSubmission(
-            f"unknown schemaVersion {version!r}; this app accepts {SUBMISSION_SCHEMA_VERSION}",
+            f"unknown schemaVersion {got}; this app accepts {SUBMISSION_SCHEMA_VERSION}",
             order_id,
         )
     unknown = sorted(set(document) - _SUBMISSION_FIELDS)
     if unknown:
-        return InvalidSubmission(f"unknown fields {unknown} in schemaVersion 1", order_id)
+        return InvalidSubmission(f"unknown fields {_names(unknown)} in schemaVersion 1", order_id)
     parsed = _parse_order_fields(document, bounded=True)
     if isinstance(parsed, str):
         return InvalidSubmission(parsed, order_id)
     if reply_to is not None and reply_to not in reply_queues:
         return InvalidSubmission(
-            f"reply_to {reply_to!r} is not an allow-listed reply queue (REPLY_QUEUES)", order_id
+            "reply_to is not an allow-listed reply queue (REPLY_QUEUES)", order_id
         )
     return Submission(parsed, reply_to)
 
@@ -152,14 +154,14 @@ def _parse_order_fields(document: Mapping[str, Any], *, bounded: bool = False) -
     """
     order_id = document.get("orderId")
     if not isinstance(order_id, str) or not ORDER_ID_PATTERN.fullmatch(order_id):
-        return f"orderId must be 1-64 characters of [A-Za-z0-9._-], got {_short(repr(order_id))}"
+        return f"orderId must be 1-64 characters of [A-Za-z0-9._-], got {_kind(order_id)}"
     customer_id = document.get("customerId")
     problem = _text_field_problem("customerId", customer_id, MAX_CUSTOMER_ID_LENGTH, bounded)
     if problem is not None:
         return problem
     currency = document.get("currency")
     if not isinstance(currency, str) or not _CURRENCY_PATTERN.fullmatch(currency):
-        return f"currency must be three upper-case letters, got {_short(repr(currency))}"
+        return f"currency must be three upper-case letters, got {_kind(currency)}"
     items = document.get("items")
     if not isinstance(items, list) or not 1 <= len(items) <= MAX_ITEMS:
         count = len(items) if isinstance(items, list) else type(items).__name__
@@ -171,19 +173,16 @@ def _parse_order_fields(document: Mapping[str, Any], *, bounded: bool = False) -
             return f"items[{index}] must be an object"
         unknown = sorted(set(item) - _ITEM_FIELDS)
         if unknown:
-            return f"items[{index}] has unknown fields {_short(repr(unknown))}"
+            return f"items[{index}] has unknown fields {_names(unknown)}"
         sku = item.get("sku")
         problem = _text_field_problem(f"items[{index}].sku", sku, MAX_SKU_LENGTH, bounded)
         if problem is not None:
             return problem
         quantity = item.get("quantity")
         if type(quantity) is not int or quantity < 1:
-            return f"items[{index}].quantity must be an integer >= 1, got {_short(repr(quantity))}"
+            return f"items[{index}].quantity must be an integer >= 1, got {_kind(quantity)}"
         if max_quantity is not None and quantity > max_quantity:
-            return (
-                f"items[{index}].quantity must be at most {max_quantity}, "
-                f"got {_short(repr(quantity))}"
-            )
+            return f"items[{index}].quantity must be at most {max_quantity}"
         parsed_items.append(OrderItem(cast(str, sku), quantity))
     return Order(order_id, cast(str, customer_id), tuple(parsed_items), currency)
 
@@ -192,7 +191,7 @@ def _text_field_problem(name: str, value: object, max_length: int, bounded: bool
     if bounded:
         return text_problem(name, value, max_length=max_length)
     if not isinstance(value, str) or not value:
-        return f"{name} must be a non-empty string, got {_short(repr(value))}"
+        return f"{name} must be a non-empty string, got {_kind(value)}"
     return None
 
 
@@ -209,7 +208,7 @@ def text_problem(
     no UTF-8 store can hold) or a control character (unless `allow_controls`: free text such
     as an error's detail); None when it is one."""
     if not isinstance(value, str):
-        return f"{name} must be a string, got {_short(repr(value))}"
+        return f"{name} must be a string, got {_kind(value)}"
     shortest = 0 if allow_empty else 1
     if not shortest <= len(value) <= max_length:
         return f"{name} must be {shortest}-{max_length} characters, got {len(value)}"
@@ -223,9 +222,30 @@ def text_problem(
     return None
 
 
-def _short(text: str, limit: int = 80) -> str:
-    """`text`, cut to `limit` characters: a reason quotes what it refused, never all of it."""
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+def _kind(value: object) -> str:
+    """What a refused value is, never the value itself: a sender's data stays out of reasons,
+    logs and alerts (C3); a string is named by its length."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, str):
+        return f"a string of {len(value)} characters" if value else "an empty string"
+    if isinstance(value, int):
+        return "an integer"
+    return {"dict": "an object", "list": "a list", "float": "a number"}.get(
+        type(value).__name__, type(value).__name__
+    )
+
+
+def _names(names: list[str], shown: int = 5) -> str:
+    """Field names a sender made up, for a reason: those that read as identifiers, at most
+    `shown` of them; any other key might be data (an e-mail address as a key) and is only
+    counted."""
+    plain = [name for name in names if _IDENTIFIER.fullmatch(name)]
+    listed = plain[:shown]
+    rest = len(names) - len(listed)
+    return f"{listed}" + (f" and {rest} more" if rest else "")
 
 
 class OrderStatus(StrEnum):

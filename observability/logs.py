@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import re
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 from types import MappingProxyType
@@ -85,10 +86,23 @@ def _text(value: object) -> str:
     if isinstance(value, datetime):
         return value.isoformat()
     text = "null" if value is None else str(value)
-    if text and not any(c.isspace() or c in '"=\\' for c in text):
+    if text and not _NEEDS_QUOTES.search(text):
         return text
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return f'"{escaped}"'
+    return f'"{_UNSAFE.sub(_escape, text)}"'
+
+
+# A value a sender set (a message id, a reason) may hold anything: a line break or U+2028
+# would start a forged log line, an ANSI escape would repaint a terminal, a bidirectional
+# override would reorder what a reader sees. Each is written as a \uXXXX escape.
+_CONTROLS = "\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff"
+_UNSAFE = re.compile(f'[\\\\"{_CONTROLS}]')
+_NEEDS_QUOTES = re.compile(f'[\\s=\\\\"{_CONTROLS}]')
+_SHORT_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    character = match.group()
+    return _SHORT_ESCAPES.get(character) or f"\\u{ord(character):04x}"
 
 
 def render(event: str, fields: Mapping[str, object]) -> str:

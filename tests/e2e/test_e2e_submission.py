@@ -7,6 +7,7 @@ replies do with them.
 """
 
 import asyncio
+import json
 from pathlib import Path
 
 from azure.servicebus.amqp import AmqpAnnotatedMessage
@@ -131,17 +132,27 @@ async def test_invalid_messages_are_dead_lettered_with_what_is_wrong(tmp_path: P
         await e2e.submit(
             order_body("o-reply"), message_id="reply-to", reply_to="someone-elses-queue"
         )
+        await e2e.submit(order_body("o-huge", schema_version="v" * 60_000), message_id="huge")
+        personal = json.loads(order_body("o-personal"))
+        personal["customerId"] = {"name": "Ada Lovelace", "email": "ada@example.com"}
+        await e2e.submit(json.dumps(personal), message_id="personal")
 
-        dead = await e2e.count_of(ORDERS, 4, dead_letters=True)
+        dead = await e2e.count_of(ORDERS, 6, dead_letters=True)
 
         why = {m.message_id: m.dead_letter_description or "" for m in dead}
         assert {m.dead_letter_reason for m in dead} == {"InvalidMessage"}
         assert "not valid JSON" in why["not-json"]
         assert "items[0].quantity" in why["schema"]
         assert "schemaVersion 2" in why["version"]
-        assert "someone-elses-queue" in why["reply-to"]
         assert "REPLY_QUEUES" in why["reply-to"]
-        alerts = await e2e.count_of(ALERTS, 4)
+        assert "schemaVersion a string of 60000 characters" in why["huge"]
+        assert "customerId must be a string, got an object" in why["personal"]
+        # A reason names the field and what is wrong, never what the sender put there (C3).
+        for secret in ("someone-elses-queue", "vvvv", "Ada", "ada@example.com"):
+            assert all(secret not in reason for reason in why.values()), secret
+        assert all(len(reason) <= 4096 for reason in why.values())
+        alerts = await e2e.count_of(ALERTS, 6)
+        assert not any("ada@example.com" in a.raw.decode() for a in alerts)
         assert {a.body["kind"] for a in alerts} == {"invalid-message"}
         for order_id in ("o-schema", "o-version", "o-reply"):
             assert await e2e.record(order_id) is None
@@ -192,7 +203,7 @@ async def test_r1_only_allow_listed_reply_queues_get_status_messages(tmp_path: P
         )
 
         assert refused.message_id == "o-not-listed"
-        assert "'demo-replies' is not an allow-listed reply queue" in (
+        assert "reply_to is not an allow-listed reply queue" in (
             refused.dead_letter_description or ""
         )
         assert await e2e.record("o-not-listed") is None

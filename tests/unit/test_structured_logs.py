@@ -193,3 +193,16 @@ def test_every_logger_of_the_app_is_under_app_so_one_name_selects_them_all() -> 
     flat = [name for pair in names for name in pair if name]
     assert len(flat) >= 9
     assert all(name.startswith("app.") for name in flat), flat
+
+
+def test_a_value_a_sender_set_cannot_forge_a_line_or_repaint_the_terminal(
+    lines: io.StringIO,
+) -> None:
+    """A message id with a carriage return, U+2028, an ANSI escape and a right-to-left
+    override stays on its record's one line, each such character written as an escape."""
+    forged = "m-1\r\nlevel=ERROR forged\u2028\x1b[31mred\u202eevil"
+    logs.get_logger("app.test").warning("submission dead-lettered", message_id=forged)
+
+    (line,) = lines.getvalue().splitlines()
+    assert 'message_id="m-1\\u000d\\nlevel=ERROR forged\\u2028\\u001b[31mred\\u202eevil"' in line
+    assert not any(c in line for c in "\r\u2028\x1b\u202e")

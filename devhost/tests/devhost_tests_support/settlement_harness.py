@@ -29,6 +29,7 @@ SETTLEMENT_QUEUES = [
     queue("stalled-complete", LockDuration="PT30S", MaxDeliveryCount=5),
     queue("stalled-dead-letter", LockDuration="PT30S", MaxDeliveryCount=5),
     queue("stalled-both", LockDuration="PT1S", MaxDeliveryCount=5),
+    queue("long-description", LockDuration="PT30S", MaxDeliveryCount=5),
 ]
 """A queue per case: a lock that expires before the settlement, and settlements that stall."""
 

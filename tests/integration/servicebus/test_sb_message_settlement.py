@@ -99,6 +99,7 @@ def settling_app(
     outcomes: list[tuple[int, Outcome, float]],
     *,
     operation: str = "complete",
+    description: str = "body is not an order",
     before_first: Callable[[SdkMessage], Awaitable[None]] | None = None,
     stall: Stall | None = None,
 ) -> func.FunctionApp:
@@ -125,7 +126,7 @@ def settling_app(
                 message_actions,
                 message,
                 reason="InvalidMessage",
-                description="body is not an order",
+                description=description,
                 deadline=TEST_DEADLINE,
             )
         outcomes.append((delivery, outcome, time.monotonic() - started))
@@ -186,6 +187,29 @@ async def test_a_lost_lock_is_logged_and_the_broker_redelivers_the_message(
     assert "message_id=lost-1" in lock_expires
     assert "outcome=lock-expires" in lock_expires
     assert await is_empty(broker, "lost-lock")
+
+
+async def test_a_description_too_long_for_service_bus_is_cut_to_its_4096_characters_s3(
+    broker: ServiceBusBroker, invoker: FunctionInvoker
+) -> None:
+    """The host refuses a dead-letter description past 4,096 characters: the message would be
+    abandoned for ever. The helper cuts it, and the message is dead-lettered on its first
+    delivery."""
+    outcomes: list[tuple[int, Outcome, float]] = []
+    app = settling_app(
+        "long-description", outcomes, operation="dead_letter", description="d" * 60_000
+    )
+    trigger = trigger_for(app, broker, invoker)
+    await send(broker, "long-description", ServiceBusMessage(b"order", message_id="long-2"))
+
+    await run_until(trigger, lambda: len(outcomes) == 1, "the message was dead-lettered")
+
+    assert [(delivery, outcome) for delivery, outcome, _ in outcomes] == [(0, Outcome.SETTLED)]
+    [dead] = await dead_letters(broker, "long-description")
+    assert dead.dead_letter_reason == "InvalidMessage"
+    description = dead.dead_letter_error_description or ""
+    assert len(description) == 4096
+    assert description.endswith("...")
 
 
 @pytest.mark.parametrize(

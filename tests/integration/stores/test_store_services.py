@@ -277,7 +277,7 @@ def test_a_conflicting_duplicate_is_dead_lettered_with_an_alert_and_never_writte
         ("{oops", "replies-a", "not valid JSON"),
         (order_body("o-1", currency="eur"), "replies-a", "currency"),
         (order_body("o-1", coupon="x"), "replies-a", "unknown fields ['coupon']"),
-        (order_body("o-1"), "replies-z", "'replies-z' is not an allow-listed reply queue"),
+        (order_body("o-1"), "replies-z", "reply_to is not an allow-listed reply queue"),
     ],
 )
 def test_an_invalid_message_is_dead_lettered_before_touching_the_stores_s3_r1(

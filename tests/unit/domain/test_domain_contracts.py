@@ -66,9 +66,9 @@ def test_edges_of_the_schema_are_accepted() -> None:
 
 INVALID: list[tuple[Any, str]] = [
     (body(schemaVersion=2), "unknown schemaVersion 2"),
-    (body(schemaVersion="1"), "unknown schemaVersion '1'"),
-    (body(schemaVersion=True), "unknown schemaVersion True"),
-    (body(schemaVersion=...), "unknown schemaVersion None"),
+    (body(schemaVersion="1"), "unknown schemaVersion a string of 1 characters"),
+    (body(schemaVersion=True), "unknown schemaVersion a boolean"),
+    (body(schemaVersion=...), "unknown schemaVersion null"),
     (body(extra=1), "unknown fields ['extra']"),
     (body(orderId=...), "orderId must be"),
     (body(orderId=""), "orderId must be"),
@@ -136,10 +136,34 @@ def test_bodies_past_the_size_bound_or_beyond_the_json_parser_are_refused_s3() -
 def test_a_reply_queue_outside_the_allow_list_is_refused_r1() -> None:
     parsed = parse(body(), reply_to="someone-elses-queue")
     assert isinstance(parsed, InvalidSubmission)
-    assert "'someone-elses-queue' is not an allow-listed reply queue" in parsed.reason
+    assert "someone-elses-queue" not in parsed.reason
     assert parse_submission(json.dumps(body()), "replies-a", frozenset()) == InvalidSubmission(
-        "reply_to 'replies-a' is not an allow-listed reply queue (REPLY_QUEUES)", "order-1"
+        "reply_to is not an allow-listed reply queue (REPLY_QUEUES)", "order-1"
     )
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        body(customerId={"name": "Ada Lovelace", "email": "ada@example.com", "card": "4111"}),
+        body(schemaVersion="v" * 60_000),
+        body(currency="4111 1111 1111 1111"),
+        body(orderId="ada@example.com"),
+        body(items=[{"sku": "s", "quantity": 1, "ada@example.com": 1}]),
+    ],
+    ids=["customer-object", "huge-version", "currency", "order-id", "item-field"],
+)
+def test_a_reason_names_the_field_and_the_problem_never_the_value_c3(
+    document: dict[str, object],
+) -> None:
+    """Whatever a sender puts in a field, the reason (which becomes the dead-letter
+    description, a log line, an alert and a console row) says which field and what is wrong
+    with it, never what it holds, and stays short."""
+    refused = parse(document)
+    assert isinstance(refused, InvalidSubmission)
+    for secret in ("Ada", "ada@example.com", "4111", "vvvv"):
+        assert secret not in refused.reason
+    assert len(refused.reason) <= 200
 
 
 def test_the_order_id_is_kept_when_readable_so_the_alert_can_name_it() -> None:

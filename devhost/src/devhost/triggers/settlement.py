@@ -211,6 +211,10 @@ class SettlementService:
             held.settled = True
 
 
+MAX_DEAD_LETTER_TEXT = 4096
+"""The longest dead-letter reason or error description Service Bus takes."""
+
+
 class _Servicer(settlement_pb2_grpc.SettlementServicer):  # type: ignore[misc]
     """The single-message operations; the session ones keep the base's UNIMPLEMENTED."""
 
@@ -235,6 +239,14 @@ class _Servicer(settlement_pb2_grpc.SettlementServicer):  # type: ignore[misc]
             if request.HasField("deadletterErrorDescription")
             else None,
         }
+        for name, value in options.items():
+            if value is not None and len(value) > MAX_DEAD_LETTER_TEXT:
+                # The host's Service Bus client refuses these before they reach the broker.
+                context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"the dead-letter {name} is {len(value)} characters, more than the "
+                    f"{MAX_DEAD_LETTER_TEXT} Service Bus allows",
+                )
         return self._settle(request, context, "dead_letter", **options)
 
     def RenewMessageLock(self, request: Any, context: grpc.ServicerContext) -> empty_pb2.Empty:

@@ -144,6 +144,7 @@ def settling_app(
     deliveries: list[Delivery],
     *,
     operation: str = "complete",
+    description: str = "body is not an order",
     deadline: float | None = None,
     before_first: Callable[[SdkMessage], Awaitable[None]] | None = None,
     stall: Stall | None = None,
@@ -170,7 +171,7 @@ def settling_app(
                 client.deadletter,
                 message,
                 deadletter_reason="InvalidMessage",
-                deadletter_error_description="body is not an order",
+                deadletter_error_description=description,
             )
         started = time.monotonic()
         try:
@@ -236,6 +237,31 @@ async def test_a_lost_lock_fails_the_settlement_and_the_broker_redelivers_the_me
     assert all("lock" in call.detail.lower() for call in first.calls), first.calls
     assert (second.count, second.statuses) == (1, [("complete", OK)])
     assert await is_empty(broker, "lost-lock")
+
+
+async def test_a_dead_letter_description_past_4096_characters_is_refused_as_on_azure(
+    broker: ServiceBusBroker, invoker: FunctionInvoker
+) -> None:
+    """The Functions host's Service Bus client refuses a dead-letter reason or description
+    longer than 4,096 characters; so does the devhost, and the message is not dead-lettered
+    with it."""
+    deliveries: list[Delivery] = []
+    app = settling_app(
+        "long-description", deliveries, operation="dead_letter", description="x" * 4_097
+    )
+    trigger = trigger_for(app, broker, invoker)
+    await send(broker, "long-description", ServiceBusMessage(b"order", message_id="long-1"))
+
+    await run_until(trigger, lambda: len(deliveries) == 1, "the dead-letter call was answered")
+
+    first = deliveries[0]
+    assert first.statuses == [("dead_letter", "INVALID_ARGUMENT"), ("abandon", OK)]
+    assert "4096" in first.calls[0].detail
+    # Abandoned, it comes back; what ends in the dead-letter queue is the broker's doing.
+    assert all(
+        m.dead_letter_reason != "InvalidMessage"
+        for m in await dead_letters(broker, "long-description")
+    )
 
 
 @pytest.mark.parametrize(
