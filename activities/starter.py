@@ -77,5 +77,6 @@ async def start_pending_orders(
         pages=run.pages,
         items_read=run.items_read,
         lost_races=run.lost_races,
+        refused=run.refused,
         stopped=run.stopped,
     )

@@ -154,7 +154,10 @@ def _parse_order_fields(document: Mapping[str, Any], *, bounded: bool = False) -
     """
     order_id = document.get("orderId")
     if not isinstance(order_id, str) or not ORDER_ID_PATTERN.fullmatch(order_id):
-        return f"orderId must be 1-64 characters of [A-Za-z0-9._-], got {_kind(order_id)}"
+        return (
+            "orderId must be 1-64 characters of [A-Za-z0-9._-], not '.' or '..', "
+            f"got {_kind(order_id)}"
+        )
     customer_id = document.get("customerId")
     problem = _text_field_problem("customerId", customer_id, MAX_CUSTOMER_ID_LENGTH, bounded)
     if problem is not None:

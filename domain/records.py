@@ -21,8 +21,9 @@ RECORD_SCHEMA_VERSION = 1
 
 SUPPORTED_RECORD_VERSIONS = frozenset({RECORD_SCHEMA_VERSION})
 
-ORDER_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
-"""contracts.md: 1-64 characters of `[A-Za-z0-9._-]`; never contains the `:` of instance ids."""
+ORDER_ID_PATTERN = re.compile(r"(?!\.\.?$)[A-Za-z0-9._-]{1,64}")
+"""contracts.md: 1-64 characters of `[A-Za-z0-9._-]`, but not `.` or `..`, which a REST path
+such as Cosmos DB's document URL rewrites to its parent; never the `:` of instance ids."""
 
 _UTC_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 

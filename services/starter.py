@@ -12,11 +12,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from domain.policies import ScanBounds, Timeouts, claim_deadline
-from domain.ports import PreconditionFailed, StateStore
-from domain.records import InstanceId, StateRecord
+from domain.ports import PreconditionFailed, StateStore, StoreError
+from domain.records import InstanceId, RecordFormatError, StateRecord
 from domain.transitions import claim, is_claimable
-from observability import metrics
+from observability import logs, metrics
 from services.paging import BoundedScan, StopReason
+
+log = logs.get_logger("app.starter")
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,9 @@ class StarterRun:
     backlog bound (C5)."""
     pending: int
     """Orders Pending when the run began, counted up to the backlog bound (C5)."""
+    refused: int = 0
+    """Records the run could not claim for a reason of their own (logged); the others are
+    claimed as if they were not there."""
 
 
 def claim_pending(
@@ -72,17 +77,33 @@ def claim_pending(
         max_pages=bounds.max_pages,
     )
     claims: list[Claim] = []
-    lost_races = 0
+    lost_races = refused = 0
     deadline = claim_deadline(now, timeouts)
     for record in scan:
         if not is_claimable(record, now):
             continue
         try:
             stored = states.replace(claim(record, now=now, claim_deadline=deadline))
+            claims.append(Claim(InstanceId(stored.order_id, stored.attempt), stored))
         except PreconditionFailed:
             lost_races += 1
-            continue
-        claims.append(Claim(InstanceId(stored.order_id, stored.attempt), stored))
+        except (RecordFormatError, StoreError) as error:
+            # One record that cannot be claimed must not strand the claims won before it,
+            # nor keep the starter from those after it.
+            refused += 1
+            log.warning(
+                "record refused by the starter",
+                order_id=record.order_id,
+                error=type(error).__name__,
+                detail=str(error)[:200],
+            )
     return StarterRun(
-        tuple(claims), scan.pages, scan.items_read, lost_races, scan.stopped, running, pending
+        tuple(claims),
+        scan.pages,
+        scan.items_read,
+        lost_races,
+        scan.stopped,
+        running,
+        pending,
+        refused,
     )

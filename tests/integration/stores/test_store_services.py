@@ -9,6 +9,7 @@ R1-R2 (status replies), and the cost target of a fault-free order.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -449,6 +450,31 @@ def test_the_starter_claims_each_pending_order_once_with_attempt_ids_d1_d2_d3(
         assert record.locked_by == str(claim.instance_id)
         assert record.complete_by == T0 + timedelta(seconds=60)
     assert claims_at(states, T0).claims == ()
+
+
+@pytest.mark.parametrize("order_id", [".", ".."])
+def test_the_starter_isolates_a_record_it_cannot_claim_and_claims_the_rest_d1_d3(
+    stores: tuple[StateStore, OrderStore], order_id: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A record no attempt can be started for (an id a REST path rewrites, written before
+    such ids were refused) costs the starter that record only: the claims it won before it
+    and the records after it are claimed, and the record is logged with why."""
+    states, _ = stores
+    if type(states).__name__.startswith("Cosmos"):
+        pytest.skip("the Cosmos DB API cannot store such an id: no record of one exists there")
+    accepted(stores, "o-before")
+    states.create(transitions.new_record(order_id, None, T0 - timedelta(seconds=1), STEPS))
+    accepted(stores, "o-after")
+
+    with caplog.at_level(logging.WARNING, logger="app.starter"):
+        run = claims_at(states, T0)
+
+    assert sorted(str(claim.instance_id) for claim in run.claims) == ["o-after:1", "o-before:1"]
+    assert run.refused == 1
+    assert any(
+        "record refused by the starter" in r.getMessage() and "order.id=" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 def test_the_starter_respects_its_claim_cap_d1(stores: tuple[StateStore, OrderStore]) -> None:

@@ -75,6 +75,8 @@ INVALID: list[tuple[Any, str]] = [
     (body(orderId="A" * 65), "orderId must be"),
     (body(orderId="order 1"), "orderId must be"),
     (body(orderId="order:1"), "orderId must be"),
+    (body(orderId="."), "not '.' or '..'"),
+    (body(orderId=".."), "not '.' or '..'"),
     (body(orderId=7), "orderId must be"),
     (body(customerId=""), "customerId must be"),
     (body(customerId=None), "customerId must be"),
@@ -164,6 +166,11 @@ def test_a_reason_names_the_field_and_the_problem_never_the_value_c3(
     for secret in ("Ada", "ada@example.com", "4111", "vvvv"):
         assert secret not in refused.reason
     assert len(refused.reason) <= 200
+
+
+def test_ids_made_of_dots_elsewhere_are_ordinary() -> None:
+    for order_id in ("...", ".a", "a.", "a..b"):
+        assert not isinstance(parse(body(orderId=order_id)), InvalidSubmission), order_id
 
 
 def test_the_order_id_is_kept_when_readable_so_the_alert_can_name_it() -> None:
