@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 from opentelemetry.trace import SpanKind
@@ -94,8 +95,10 @@ class ServiceClient:
         refuses that action for good, so a late try cannot perform it after the undo (C1)."""
         collection = f"{self._base_url}/{self._api.collection}"
         if reference is not None:
+            # The reference came back from the service through a queue: encoded, it stays
+            # one path segment and cannot name another path of the service's host.
             return await self._post(
-                f"{collection}/{reference}/{self._api.undo}",
+                f"{collection}/{quote(reference, safe='')}/{self._api.undo}",
                 {"attempt": attempt},
                 {},
                 timeout_seconds,

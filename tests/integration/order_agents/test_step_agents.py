@@ -91,6 +91,22 @@ async def test_after_an_undo_in_doubt_a_late_try_of_the_step_does_nothing_e7_c1(
     assert services.ledger_entries("stock", "o-1") == []
 
 
+async def test_a_reference_cannot_name_another_path_of_the_service_host_c1(
+    services: SimulatedServices, session: aiohttp.ClientSession
+) -> None:
+    """The reference comes from the service's answer, through a queue: written into the
+    undo's path as it is, `../../stock/...?` would release a reservation from the payment
+    agent. Encoded, it is one path segment the payment service does not know."""
+    reserved = await ask(services, session, request("reserve-stock"))
+    crafted = f"../../stock/reservations/{reserved.reference}/release?"
+    undo = request("charge-payment", attempt=2, operation=AgentOperation.UNDO, reference=crafted)
+
+    refused = await ask(services, session, undo)
+
+    assert refused.outcome is AgentOutcome.FAILED
+    assert net_effect(services, "stock") == 1, "the reservation was released from elsewhere"
+
+
 async def test_a_dispatched_shipment_cannot_be_undone_c2(
     services: SimulatedServices, session: aiohttp.ClientSession
 ) -> None:
