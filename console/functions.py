@@ -19,8 +19,15 @@ import azure.functions as func
 
 import bootstrap
 from adapters import blocking_calls
+from domain.contracts import text_problem
 from domain.dead_letters import DeadLetter
-from domain.ports import InvalidContinuation, PreconditionFailed, RecordNotFound, StoreUnavailable
+from domain.ports import (
+    DeadLetterBusy,
+    InvalidContinuation,
+    PreconditionFailed,
+    RecordNotFound,
+    StoreUnavailable,
+)
 from domain.records import ProcessState
 from domain.transitions import IllegalTransition
 from observability import logs
@@ -76,7 +83,7 @@ async def _answer(action: Callable[[], Awaitable[func.HttpResponse]]) -> func.Ht
         return await action()
     except (RecordNotFound, dead_letters.UnknownQueue) as error:
         return _error(404, str(error))
-    except (PreconditionFailed, IllegalTransition) as error:
+    except (PreconditionFailed, IllegalTransition, DeadLetterBusy) as error:
         return _error(409, str(error))
     except (BadRequest, InvalidContinuation) as error:
         return _error(400, str(error))
@@ -251,8 +258,10 @@ async def console_cancel(
         reason = body.get("reason")
         if not isinstance(reason, str) or not reason.strip():
             raise BadRequest('a cancel needs a reason: {"reason": "..."}')
-        if len(reason) > MAX_REASON_LENGTH:
-            raise BadRequest(f"the reason is longer than {MAX_REASON_LENGTH} characters")
+        # The reason becomes the record's LastError: what no store can keep is refused here.
+        problem = text_problem("the reason", reason, max_length=MAX_REASON_LENGTH)
+        if problem is not None:
+            raise BadRequest(problem)
         app = bootstrap.services()
         request = await blocking_calls.run(
             operator.cancel_order,

@@ -296,6 +296,21 @@ class E2E:
             dead_letters=dead_letters,
         )
 
+    @contextlib.asynccontextmanager
+    async def held_dead_letter(self, queue: str) -> AsyncIterator[int]:
+        """The first dead letter of `queue`, locked by another operator's receiver for the
+        block: its sequence number; then it is abandoned, back as it was."""
+        receiver = self._client.get_queue_receiver(
+            queue, sub_queue=SubQueue.DEAD_LETTER, prefetch_count=0
+        )
+        async with receiver:
+            taken = await receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            assert taken, f"no dead letter of {queue} to hold"
+            try:
+                yield int(taken[0].sequence_number or 0)
+            finally:
+                await receiver.abandon_message(taken[0])
+
     async def peek(self, queue: str, *, dead_letters: bool = False) -> list[Delivered]:
         """What a queue holds now, without taking it."""
         receiver = await self._receiver(queue, dead_letters, ServiceBusReceiveMode.PEEK_LOCK)

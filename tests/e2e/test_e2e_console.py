@@ -23,6 +23,7 @@ from domain.dead_letters import resubmitted_message_id
 from domain.records import ProcessState
 from tests.e2e.e2e_helpers import (
     E2E,
+    NEVER,
     ORDERS,
     Delivered,
     compensation_began_at,
@@ -351,3 +352,34 @@ async def test_dead_letters_are_triaged_once_each_through_http_and_the_cli(
         code, _, err = await run_cli(*common, "dead-letters", "discard", "orders", str(third))
         assert code == 3
         assert "gone" in err
+
+
+async def test_bad_input_gets_a_4xx_with_a_reason_never_a_500(tmp_path: Path) -> None:
+    """An operator (or a script) sending what the console cannot use hears why: a cancel
+    reason with a lone surrogate, a continuation token it never gave out, and a dead letter
+    another operator holds; nothing changes."""
+    order = "o-bad-input"
+    async with running_pipeline(tmp_path, settings={"STARTER_SCHEDULE": NEVER}) as e2e:
+        await e2e.submit(order_body(order), message_id=order)
+        before = await e2e.wait_for_record(
+            order, lambda r: r.process_state is ProcessState.PENDING, "Pending"
+        )
+
+        status, answer = await console(
+            e2e, "POST", f"/orders/{order}/cancel", {"reason": "lone \ud800 surrogate"}
+        )
+        assert status == 400, answer
+        assert "reason" in answer["error"]
+        assert await e2e.record(order) == before
+
+        status, answer = await console(e2e, "GET", "/orders?state=Error&continuation=forged!")
+        assert status == 400, answer
+        assert "continuation" in answer["error"]
+
+        await e2e.submit("not json", message_id="held")
+        [letter] = await dead_letters_of_orders(e2e, 1)
+        async with e2e.held_dead_letter(ORDERS) as sequence:
+            status, answer = await console(e2e, "POST", f"/dead-letters/orders/{sequence}/discard")
+        assert status == 409, answer
+        assert letter.message_id == "held"
+        assert len(await e2e.peek(ORDERS, dead_letters=True)) == 1
