@@ -92,10 +92,12 @@ def submit_order(
     order = parsed.order
     place = admission.reserve()
     if isinstance(place, Full):
-        if states.get(order.order_id) is None:
+        if states.get(order.order_id) is None and orders.get(order.order_id) is None:
             metrics.order_rejected(metrics.REJECTED_BACKLOG_FULL)
             return _rejected(order, parsed.reply_to, place, now)
-        # Accepted before: a resend is never refused, it is answered as before (S2).
+        # Accepted before, or half-accepted by a submission that stored the order and
+        # crashed before its record: a resend is never refused, it completes what the first
+        # one began and is answered as it was (S2, C6).
         return _write(
             order,
             parsed.reply_to,

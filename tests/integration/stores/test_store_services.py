@@ -403,6 +403,27 @@ def test_at_the_bound_an_accepted_order_is_never_rejected_and_bad_messages_still
     assert states.count_backlog(at_most=10) == 2
 
 
+def test_an_order_whose_document_is_stored_is_never_rejected_its_resend_completes_it_c5_c6(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """A submission that wrote the order and crashed before the state record left the order
+    half-accepted. Its resend at the backlog bound completes the record instead of being
+    answered 'rejected', so a later edited resend is a conflict for the right reason."""
+    states, orders = stores
+    gate = counting_gate(states, bound=1)
+    assert isinstance(submit(stores, "o-0", admission=gate), Accepted)
+    orders.create(Order.from_document(json.loads(order_body("o-1"))))  # then the crash
+
+    resent = submit(stores, "o-1", admission=gate)
+
+    assert isinstance(resent, Accepted), resent
+    assert resent.state_created
+    assert states.get("o-1") is not None
+    edited = submit(stores, "o-1", currency="USD", admission=gate)
+    assert isinstance(edited, DeadLetter)
+    assert edited.reason == ORDER_CONFLICT_REASON
+
+
 def test_an_order_rejected_at_the_bound_is_accepted_once_an_order_finishes_c5(
     stores: tuple[StateStore, OrderStore],
 ) -> None:
