@@ -2,7 +2,8 @@
 
 `start_pending_orders` starts one orchestration per claim `services.starter` won, after the
 claim is stored (D3), running the order's own workflow version (C7). A start that fails
-leaves the claim to expire for the supervisor. The cadence is STARTER_SCHEDULE.
+releases its claim for the next tick, spending none of the order's failure budget (C4).
+The cadence is STARTER_SCHEDULE.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from adapters import blocking_calls
 from observability import logs
 from observability.tracing import order_span
 from orchestrators.order_workflow import ORCHESTRATOR, attempt_input, orchestration_version
-from services.starter import Claim, claim_pending
+from services.starter import Claim, claim_pending, release
 
 bp = df.Blueprint()
 CONCURRENT_STARTS = 16
@@ -62,8 +63,13 @@ async def start_pending_orders(
                         version=orchestration_version(claim.record.workflow_version),
                     )
             except Exception:
-                # The claim stands with its provisional CompleteBy: the supervisor recovers it.
+                # No attempt ran, so none is spent: the claim goes back to the next tick. If
+                # even that write fails, the claim's deadline brings the supervisor.
                 log.exception("could not start attempt", instance_id=claim.instance_id)
+                try:
+                    await blocking_calls.run(release, app.states, claim, bootstrap.now())
+                except Exception:
+                    log.exception("could not release claim", instance_id=claim.instance_id)
                 return False
         return True
 

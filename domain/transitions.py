@@ -124,6 +124,22 @@ def claim(record: StateRecord, *, now: datetime, claim_deadline: datetime) -> St
     )
 
 
+def release_claim(record: StateRecord, *, now: datetime) -> StateRecord:
+    """Hand back a claim whose orchestration could not be started (D3): Pending and due
+    again, with the order's failure budget untouched, since no attempt ran (C4). The attempt
+    number stays spent: were the start to have happened after all, that instance finds its
+    fence gone (D4)."""
+    if record.process_state is not ProcessState.PROCESSING or record.locked_by is None:
+        raise IllegalTransition(record, "release the claim", "only a claimed record is released")
+    return replace(
+        record,
+        process_state=ProcessState.PENDING,
+        locked_by=None,
+        complete_by=None,
+        updated_at=now,
+    )
+
+
 def _require_expired(record: StateRecord, action: str, now: datetime) -> None:
     if not is_expired(record, now):
         raise IllegalTransition(record, action, "the record is not running past its CompleteBy")

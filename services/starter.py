@@ -14,7 +14,7 @@ from datetime import datetime
 from domain.policies import ScanBounds, Timeouts, claim_deadline
 from domain.ports import PreconditionFailed, StateStore, StoreError
 from domain.records import InstanceId, RecordFormatError, StateRecord
-from domain.transitions import claim, is_claimable
+from domain.transitions import claim, is_claimable, release_claim
 from observability import logs, metrics
 from services.paging import BoundedScan, StopReason
 
@@ -44,6 +44,17 @@ class StarterRun:
     refused: int = 0
     """Records the run could not claim for a reason of their own (logged); the others are
     claimed as if they were not there."""
+
+
+def release(states: StateStore, claim: Claim, now: datetime) -> bool:
+    """Give `claim` back to the starter after its orchestration could not be started (D3,
+    C4); False when the record changed since the claim, which then belongs to whoever
+    changed it."""
+    try:
+        states.replace(release_claim(claim.record, now=now))
+    except PreconditionFailed:
+        return False
+    return True
 
 
 def claim_pending(

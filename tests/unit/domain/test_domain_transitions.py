@@ -56,6 +56,10 @@ WHOLE_RECORD: dict[str, tuple[WholeRecordTransition, set[ProcessState]]] = {
         lambda r: transitions.claim(r, now=NOW, claim_deadline=FUTURE),
         {ProcessState.PENDING},
     ),
+    "release_claim": (
+        lambda r: transitions.release_claim(r, now=NOW),
+        {ProcessState.PROCESSING},
+    ),
     "retry_later": (
         lambda r: transitions.retry_later(r, now=NOW, not_before=FUTURE),
         {ProcessState.PROCESSING},

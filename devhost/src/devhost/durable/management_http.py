@@ -57,6 +57,10 @@ class ManagementApi:
         self._webhooks_key: str | None = None
         self._webhooks_base_url: str | None = None
         self._binding: str | None = None
+        self.unavailable = False
+        """While set, every call answers 503, as the extension does while its storage
+        backend (the Durable Task Scheduler, Azure Storage) cannot be reached: a test of an
+        app's behaviour during a backend outage sets it."""
 
     @property
     def base_url(self) -> str:
@@ -98,6 +102,7 @@ class ManagementApi:
         return self._routes(WEBHOOK_PREFIX, guarded)
 
     def _routes(self, prefix: str, wrap: Callable[[Handler], Handler]) -> list[web.RouteDef]:
+        wrap = self._while_available(wrap)
         return [
             web.post(prefix + "orchestrators/{name}", wrap(self._start_new)),
             web.post(prefix + "orchestrators/{name}/{instance_id}", wrap(self._start_new)),
@@ -110,6 +115,17 @@ class ManagementApi:
             web.get(prefix + "instances/{instance_id}", wrap(self._get_status)),
             web.delete(prefix + "instances/{instance_id}", wrap(self._purge)),
         ]
+
+    def _while_available(self, wrap: Callable[[Handler], Handler]) -> Callable[[Handler], Handler]:
+        def wrapped(handler: Handler) -> Handler:
+            async def unless_unavailable(request: web.Request) -> web.StreamResponse:
+                if self.unavailable:
+                    return _message(503, "the task hub's storage backend cannot be reached")
+                return await handler(request)
+
+            return wrap(unless_unavailable)
+
+        return wrapped
 
     def serve_webhooks_at(self, http_base_url: str, key: str) -> None:
         """The host's HTTP server serves ``webhook_routes`` at `http_base_url`

@@ -86,6 +86,27 @@ async def test_start_new_generates_an_id_and_refuses_duplicates(api: ManagementA
         await asyncio.wait_for(client.start_new("waits_forever", "sdk-dup"), SDK_CALL_TIMEOUT)
 
 
+async def test_while_the_backend_is_unavailable_every_call_fails_and_starts_nothing(
+    api: ManagementApi,
+) -> None:
+    """A storage backend outage as the SDK sees it: start_new raises and no instance is
+    created; once the backend is back the same start works."""
+    client = client_for(api)
+    api.unavailable = True
+
+    with pytest.raises(Exception, match="storage backend cannot be reached"):
+        await asyncio.wait_for(client.start_new("fan_out", "sdk-outage", [1]), SDK_CALL_TIMEOUT)
+    with pytest.raises(Exception, match="503"):
+        await asyncio.wait_for(client.get_status("sdk-outage"), SDK_CALL_TIMEOUT)
+
+    api.unavailable = False
+    assert await api.engine.get_status("sdk-outage") is None
+    await asyncio.wait_for(client.start_new("fan_out", "sdk-outage", [1]), SDK_CALL_TIMEOUT)
+    assert (await finished(client, "sdk-outage")).runtime_status == (
+        df.OrchestrationRuntimeStatus.Completed
+    )
+
+
 async def test_raise_event_completes_a_waiting_orchestration(api: ManagementApi) -> None:
     client = client_for(api)
     instance_id = await asyncio.wait_for(
