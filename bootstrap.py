@@ -135,16 +135,17 @@ def check_settings(environ: Mapping[str, str] = os.environ) -> Settings:
         except ConnectionSettingsError as error:
             raise SettingsError(str(error)) from None
         log.info("connection identity", connection=connection, identity=identity)
-    # RETRY_BUDGET covers MAX_FAILURES attempts x AGENT_DELIVERY_ATTEMPTS deliveries x the
-    # agent's tries per delivery: the calls one request may cost at most (C4).
+    # RETRY_BUDGET is what a new order may spend in its whole life; each request draws its
+    # tries from it, and the agent splits them over the request's deliveries (C4).
     budget = settings.budget
     log.info(
         "retry budget",
-        retry_budget=settings.retry_budget,
+        retry_budget=budget.total,
+        order_steps=len(settings.order_steps),
         max_failures=settings.max_failures,
+        tries_per_request=settings.tries_per_request,
+        undo_reserve=budget.undo_reserve,
         agent_delivery_attempts=settings.agent_delivery_attempts,
-        agent_max_tries=budget.agent_max_tries,
-        calls_per_request=budget.combined_max_tries,
     )
     return settings
 

@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 from domain.policies import (
     AGENT_TRANSPORT_ACTIVITY,
     AGENT_TRANSPORT_SERVICEBUS,
+    DEFAULT_MAX_FAILURES,
+    DEFAULT_RETRY_BUDGET,
     AgentPolicy,
     CatchUpWindowTooNarrow,
     RetryBudget,
@@ -24,6 +26,7 @@ from domain.policies import (
     ScanBounds,
     SupervisorPolicy,
     Timeouts,
+    tries_per_request,
 )
 from domain.workflow import DEFAULT_ORDER_STEPS, UnknownStep, step_list
 
@@ -302,7 +305,10 @@ class Settings:
         "COMPENSATION_TIMEOUT_SECONDS", 60.0, _seconds, "deadline of a compensation run (C2)"
     )
     max_failures: int = _setting(
-        "MAX_FAILURES", 3, _positive_int, "expired attempts before the supervisor gives up (U4)"
+        "MAX_FAILURES",
+        DEFAULT_MAX_FAILURES,
+        _positive_int,
+        "expired attempts before the supervisor gives up (U4)",
     )
     retry_delay_seconds: float = _setting(
         "RETRY_DELAY_SECONDS",
@@ -321,16 +327,19 @@ class Settings:
     )
     retry_budget: int = _setting(
         "RETRY_BUDGET",
-        24,
+        DEFAULT_RETRY_BUDGET,
         _positive_int,
-        "the end-to-end budget of tries; the agent's share is derived from it (C4)",
+        "the calls to its remote services a new order may make in its whole life, kept in its "
+        "record: every agent try, redelivery, supervisor retry, compensation resume and "
+        "operator action spends from it; each request draws RETRY_BUDGET / (2 x steps + "
+        "MAX_FAILURES - 1) tries of it (C4)",
     )
     agent_delivery_attempts: int = _setting(
         "AGENT_DELIVERY_ATTEMPTS",
         2,
         _positive_int,
         "how often messaging may deliver one agent request: the agent request queues' "
-        "MaxDeliveryCount (C4)",
+        "MaxDeliveryCount; the agent splits a request's tries over them (C4)",
     )
     agent_backoff_base_seconds: float = _setting(
         "AGENT_BACKOFF_BASE_SECONDS", 0.1, _seconds, "the agent's first backoff ceiling (E9)"
@@ -407,7 +416,7 @@ class Settings:
     )
 
     def __post_init__(self) -> None:
-        _ = self.budget  # C4: refuse a budget that leaves the agent no try, at startup
+        _ = self.budget  # C4: refuse a budget that leaves a request no try, at startup
         _ = self.supervisor_policy  # U2: refuse a catch-up that reaches no further, at startup
         if self.max_backlog_orders < self.max_running_orders:
             # C5: the backlog holds the running orders, so a smaller bound would reject new
@@ -431,15 +440,29 @@ class Settings:
 
     @property
     def budget(self) -> RetryBudget:
-        """C4's one budget: RETRY_BUDGET over MAX_FAILURES x AGENT_DELIVERY_ATTEMPTS."""
+        """C4's one budget, as a new order of ORDER_STEPS gets it from RETRY_BUDGET."""
         try:
-            return RetryBudget(self.retry_budget, self.max_failures, self.agent_delivery_attempts)
+            return RetryBudget.for_order(
+                self.retry_budget,
+                steps=len(self.order_steps),
+                supervisor_attempts=self.max_failures,
+            )
         except RetryBudgetTooSmall:
+            requests = 2 * len(self.order_steps) + self.max_failures - 1
             raise SettingsError(
-                f"RETRY_BUDGET={self.retry_budget} is smaller than MAX_FAILURES="
-                f"{self.max_failures} x AGENT_DELIVERY_ATTEMPTS="
-                f"{self.agent_delivery_attempts}: raise RETRY_BUDGET or lower the others"
+                f"RETRY_BUDGET={self.retry_budget} gives a request no try: an order of "
+                f"{len(self.order_steps)} steps (ORDER_STEPS) with MAX_FAILURES="
+                f"{self.max_failures} needs at least {requests}, one to do each step, one to "
+                "undo it and one per retry; raise RETRY_BUDGET or lower the others"
             ) from None
+
+    @property
+    def tries_per_request(self) -> int:
+        """How many tries each request of a step or an undo draws from its order's retry
+        budget (C4)."""
+        return tries_per_request(
+            self.budget.total, steps=len(self.order_steps), supervisor_attempts=self.max_failures
+        )
 
     @property
     def timeouts(self) -> Timeouts:
@@ -477,7 +500,6 @@ class Settings:
     @property
     def agent_policy(self) -> AgentPolicy:
         return AgentPolicy(
-            max_tries=self.budget.agent_max_tries,
             backoff_base_seconds=self.agent_backoff_base_seconds,
             backoff_max_seconds=self.agent_backoff_max_seconds,
         )

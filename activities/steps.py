@@ -138,7 +138,9 @@ async def undo_failed(call: Any) -> Any:
 
 async def _begun(write: StepWrite, operation: AgentOperation) -> AgentRequest | None:
     """The write that begins a step or its undo, then the agent's request, None when the
-    fence refused it; over Service Bus the request is on the agent's queue already."""
+    fence refused it; over Service Bus the request is on the agent's queue already. The
+    write draws the request's tries from the order's retry budget and the request carries
+    what fit: each run of this activity draws its own, none gets tries uncounted (C4)."""
     step = _required(write.step, "the step it begins")
     complete_by = _required(write.complete_by, "the deadline of what it begins")
     app = bootstrap.services()
@@ -151,6 +153,7 @@ async def _begun(write: StepWrite, operation: AgentOperation) -> AgentRequest | 
             done=write.done,
             now=write.at,
             complete_by=complete_by,
+            draw=app.settings.tries_per_request,
         )
     else:
         written = await blocking_calls.run(
@@ -161,6 +164,7 @@ async def _begun(write: StepWrite, operation: AgentOperation) -> AgentRequest | 
             undone=write.done,
             now=write.at,
             complete_by=complete_by,
+            draw=app.settings.tries_per_request,
         )
     if not written.applied:
         return None
@@ -175,6 +179,7 @@ async def _begun(write: StepWrite, operation: AgentOperation) -> AgentRequest | 
         deadline=complete_by,
         operation=operation,
         reference=step.reference if operation is AgentOperation.UNDO else None,
+        tries=written.tries,
     )
     if write.agent_transport != AGENT_TRANSPORT_ACTIVITY:
         await send_agent_request(request, app.settings.agent_queue(declaration(step.name).agent))
@@ -183,6 +188,7 @@ async def _begun(write: StepWrite, operation: AgentOperation) -> AgentRequest | 
         instance_id=write.instance,
         step=step.name,
         agent_transport=write.agent_transport,
+        tries=written.tries,
     )
     return request
 

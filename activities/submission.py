@@ -65,6 +65,7 @@ async def _receive_order(
             now=bootstrap.now(),
             steps=app.settings.order_steps,
             trace_parent=current_traceparent(),
+            budget=app.settings.budget,
         )
     if isinstance(result, DeadLetter):
         log.warning(

@@ -319,6 +319,10 @@ class CosmosStateStore(StateStore):
         operations: list[dict[str, Any]] = [
             {"op": "set", "path": _patch_path(path), "value": value} for path, value in sets.items()
         ]
+        operations += [
+            {"op": "incr", "path": _patch_path(path), "value": amount}
+            for path, amount in change.document_increments()
+        ]
         appended = change.document_append()
         if appended is not None:
             path, value = appended

@@ -188,6 +188,11 @@ class SqliteStateStore(StateStore):
         patched = f"json_set(doc, {placeholders})"
         for path, value in sets:
             patch_args += [_json_path(path), json.dumps(value)]
+        for path, amount in change.document_increments():
+            # Read from the row being updated, under the write lock: concurrent draws add up.
+            json_path = _json_path(path)
+            patched = f"json_set({patched}, ?, coalesce(json_extract(doc, ?), 0) + ?)"
+            patch_args += [json_path, json_path, amount]
         appended = change.document_append()
         if appended is not None:
             path, value = appended

@@ -216,7 +216,6 @@ async def console_resubmit(req: func.HttpRequest) -> func.HttpResponse:
             app.states,
             order_id,
             bootstrap.now(),
-            max_resubmits=app.settings.max_failures,
             expected_etag=_etag(_body(req)),
         )
         log.info("operator resubmitted", order_id=order_id, resubmits=record.resubmits)

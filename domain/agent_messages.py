@@ -1,8 +1,9 @@
-"""The scheduler <-> agent messages (E1, E3, E4, E7, C1, C7, C8): the project's internal contract.
+"""The scheduler <-> agent messages (E1, E3, E4, E7, C1, C4, C7, C8): the internal contract.
 
 An `AgentRequest` carries what the agent needs to act alone: the order, the attempt as the
-fencing token (E7), the step's `idempotency_key` (C8), the deadline, and the `AgentOperation`
-(an `undo` names its side effect by `reference`, or in doubt by the key, C1). An
+fencing token (E7), the step's `idempotency_key` (C8), the deadline, the `tries` it may
+spend of the order's retry budget (C4), and the `AgentOperation` (an `undo` names its side
+effect by `reference`, or in doubt by the key, C1). An
 `AgentResponse` has bounded fields, checked at construction (`AgentMessageError`). Both carry
 a schema version (C7) and ids derived from the request's (E4); `agent_response_event` names
 the event an answer is raised as (E3).
@@ -67,9 +68,15 @@ class AgentRequest:
     reference: str | None = None
     """For ``undo``: the service's id of the side effect, or None when it is in doubt."""
     schema_version: int = AGENT_SCHEMA_VERSION
+    tries: int | None = None
+    """The calls the agent may make for this request, over all its deliveries: the tries
+    its begin write drew that fit in what was left of the order's retry budget (C4); None
+    on a request sent before requests carried them."""
 
     def __post_init__(self) -> None:
         _check_version(self.schema_version)
+        if self.tries is not None and self.tries < 0:
+            raise AgentMessageError(f"tries must be >= 0, got {self.tries}")
 
     @property
     def request_id(self) -> str:

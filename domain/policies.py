@@ -1,7 +1,8 @@
 """The rules that deadlines, budgets and thresholds drive (D3, E1, E2, E7, E9, U2, U4, U5, C2, C4).
 
-Each value is a plain number passed in. `RetryBudget` (C4) derives an agent's tries from the
-one end-to-end budget; `AgentPolicy` and `next_retry_delay` give its full-jitter backoff,
+Each value is a plain number passed in. `RetryBudget` (C4) is an order's one count of calls,
+which each request draws its tries from, and `delivery_tries` splits a request's tries over
+its deliveries; `AgentPolicy` and `next_retry_delay` give the agent's full-jitter backoff,
 never past the deadline (E7, E9); `CircuitBreaker` (E9) runs on an injected clock.
 `SupervisorPolicy` and `supervisor_decision` (U2, U4, U5) set how far back a sweep and its
 catch-up look, and whether to retry soon, retry later or give up; `ScanBounds` bounds one scan
@@ -23,44 +24,103 @@ AGENT_TRANSPORT_ACTIVITY = "activity"
 
 
 class RetryBudgetTooSmall(ValueError):
-    """The budget leaves the agent no try of its own (C4)."""
+    """The budget leaves a request of an order no try (C4)."""
 
 
 class CatchUpWindowTooNarrow(ValueError):
     """The catch-up would look at no deadline the sweep does not already look at (U2)."""
 
 
+DEFAULT_RETRY_BUDGET = 48
+"""RETRY_BUDGET's default: six tries per request for an order of three steps with three
+supervisor attempts (`tries_per_request`)."""
+DEFAULT_MAX_FAILURES = 3
+"""MAX_FAILURES's default (U4)."""
+
+
+def tries_per_request(total: int, *, steps: int, supervisor_attempts: int) -> int:
+    """How many tries each request of a new order draws from its budget of `total` (C4): the
+    budget split into `2 x steps + supervisor_attempts - 1` requests, so that one request per
+    step does it, one more per retry retries a failing step `supervisor_attempts - 1` times,
+    and one per step undoes it."""
+    requests = 2 * steps + supervisor_attempts - 1
+    if min(total, steps, supervisor_attempts) < 1 or total < requests:
+        raise RetryBudgetTooSmall(
+            f"a budget of {total} tries is smaller than the {requests} requests of an order "
+            f"of {steps} steps with {supervisor_attempts} supervisor attempts: one to do each "
+            "step, one to undo it, and one per retry"
+        )
+    return total // requests
+
+
 @dataclass(frozen=True)
 class RetryBudget:
-    """The one end-to-end retry budget of an order (C4).
+    """The one durable count of an order's calls to its remote services (C4).
 
-    `supervisor_attempts` is how many attempts the supervisor allows (its failure threshold)
-    and `deliveries_per_request` how often messaging may deliver one agent request. The
-    agent gets what is left: `total_tries // (supervisor_attempts * deliveries_per_request)`.
+    Fixed when the order is accepted: `total` tries for its whole life, spent by every agent
+    try, redelivery, supervisor retry, compensation resume and operator action, for each
+    request drawn in advance. The steps' requests may draw down to `undo_reserve`, kept for
+    the undo of what completed (C1); the undos draw from the reserve and whatever the steps
+    left. The record counts both draws apart (`TriesSpent`, `UndoTriesSpent`) because they
+    are blind increments: a draw may ask for more than is left, and what fits is worked out
+    afterwards from the count it returns (`step_tries`, `undo_tries`), never below zero, so
+    an over-draw of the steps never eats into the reserve.
     """
 
-    total_tries: int
-    supervisor_attempts: int
-    deliveries_per_request: int = 1
+    total: int
+    undo_reserve: int
 
     def __post_init__(self) -> None:
-        if min(self.total_tries, self.supervisor_attempts, self.deliveries_per_request) < 1:
-            raise ValueError(f"every factor of the retry budget must be >= 1: {self}")
-        if self.agent_max_tries < 1:
+        if not 0 <= self.undo_reserve < self.total:
             raise RetryBudgetTooSmall(
-                f"a budget of {self.total_tries} tries is smaller than "
-                f"{self.supervisor_attempts} supervisor attempts x "
-                f"{self.deliveries_per_request} deliveries per request: the agent gets no try"
+                f"a budget of {self.total} tries leaves the steps nothing after the "
+                f"{self.undo_reserve} kept to undo them"
             )
 
-    @property
-    def agent_max_tries(self) -> int:
-        return self.total_tries // (self.supervisor_attempts * self.deliveries_per_request)
+    @classmethod
+    def for_order(cls, total: int, *, steps: int, supervisor_attempts: int) -> RetryBudget:
+        """The budget of a new order of `steps` steps: one request per step is kept to undo
+        it (`tries_per_request`)."""
+        per_request = tries_per_request(total, steps=steps, supervisor_attempts=supervisor_attempts)
+        return cls(total, steps * per_request)
 
     @property
-    def combined_max_tries(self) -> int:
-        """Worst case of calls to the remote service for one order; never above the budget."""
-        return self.agent_max_tries * self.supervisor_attempts * self.deliveries_per_request
+    def forward_limit(self) -> int:
+        """The most tries the steps' requests may spend, retries and resubmits included."""
+        return self.total - self.undo_reserve
+
+    def forward_left(self, spent: int) -> int:
+        """Tries a new request of a step may still get, after `spent` (`TriesSpent`)."""
+        return max(0, self.forward_limit - spent)
+
+    def undo_left(self, spent: int, undo_spent: int) -> int:
+        """Tries a new undo may still get: the reserve and what the steps left of their
+        limit, less `undo_spent` (`UndoTriesSpent`)."""
+        return max(0, self.total - min(spent, self.forward_limit) - undo_spent)
+
+    def step_tries(self, drawn: int, spent_after: int) -> int:
+        """What a step's request got of the `drawn` tries it asked for, given `spent_after`,
+        the count its draw returned: the part that fit, 0 to `drawn`."""
+        return min(drawn, self.forward_left(spent_after - drawn))
+
+    def undo_tries(self, drawn: int, spent: int, undo_spent_after: int) -> int:
+        """What an undo's request got of the `drawn` tries it asked for, given the counts its
+        draw returned: the part that fit, 0 to `drawn`."""
+        return min(drawn, self.undo_left(spent, undo_spent_after - drawn))
+
+
+def delivery_tries(granted: int, *, delivery: int, deliveries: int) -> int:
+    """The tries of delivery number `delivery` (1-based) of a request granted `granted`,
+    when messaging may deliver it `deliveries` times (C4, E9): an even split, the remainder
+    to the earliest, so the tries of every delivery together never exceed the grant. The
+    agent cannot know what an earlier delivery spent, so each keeps to its own share; a
+    delivery past `deliveries` gets none."""
+    if delivery < 1 or deliveries < 1:
+        raise ValueError(f"delivery and deliveries are 1-based, got {delivery} of {deliveries}")
+    if delivery > deliveries:
+        return 0
+    share, remainder = divmod(granted, deliveries)
+    return share + (1 if delivery <= remainder else 0)
 
 
 @dataclass(frozen=True)
@@ -111,12 +171,8 @@ class SupervisorPolicy:
 
 @dataclass(frozen=True)
 class AgentPolicy:
-    """An agent's tries and backoff (E7, E9, C4).
+    """An agent's backoff (E7, E9); its tries come with each request (C4)."""
 
-    `max_tries` is the agent's share of the `RetryBudget` (`agent_max_tries`).
-    """
-
-    max_tries: int
     backoff_base_seconds: float
     backoff_max_seconds: float
 
@@ -285,20 +341,28 @@ class GiveUp:
 
 
 def supervisor_decision(
-    failure_count: int, now: datetime, policy: SupervisorPolicy
+    failure_count: int, now: datetime, policy: SupervisorPolicy, *, tries_left: int
 ) -> Retry | GiveUp:
-    """What the supervisor does with an expired attempt of a record with `failure_count`.
+    """What the supervisor does with an expired attempt of a record with `failure_count`,
+    whose steps may still get `tries_left` tries of its retry budget (C4).
 
     The expired attempt is one more failure. Below `max_failures` the order is retried,
     after `long_retry_delay_seconds` once `long_wait_after_failures` failures have
-    accumulated (U5); at `max_failures` it is given up (U4). The reason names the threshold
-    as operators know it, the MAX_FAILURES of contracts.md.
+    accumulated (U5); at `max_failures`, or when no try is left for a new attempt to spend,
+    it is given up (U4). The reason names the threshold as operators know it, the
+    MAX_FAILURES of contracts.md, or the spent budget.
     """
     failures = failure_count + 1
     if failures >= policy.max_failures:
         return GiveUp(
             failures,
             f"{failures} attempts expired without completing (MAX_FAILURES={policy.max_failures})",
+        )
+    if tries_left < 1:
+        return GiveUp(
+            failures,
+            f"{failures} attempts expired without completing and the order's retry budget "
+            "for its steps is spent (RETRY_BUDGET)",
         )
     if failures >= policy.long_wait_after_failures:
         delay = policy.long_retry_delay_seconds

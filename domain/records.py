@@ -1,7 +1,8 @@
-"""The state record of one order and the identifiers around it (S4, D2, C1, C3, C7, C10).
+"""The state record of one order and the identifiers around it (S4, D2, C1, C3, C4, C7, C10).
 
 A `StateRecord` holds the contract fields of contracts.md, the workflow's `Steps` and the
-ordered `CompensationLog` (C1), the attempt counter and timestamps. It is the truth about
+ordered `CompensationLog` (C1), the order's retry budget and what it spent (C4), the attempt
+counter and timestamps. It is the truth about
 which steps completed (C10). Timestamps are one fixed-width ISO-8601 UTC form, so string
 order is time order in both stores' queries. `SchemaVersion` is the document's shape and
 `WorkflowVersion` the workflow the order was accepted with (C7).
@@ -16,6 +17,9 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from domain.policies import DEFAULT_MAX_FAILURES, DEFAULT_RETRY_BUDGET, RetryBudget
+from domain.workflow import DEFAULT_ORDER_STEPS
+
 RECORD_SCHEMA_VERSION = 1
 """Version of the state record's shape (C7). Readers accept every version listed here."""
 
@@ -26,6 +30,11 @@ ORDER_ID_PATTERN = re.compile(r"(?!\.\.?$)[A-Za-z0-9._-]{1,64}")
 such as Cosmos DB's document URL rewrites to its parent; never the `:` of instance ids."""
 
 _UTC_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+DEFAULT_BUDGET = RetryBudget.for_order(
+    DEFAULT_RETRY_BUDGET, steps=len(DEFAULT_ORDER_STEPS), supervisor_attempts=DEFAULT_MAX_FAILURES
+)
+"""The budget of a record built without one."""
 
 
 class ProcessState(StrEnum):
@@ -223,6 +232,14 @@ class StateRecord:
     """How often an operator resubmitted the order from Error (E8); bounded (C4)."""
     schema_version: int = RECORD_SCHEMA_VERSION
     etag: str | None = field(default=None, compare=False)
+    retry_budget: int = DEFAULT_BUDGET.total
+    """The order's one count of calls to its services, fixed when it was accepted (C4)."""
+    undo_reserve: int = DEFAULT_BUDGET.undo_reserve
+    """The part of `retry_budget` the steps' requests leave for the undos (C4, C1)."""
+    tries_spent: int = 0
+    """Tries the steps' requests drew from `retry_budget` (C4)."""
+    undo_tries_spent: int = 0
+    """Tries the undos' requests drew from `retry_budget` (C4)."""
 
     @property
     def instance_id(self) -> InstanceId | None:
@@ -237,6 +254,21 @@ class StateRecord:
             (i for i, step in enumerate(self.steps) if step.state is not StepState.COMPLETED),
             None,
         )
+
+    @property
+    def budget(self) -> RetryBudget:
+        """The order's retry budget (C4): the count and what is kept to undo its steps."""
+        return RetryBudget(self.retry_budget, self.undo_reserve)
+
+    @property
+    def tries_left(self) -> int:
+        """Tries a new request of a step may still draw (C4)."""
+        return self.budget.forward_left(self.tries_spent)
+
+    @property
+    def undo_tries_left(self) -> int:
+        """Tries a new undo may still draw (C4)."""
+        return self.budget.undo_left(self.tries_spent, self.undo_tries_spent)
 
     def step_index(self, name: str) -> int:
         for index, step in enumerate(self.steps):
@@ -265,6 +297,10 @@ class StateRecord:
             "CompensationStartedAt": _utc_or_none(self.compensation_started_at),
             "TraceParent": self.trace_parent,
             "Resubmits": self.resubmits,
+            "RetryBudget": self.retry_budget,
+            "UndoReserve": self.undo_reserve,
+            "TriesSpent": self.tries_spent,
+            "UndoTriesSpent": self.undo_tries_spent,
             "CreatedAt": format_utc(self.created_at),
             "UpdatedAt": format_utc(self.updated_at),
         }
@@ -280,6 +316,14 @@ class StateRecord:
             )
         try:
             complete_by = document["CompleteBy"]
+            steps = tuple(StepStatus.from_document(step) for step in document["Steps"])
+            # SchemaVersion 1 documents written before the retry budget was kept lack it: the
+            # order gets the default budget, with nothing spent yet (C4).
+            budget = RetryBudget.for_order(
+                DEFAULT_RETRY_BUDGET,
+                steps=max(1, len(steps)),
+                supervisor_attempts=DEFAULT_MAX_FAILURES,
+            )
             return cls(
                 order_id=str(document["OrderID"]),
                 process_state=ProcessState(document["ProcessState"]),
@@ -296,13 +340,17 @@ class StateRecord:
                     CompletedStep.from_document(entry) for entry in document["CompensationLog"]
                 ),
                 workflow_version=int(document["WorkflowVersion"]),
-                steps=tuple(StepStatus.from_document(step) for step in document["Steps"]),
+                steps=steps,
                 compensation_failures=int(document["CompensationFailures"]),
                 compensation_started_at=_parsed_or_none(document["CompensationStartedAt"]),
                 trace_parent=document["TraceParent"],
                 resubmits=int(document["Resubmits"]),
                 schema_version=int(version),
                 etag=etag,
+                retry_budget=int(document.get("RetryBudget", budget.total)),
+                undo_reserve=int(document.get("UndoReserve", budget.undo_reserve)),
+                tries_spent=int(document.get("TriesSpent", 0)),
+                undo_tries_spent=int(document.get("UndoTriesSpent", 0)),
             )
         except KeyError as error:
             raise RecordFormatError(

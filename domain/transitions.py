@@ -3,8 +3,9 @@
 Whole-record transitions (`claim`, `retry_later`, `give_up`, `resume_compensation`,
 `stall_compensation`, `resubmit`, `retry_compensation`, `cancel`) return the next record, to
 replace on the etag it was read with (D3, U6, E8), or raise `IllegalTransition`. Fenced
-changes (`begin_step`, `finish_steps`, `fail_step`, `begin_undo`, `finish_undo`,
-`undo_failed`) build a `FencedChange`, written blind under the attempt's fence (D4). The
+changes (`begin_step`, `draw_again`, `finish_steps`, `fail_step`, `begin_undo`, `finish_undo`,
+`undo_failed`) build a `FencedChange`, written blind under the attempt's fence (D4); the ones
+that begin a request draw its tries from the order's retry budget (C4). The
 ProcessState flow: docs/architecture.md, "The order's life".
 """
 
@@ -16,7 +17,9 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
+from domain.policies import RetryBudget
 from domain.records import (
+    DEFAULT_BUDGET,
     CompletedStep,
     InstanceId,
     ProcessState,
@@ -62,10 +65,12 @@ def new_record(
     now: datetime,
     steps: Sequence[str],
     trace_parent: str | None = None,
+    budget: RetryBudget = DEFAULT_BUDGET,
 ) -> StateRecord:
     """First write of the state record (S4): Pending, unlocked, no deadline, no failures,
     every one of `steps` NotStarted, under today's `WORKFLOW_VERSION` (C7). `trace_parent`
-    is the submission's W3C trace context, which every later hop of the order joins (C9).
+    is the submission's W3C trace context, which every later hop of the order joins (C9);
+    `budget` the order's retry budget for its whole life, nothing spent yet (C4).
     """
     if not steps:
         raise ValueError(f"order {order_id!r} needs at least one step")
@@ -82,6 +87,8 @@ def new_record(
         workflow_version=WORKFLOW_VERSION,
         steps=tuple(StepStatus(name) for name in steps),
         trace_parent=trace_parent,
+        retry_budget=budget.total,
+        undo_reserve=budget.undo_reserve,
     )
 
 
@@ -228,22 +235,17 @@ def stall_compensation(record: StateRecord, *, now: datetime, reason: str) -> St
     )
 
 
-def resubmit(record: StateRecord, *, now: datetime, max_resubmits: int) -> StateRecord:
+def resubmit(record: StateRecord, *, now: datetime) -> StateRecord:
     """An operator resubmits an order in Error after investigating it (E8).
 
-    The order gets a fresh run under the retry budget (FailureCount 0, so the supervisor's
-    MAX_FAILURES attempts again), and at most `max_resubmits` such runs (C4): the budget of
-    the order's whole life stays bounded however often operators press the button.
+    The order gets a fresh run (FailureCount 0, so the supervisor's MAX_FAILURES attempts
+    again) under what is left of its retry budget, which a resubmit never refills (C4): with
+    nothing left for its steps it is refused, however often operators press the button.
     """
     if record.process_state is not ProcessState.ERROR:
         raise IllegalTransition(record, "resubmit", "only an order in Error is resubmitted")
-    if record.resubmits >= max_resubmits:
-        raise IllegalTransition(
-            record,
-            "resubmit",
-            f"its retry budget is spent: resubmitted {record.resubmits} times, the most an "
-            f"order may be (C4)",
-        )
+    if record.tries_left < 1:
+        raise IllegalTransition(record, "resubmit", _budget_spent(record, "its steps"))
     return replace(
         record,
         process_state=ProcessState.PENDING,
@@ -253,6 +255,15 @@ def resubmit(record: StateRecord, *, now: datetime, max_resubmits: int) -> State
         current_step=None,
         resubmits=record.resubmits + 1,
         updated_at=now,
+    )
+
+
+def _budget_spent(record: StateRecord, spender: str) -> str:
+    """Why an order may not spend more (C4): the count, and what it was spent on."""
+    return (
+        f"its retry budget is spent: {spender} may draw no more of its RETRY_BUDGET of "
+        f"{record.retry_budget} tries ({record.tries_spent} drawn by its steps, "
+        f"{record.undo_tries_spent} by its undos, {record.undo_reserve} kept to undo) (C4)"
     )
 
 
@@ -286,11 +297,14 @@ def retry_compensation(
     record: StateRecord, *, now: datetime, compensation_deadline: datetime
 ) -> StateRecord:
     """An operator retries a compensation that failed (C2): Compensating again under a new
-    attempt, which resumes at the step that failed; the stall count starts over."""
+    attempt, which resumes at the step that failed; the stall count starts over, the retry
+    budget does not: with nothing left for the undos the retry is refused (C4)."""
     if record.process_state is not ProcessState.COMPENSATION_FAILED:
         raise IllegalTransition(
             record, "retry compensation", "only an order in CompensationFailed is retried"
         )
+    if record.undo_tries_left < 1:
+        raise IllegalTransition(record, "retry compensation", _budget_spent(record, "its undos"))
     return replace(
         _compensating(
             record,
@@ -312,7 +326,9 @@ def cancel(
     """An operator cancels an unfinished order: it compensates what completed (C1, C2).
 
     The running attempt loses its fence at once (its writes are refused, D4, E5) and the
-    remote services refuse its calls by the newer attempt's fencing token (E7).
+    remote services refuse its calls by the newer attempt's fencing token (E7). Its undos
+    draw on the reserve the retry budget keeps for them (C4), whole here: a Pending or
+    Processing order never compensated.
     """
     if record.process_state not in CANCELLABLE_STATES:
         raise IllegalTransition(record, "cancel", "only a Pending or Processing order is cancelled")
@@ -339,9 +355,11 @@ class FencedChange:
 
     It names record fields, typed; a field left at `KEEP` is not written. `steps` replaces
     whole entries of `Steps` by index; `logged` appends one compensation-log entry in the same
-    write (C1). A store applies it only when `LockedBy == locked_by`, `ProcessState` is in
-    `allowed_states` and each `Steps` entry `step_guard` names is in its `StepState`, which
-    makes a logging write idempotent (C8); `apply` is the same semantics in plain Python.
+    write (C1); `draw_tries` and `draw_undo_tries` add to `TriesSpent` and `UndoTriesSpent`,
+    an increment each store makes without reading (C4). A store applies it only when
+    `LockedBy == locked_by`, `ProcessState` is in `allowed_states` and each `Steps` entry
+    `step_guard` names is in its `StepState`, which makes a logging write idempotent (C8);
+    `apply` is the same semantics in plain Python.
     """
 
     action: str
@@ -357,6 +375,8 @@ class FencedChange:
     steps: tuple[tuple[int, StepStatus], ...] = ()
     logged: CompletedStep | None = None
     step_guard: tuple[int, StepState] | None = None
+    draw_tries: int = 0
+    draw_undo_tries: int = 0
 
     def holds_for(self, record: StateRecord) -> bool:
         if self.step_guard is not None:
@@ -400,6 +420,8 @@ class FencedChange:
             **changed,
             steps=tuple(steps),
             compensation_log=log,
+            tries_spent=record.tries_spent + self.draw_tries,
+            undo_tries_spent=record.undo_tries_spent + self.draw_undo_tries,
             updated_at=self.updated_at,
         )
 
@@ -419,6 +441,17 @@ class FencedChange:
         sets += [(("Steps", index), step.to_document()) for index, step in self.steps]
         sets.append((("UpdatedAt",), format_utc(self.updated_at)))
         return tuple(sets)
+
+    def document_increments(self) -> tuple[tuple[DocumentPath, int], ...]:
+        """The numbers the change adds to, and by how much; a missing one counts from 0."""
+        return tuple(
+            ((name,), amount)
+            for name, amount in (
+                ("TriesSpent", self.draw_tries),
+                ("UndoTriesSpent", self.draw_undo_tries),
+            )
+            if amount
+        )
 
     def document_append(self) -> tuple[DocumentPath, JsonValue] | None:
         """The entry the change appends to a list of the document, if any."""
@@ -452,11 +485,13 @@ def begin_step(
     complete_by: datetime,
     now: datetime,
     done: Step | None = None,
+    draw: int = 0,
 ) -> FencedChange:
     """Start `step` with its CompleteBy (D6, E2); `done`, the step before it, becomes
     Completed with its reference and is logged for compensation in the same write (C1), only
     while it is still Running: the same write again (C8) is refused, never a second log
-    entry. Completing one step and starting the next is one write."""
+    entry. Completing one step and starting the next is one write, which also draws the
+    step's request's `draw` tries from the retry budget (C4)."""
     steps = [(step.index, StepStatus(step.name, StepState.RUNNING, complete_by))]
     logged = guard = None
     if done is not None:
@@ -470,6 +505,18 @@ def begin_step(
         steps=tuple(steps),
         logged=logged,
         step_guard=guard,
+        draw_tries=draw,
+    )
+
+
+def draw_again(instance: InstanceId, step: Step, *, draw: int, now: datetime) -> FencedChange:
+    """A step this attempt began already, begun once more (its activity ran again, C8):
+    its request draws `draw` tries again, while the step is still Running under the fence,
+    so no run of the activity is given tries the budget did not count (C4)."""
+    return replace(
+        _fenced("draw again", instance, [ProcessState.PROCESSING], now),
+        step_guard=(step.index, StepState.RUNNING),
+        draw_tries=draw,
     )
 
 
@@ -541,9 +588,11 @@ def begin_undo(
     complete_by: datetime,
     now: datetime,
     undone: Step | None = None,
+    draw: int = 0,
 ) -> FencedChange:
     """Start undoing `undo` with its CompleteBy; `undone`, the undo before it, becomes
-    Compensated in the same write (C1, C2)."""
+    Compensated in the same write (C1, C2), which also draws the undo's request's `draw`
+    tries from the retry budget (C4); the same write again draws again."""
     steps = [
         (undo.index, StepStatus(undo.name, StepState.COMPENSATING, complete_by, undo.reference))
     ]
@@ -554,6 +603,7 @@ def begin_undo(
         complete_by=complete_by,
         current_step=undo.name,
         steps=tuple(steps),
+        draw_undo_tries=draw,
     )
 
 

@@ -1,9 +1,9 @@
 """An agent's call policy (E7, E9, C4, C8): one request, tried until the service answers for good.
 
-`run_agent` retries with full-jitter backoff within the agent's share of the retry budget
-(C4) and the step's deadline, after which it starts no new call (E7); every try carries the
-same idempotency key and fencing token (C8), through a circuit breaker per service (E9). It
-only reports (`respond`); it never changes the state record.
+`run_agent` retries with full-jitter backoff within the tries its delivery of the request may
+spend (C4) and the step's deadline, after which it starts no new call (E7); every try
+carries the same idempotency key and fencing token (C8), through a circuit breaker per
+service (E9). It only reports (`respond`); it never changes the state record.
 """
 
 from __future__ import annotations
@@ -44,19 +44,34 @@ async def run_agent(
     breaker: CircuitBreaker,
     policy: AgentPolicy,
     *,
+    tries: int,
     now: Callable[[], dt.datetime],
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     jitter: Callable[[], float] = random.random,
 ) -> AgentResponse:
-    """Run the request to its answer and record it (C9): the time from request to answer
-    by step and outcome, each retry, and an answer other than success as a step failure."""
+    """Run the request to its answer, making at most `tries` calls, this delivery's share of
+    the request's tries (C4), and record it (C9): the time from request to answer by step
+    and outcome, each retry, and an answer other than success as a step failure.
+
+    A request granted no try at all finds its order's retry budget spent: it is answered
+    `failed`, for good, without a call, so the order goes to an operator (E8, C2)."""
     started = now()
-    response = await _tried(request, call, breaker, policy, now=now, sleep=sleep, jitter=jitter)
+    if request.tries == 0:
+        response = respond(request, AgentOutcome.FAILED, BUDGET_SPENT)
+    else:
+        response = await _tried(
+            request, call, breaker, policy, tries=tries, now=now, sleep=sleep, jitter=jitter
+        )
     seconds = (now() - started).total_seconds()
     metrics.step_answered(request.step, response.outcome.value, seconds)
     if response.outcome in (AgentOutcome.FAILED, AgentOutcome.GAVE_UP):
         metrics.step_failed(request.step, response.outcome.value)
     return response
+
+
+BUDGET_SPENT = (
+    "the order's retry budget is spent: no try was left for this request (RETRY_BUDGET, C4)"
+)
 
 
 async def _tried(
@@ -65,17 +80,22 @@ async def _tried(
     breaker: CircuitBreaker,
     policy: AgentPolicy,
     *,
+    tries: int,
     now: Callable[[], dt.datetime],
     sleep: Callable[[float], Awaitable[None]],
     jitter: Callable[[], float],
 ) -> AgentResponse:
-    tries = 0
+    if tries < 1:
+        return respond(
+            request, AgentOutcome.GAVE_UP, "no try left for this delivery: earlier ones had them"
+        )
+    made = 0
     last_problem = "no try was started"
     while True:
         remaining = (request.deadline - now()).total_seconds()
         if remaining <= 0:
             return respond(request, AgentOutcome.GAVE_UP, f"deadline passed; {last_problem}")
-        tries += 1
+        made += 1
         if breaker.allow_request():
             result = await call(min(remaining, CALL_TIMEOUT_SECONDS))
             if isinstance(result, Done):
@@ -88,9 +108,9 @@ async def _tried(
                 breaker.record_success()
                 return respond(request, AgentOutcome.SUPERSEDED, result.reason)
             breaker.record_failure()
-            last_problem = f"try {tries}: {result.reason}"
+            last_problem = f"try {made}: {result.reason}"
         else:
-            last_problem = f"try {tries}: circuit breaker open"
+            last_problem = f"try {made}: circuit breaker open"
         log.info(
             "agent retrying",
             instance_id=request.instance_id,
@@ -99,8 +119,8 @@ async def _tried(
             problem=last_problem,
         )
         delay = next_retry_delay(
-            tries_done=tries,
-            max_tries=policy.max_tries,
+            tries_done=made,
+            max_tries=tries,
             now=now(),
             deadline=request.deadline,
             base_seconds=policy.backoff_base_seconds,
@@ -109,7 +129,7 @@ async def _tried(
         )
         if delay is None:
             return respond(
-                request, AgentOutcome.GAVE_UP, f"stopped after {tries} tries; {last_problem}"
+                request, AgentOutcome.GAVE_UP, f"stopped after {made} tries; {last_problem}"
             )
         metrics.step_retried(request.step)
         await sleep(delay)

@@ -21,15 +21,16 @@ from observability import logs
 from observability.tracing import order_span
 from order_agents.call_policy import request_call, respond, run_agent
 from order_agents.remote_services import STEP_SERVICES
-from order_agents.request_handling import serve_request
+from order_agents.request_handling import granted_tries, serve_request
 from order_agents.service_client import ServiceClient
 
 bp = df.Blueprint()
 log = logs.get_logger("app.agents")
 
 
-async def run_step_agent(request: AgentRequest) -> AgentResponse:
-    """The agent of the request's step: do or undo, under the call policy."""
+async def run_step_agent(request: AgentRequest, tries: int) -> AgentResponse:
+    """The agent of the request's step: do or undo, under the call policy, in at most
+    `tries` calls (C4)."""
     agent = declaration(request.step).agent
     api = STEP_SERVICES[agent]
     app = bootstrap.services()
@@ -47,6 +48,7 @@ async def run_step_agent(request: AgentRequest) -> AgentResponse:
             request_call(client, request),
             app.breaker(api.name),
             app.settings.agent_policy,
+            tries=tries,
             now=bootstrap.now,
         )
 
@@ -90,10 +92,10 @@ async def shipping_agent(
 async def run_step_agent_once(request: AgentRequest) -> AgentResponse:
     """`run_step_agent` inside an activity the orchestration retries for its store write: an
     unexpected error ends the agent's run as given up (the supervisor retries the attempt
-    past its CompleteBy, E6), so a retry of the activity never runs the agent again and
-    never spends more than the agent's share of the budget (C4)."""
+    past its CompleteBy, E6). The activity is its one delivery: it spends all the tries the
+    request carries, which its own begin write drew (C4)."""
     try:
-        return await run_step_agent(request)
+        return await run_step_agent(request, granted_tries(request))
     except Exception as error:
         log.exception(
             "agent failed",

@@ -69,17 +69,16 @@ def resubmit_order(
     order_id: str,
     now: datetime,
     *,
-    max_resubmits: int,
     expected_etag: str | None = None,
 ) -> StateRecord:
     """Put an order in Error back to Pending for the starter (E8), within its budget (C4).
 
     Raises `RecordNotFound` for an unknown order, `IllegalTransition` when it is not in
-    Error or was resubmitted `max_resubmits` times, and `PreconditionFailed` when it changed
-    while being resubmitted (or since `expected_etag`).
+    Error or its retry budget has nothing left for its steps, and `PreconditionFailed` when
+    it changed while being resubmitted (or since `expected_etag`).
     """
     record = _read(states, order_id, expected_etag)
-    return states.replace(transitions.resubmit(record, now=now, max_resubmits=max_resubmits))
+    return states.replace(transitions.resubmit(record, now=now))
 
 
 @dataclass(frozen=True)
@@ -104,7 +103,8 @@ def retry_compensation(
     timeouts: Timeouts,
     expected_etag: str | None = None,
 ) -> CompensationRequest:
-    """Compensate a CompensationFailed order again, from the step that failed (C2)."""
+    """Compensate a CompensationFailed order again, from the step that failed (C2), with
+    what is left of its retry budget: `IllegalTransition` when nothing is (C4)."""
     record = _read(states, order_id, expected_etag)
     planned = transitions.retry_compensation(
         record, now=now, compensation_deadline=compensation_deadline(now, timeouts)

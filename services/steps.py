@@ -1,4 +1,4 @@
-"""Fenced state writes of an attempt, and who is told what (D4, D6, E5, E8, C1, C2, C8, R2).
+"""Fenced state writes of an attempt, and who is told what (D4, D6, E5, E8, C1, C2, C4, C8, R2).
 
 Each function is one blind conditional write (`StateStore.fenced_update`) returning a
 `Written`: refused, `applied=False` and nothing to send (D4); applied, the statuses and
@@ -27,13 +27,15 @@ log = logs.get_logger("app.steps")
 @dataclass(frozen=True)
 class Written:
     """The record after a write, what to send because it applied, and what is left to undo
-    when the write started compensation."""
+    when the write started compensation; for a write that began a request, the `tries` it
+    drew that fit in the order's retry budget (C4)."""
 
     applied: bool
     record: StateRecord | None
     statuses: tuple[StatusMessage, ...] = ()
     alert: OperatorAlert | None = None
     undo: tuple[Step, ...] = ()
+    tries: int = 0
 
 
 REFUSED = Written(applied=False, record=None)
@@ -47,15 +49,23 @@ def begin_step(
     done: Step | None,
     now: datetime,
     complete_by: datetime,
+    draw: int = 0,
 ) -> Written:
     """Start `step` with the CompleteBy the orchestration chose (D6, E2); the step before
-    it, `done`, is recorded completed and logged for compensation in the same write (C1)."""
-    change = transitions.begin_step(instance, step, complete_by=complete_by, now=now, done=done)
-    record = states.fenced_update(change) or _begun_already(states, instance, step, done)
+    it, `done`, is recorded completed and logged for compensation in the same write (C1).
+    The write draws `draw` tries for the step's request from the order's retry budget, and
+    `tries` is the part that fit (C4). Run again after it applied (C8), it draws again."""
+    change = transitions.begin_step(
+        instance, step, complete_by=complete_by, now=now, done=done, draw=draw
+    )
+    record = states.fenced_update(change)
+    if record is None and _begun_already(states, instance, step, done):
+        record = states.fenced_update(transitions.draw_again(instance, step, draw=draw, now=now))
     if record is None:
         return _refused(instance, begin_step, step.name)
     progress = () if done is None else _status(record, OrderStatus.IN_PROGRESS, now, step=done)
-    return Written(True, record, progress)
+    tries = record.budget.step_tries(draw, record.tries_spent)
+    return Written(True, record, progress, tries=tries)
 
 
 def finish_steps(states: StateStore, instance: InstanceId, done: Step, *, now: datetime) -> Written:
@@ -115,15 +125,20 @@ def begin_undo(
     undone: Step | None,
     now: datetime,
     complete_by: datetime,
+    draw: int = 0,
 ) -> Written:
     """Start undoing `undo` with its own CompleteBy; the undo before it, `undone`, is
-    recorded Compensated in the same write (C1, C2)."""
-    change = transitions.begin_undo(instance, undo, complete_by=complete_by, now=now, undone=undone)
+    recorded Compensated in the same write (C1, C2), which draws `draw` tries for the
+    undo's request from the order's retry budget; `tries` is the part that fit (C4)."""
+    change = transitions.begin_undo(
+        instance, undo, complete_by=complete_by, now=now, undone=undone, draw=draw
+    )
     record = states.fenced_update(change)
     if record is None:
         return _refused(instance, begin_undo, undo.name)
     _undone(instance, undone)
-    return Written(True, record)
+    tries = record.budget.undo_tries(draw, record.tries_spent, record.undo_tries_spent)
+    return Written(True, record, tries=tries)
 
 
 def finish_undo(
@@ -216,25 +231,21 @@ def _written_or_reached(
     return already_reached(states, instance, state)
 
 
-def _begun_already(
-    states: StateStore, instance: InstanceId, step: Step, done: Step | None
-) -> StateRecord | None:
-    """After a refused `begin_step`: the record, when THIS attempt already made that write
-    (the activity ran twice, C8): `step` running, `done` completed and logged once. Its
-    progress status is sent again under its stable id (R2); a stale attempt gets None."""
+def _begun_already(states: StateStore, instance: InstanceId, step: Step, done: Step | None) -> bool:
+    """After a refused `begin_step`: whether THIS attempt already made that write (the
+    activity ran twice, C8): `step` running, `done` completed and logged once. Its progress
+    status is sent again under its stable id (R2); a stale attempt gets False."""
     if done is None:
-        return None
+        return False
     record = states.get(instance.order_id)
-    if (
+    return not (
         record is None
         or record.locked_by != str(instance)
         or record.process_state is not ProcessState.PROCESSING
         or step.index >= len(record.steps)
         or record.steps[step.index].state is not StepState.RUNNING
         or record.steps[done.index].state is not StepState.COMPLETED
-    ):
-        return None
-    return record
+    )
 
 
 def _status(

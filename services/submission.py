@@ -22,8 +22,9 @@ from domain.contracts import (
     operator_alert,
     parse_submission,
 )
+from domain.policies import RetryBudget
 from domain.ports import OrderStore, StateStore
-from domain.records import StateRecord
+from domain.records import DEFAULT_BUDGET, StateRecord
 from domain.transitions import new_record
 from observability import metrics
 from services.admission import BacklogGate, Full
@@ -78,13 +79,15 @@ def submit_order(
     now: datetime,
     steps: Sequence[str],
     trace_parent: str | None = None,
+    budget: RetryBudget = DEFAULT_BUDGET,
 ) -> Accepted | Rejected | DeadLetter:
     """Handle one submission message; `message_id` is the broker's id of that message.
 
     `admission` holds the backlog bound (C5); `reply_queues` is the allow-list of reply
-    queues an app may name (R1); `steps` the workflow a new order runs (ORDER_STEPS), fixed
-    in its record when it is accepted (C7); `trace_parent` the submission's W3C trace
-    context, kept in the record for the order's later hops (C9).
+    queues an app may name (R1); `steps` the workflow a new order runs (ORDER_STEPS) and
+    `budget` its retry budget (RETRY_BUDGET), both fixed in its record when it is accepted
+    (C7, C4); `trace_parent` the submission's W3C trace context, kept in the record for the
+    order's later hops (C9).
     """
     parsed = parse_submission(body, reply_to, reply_queues)
     if isinstance(parsed, InvalidSubmission):
@@ -107,6 +110,7 @@ def submit_order(
             now,
             steps,
             trace_parent,
+            budget,
         )
     stored = True  # a write that failed may have landed: keep its place until the next count
     try:
@@ -119,6 +123,7 @@ def submit_order(
             now,
             steps,
             trace_parent,
+            budget,
         )
         stored = isinstance(result, Accepted) and result.state_created
         return result
@@ -134,13 +139,16 @@ def _write(
     states: StateStore,
     now: datetime,
     steps: Sequence[str],
-    trace_parent: str | None = None,
+    trace_parent: str | None,
+    budget: RetryBudget,
 ) -> Accepted | DeadLetter:
     """The two idempotent writes (S2, S4), or the conflict that stops them (S3)."""
     stored_order = orders.create(order)
     if not stored_order.created and stored_order.record.immutable_data() != order.immutable_data():
         return _conflict(order, stored_order.record, message_id, now)
-    stored_state = states.create(new_record(order.order_id, reply_to, now, steps, trace_parent))
+    stored_state = states.create(
+        new_record(order.order_id, reply_to, now, steps, trace_parent, budget)
+    )
     if stored_state.created:
         metrics.order_received()
     return Accepted(

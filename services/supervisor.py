@@ -1,9 +1,10 @@
-"""The supervisor's sweep and its catch-up (U1-U7, C2, C3): `sweep` and `catch_up`.
+"""The supervisor's sweep and its catch-up (U1-U7, C2, C3, C4): `sweep` and `catch_up`.
 
 Each expired record found is recovered by one conditional replace on the etag it was read
 with (U4, U6) and returned as a `Recovery` in the `SweepReport`: a retry through the starter,
 a give-up, or compensation, for the caller to send and start; the supervisor never does the
-work itself. `sweep` also removes finished records past their retention (C3). Design:
+work itself, and asks for none that the order's retry budget could not pay for (C4).
+`sweep` also removes finished records past their retention (C3). Design:
 docs/architecture.md, "The supervisor: windows and catch-up".
 """
 
@@ -282,22 +283,31 @@ def _plan(
 ) -> tuple[StateRecord, RecoveryKind]:
     if expired.process_state is ProcessState.COMPENSATING:
         stalls = expired.compensation_failures + 1
-        if stalls < policy.max_failures:
+        # A resume's undos draw on the order's retry budget: with nothing left for them, the
+        # compensation goes to an operator instead (C4, C2).
+        budget_left = expired.undo_tries_left > 0
+        if stalls < policy.max_failures and budget_left:
             resumed = transitions.resume_compensation(
                 expired, now=now, compensation_deadline=compensation_deadline(now, timeouts)
             )
             return resumed, RecoveryKind.COMPENSATION_RESUMED
+        why = (
+            f"(MAX_FAILURES={policy.max_failures})"
+            if budget_left
+            else "and the order's retry budget for its undos is spent (RETRY_BUDGET)"
+        )
         stalled = transitions.stall_compensation(
             expired,
             now=now,
             reason=(
                 f"compensation stalled {stalls} times, last by {expired.locked_by} at step "
-                f"{expired.current_step or 'none'} (MAX_FAILURES={policy.max_failures}); "
-                f"{left_to_undo(expired)}"
+                f"{expired.current_step or 'none'} {why}; {left_to_undo(expired)}"
             ),
         )
         return stalled, RecoveryKind.COMPENSATION_STALLED
-    decision = supervisor_decision(expired.failure_count, now, policy)
+    decision = supervisor_decision(
+        expired.failure_count, now, policy, tries_left=expired.tries_left
+    )
     if isinstance(decision, GiveUp):
         given_up = transitions.give_up(
             expired,

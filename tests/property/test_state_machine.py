@@ -81,7 +81,6 @@ POLICY = SupervisorPolicy(
     scan=ScanBounds(page_size=5, max_items=10, max_pages=3),
 )
 STARTER_SCAN = ScanBounds(page_size=5, max_items=10, max_pages=3)
-MAX_RESUBMITS = 2
 
 COMPENSATING = ProcessState.COMPENSATING
 COMPENSATION_STATES = frozenset(
@@ -302,9 +301,7 @@ class StateRecordModel(RuleBasedStateMachine):
             action = FITTING.get(seen.process_state, "cancel") if seen else "cancel"
         try:
             if action == "resubmit":
-                operator.resubmit_order(
-                    states, order_id, self.now, max_resubmits=MAX_RESUBMITS, expected_etag=etag
-                )
+                operator.resubmit_order(states, order_id, self.now, expected_etag=etag)
                 return
             if action == "retry-compensation":
                 request = operator.retry_compensation(

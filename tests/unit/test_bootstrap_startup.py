@@ -94,7 +94,7 @@ def test_cosmos_on_azure_starts_and_logs_the_identity_of_each_connection(
     # C9: key=value through the app's structured logger, the fields exportable as attributes.
     [budget] = [r for r in caplog.records if r.getMessage().startswith("retry budget ")]
     assert budget.__dict__["retry_budget"] == settings.retry_budget
-    assert budget.__dict__["calls_per_request"] == settings.budget.combined_max_tries
+    assert budget.__dict__["tries_per_request"] == settings.tries_per_request
 
 
 def test_identity_settings_the_app_cannot_honour_stop_start_up() -> None:

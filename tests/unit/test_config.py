@@ -112,7 +112,7 @@ def test_settings_are_read_from_the_environment() -> None:
     assert settings.reply_queues == frozenset({"replies-a", "replies-b"})
     assert settings.step_timeout_seconds == 2.5
     assert settings.max_failures == 5
-    assert settings.budget.agent_max_tries == 4
+    assert settings.tries_per_request == 2
     assert settings.state_store == "cosmos"
     assert settings.supervisor_schedule == "0 */1 * * * *"
     assert settings.orders_queue == "orders-eu"
@@ -135,7 +135,7 @@ def test_settings_are_read_from_the_environment() -> None:
         ("AGENT_TRANSPORT", "http", "AGENT_TRANSPORT must be 'servicebus' or 'activity'"),
         ("STARTER_SCHEDULE", "*/5 * * * *", "STARTER_SCHEDULE must be a six-field NCRONTAB"),
         ("ORDERS_QUEUE", "  ", "ORDERS_QUEUE must not be empty"),
-        ("RETRY_BUDGET", "2", "RETRY_BUDGET=2 is smaller than MAX_FAILURES=3"),
+        ("RETRY_BUDGET", "2", "RETRY_BUDGET=2 gives a request no try"),
         (
             "FINISHED_RETENTION_SECONDS",
             "soon",
@@ -151,15 +151,17 @@ def test_bad_settings_fail_fast_naming_the_setting(name: str, value: str, messag
         Settings.from_environ({name: value})
 
 
-def test_a_budget_that_leaves_the_agent_no_try_names_all_three_settings_c4() -> None:
+def test_a_budget_that_leaves_a_request_no_try_names_the_settings_c4() -> None:
     with pytest.raises(SettingsError) as refused:
-        Settings.from_environ({"RETRY_BUDGET": "5", "AGENT_DELIVERY_ATTEMPTS": "2"})
+        Settings.from_environ({"RETRY_BUDGET": "7", "AGENT_DELIVERY_ATTEMPTS": "2"})
     assert str(refused.value) == (
-        "RETRY_BUDGET=5 is smaller than MAX_FAILURES=3 x AGENT_DELIVERY_ATTEMPTS=2: "
-        "raise RETRY_BUDGET or lower the others"
+        "RETRY_BUDGET=7 gives a request no try: an order of 3 steps (ORDER_STEPS) with "
+        "MAX_FAILURES=3 needs at least 8, one to do each step, one to undo it and one per "
+        "retry; raise RETRY_BUDGET or lower the others"
     )
     with pytest.raises(SettingsError, match="raise RETRY_BUDGET"):
         Settings(retry_budget=2)
+    assert Settings(retry_budget=8).tries_per_request == 1
 
 
 def test_a_backlog_bound_below_the_running_cap_is_refused_naming_both_settings_c5() -> None:
@@ -232,9 +234,8 @@ def test_the_service_layer_gets_the_settings_as_domain_values() -> None:
         catch_up_window_seconds=86400,
         scan=ScanBounds(page_size=10, max_items=50, max_pages=4),
     )
-    assert settings.agent_policy == AgentPolicy(
-        max_tries=2, backoff_base_seconds=0.5, backoff_max_seconds=4
-    )
+    assert settings.tries_per_request == 1
+    assert settings.agent_policy == AgentPolicy(backoff_base_seconds=0.5, backoff_max_seconds=4)
 
 
 # --- one declaration per setting -----------------------------------------------------------
@@ -305,8 +306,9 @@ def test_each_agent_has_its_queue_and_service_url() -> None:
 
 
 def test_agent_request_queues_deliver_a_request_as_often_as_the_budget_counts_c4() -> None:
-    """The budget's AGENT_DELIVERY_ATTEMPTS is the agent request queues' MaxDeliveryCount:
-    a queue that redelivers more often would let an order's calls exceed RETRY_BUDGET."""
+    """AGENT_DELIVERY_ATTEMPTS is the agent request queues' MaxDeliveryCount: the agent
+    splits a request's tries over that many deliveries, so a queue that redelivered more
+    often would let an order's calls exceed RETRY_BUDGET."""
     config = json.loads((ROOT / "servicebus.config.json").read_text(encoding="utf-8"))
     queues = {
         queue["Name"]: queue["Properties"]
@@ -317,4 +319,3 @@ def test_agent_request_queues_deliver_a_request_as_often_as_the_budget_counts_c4
     agent_queues = [settings.agent_queue(agent) for agent in ("stock", "payment", "shipping")]
     for name in agent_queues:
         assert queues[name]["MaxDeliveryCount"] == settings.agent_delivery_attempts, name
-    assert settings.budget.combined_max_tries <= settings.retry_budget

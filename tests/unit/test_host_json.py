@@ -1,8 +1,8 @@
 """host.json for production: the Durable Task Scheduler backend and tracing, and Service Bus
 settings consistent with the retry budget (C4) and the queues' lock durations.
 
-The worst case of calls per order is C4's arithmetic in ``config.Settings.budget``, fed here
-with the agent request queues' MaxDeliveryCount (servicebus.config.json) instead of the
+The agent splits a request's tries over AGENT_DELIVERY_ATTEMPTS deliveries (C4), checked here
+against the agent request queues' MaxDeliveryCount (servicebus.config.json) instead of the
 setting that claims to match it. Lock renewal must outlast the longest agent invocation, so
 no lock expires under a running agent (a lost lock is one more delivery of the request), and
 a prefetched message, whose lock nobody renews while it waits, must never wait longer than
@@ -23,6 +23,7 @@ from devhost.servicebus.config import parse_duration
 from adapters.message_settlement import SETTLEMENT_DEADLINE_SECONDS
 from adapters.servicebus_publisher import OPEN_TIMEOUT_SECONDS, SEND_TIMEOUT_SECONDS
 from config import Settings
+from domain.policies import delivery_tries
 from domain.workflow import step_list
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,13 +73,19 @@ def test_durable_functions_run_on_the_durable_task_scheduler_with_tracing() -> N
 
 
 def test_every_agent_request_is_delivered_at_most_as_often_as_the_budget_allows_c4() -> None:
+    """Every delivery the queue makes spends its share of the request's tries, and the
+    shares of all MaxDeliveryCount deliveries add up to no more than the request drew."""
     settings = Settings.from_environ(sample())
-    budget = settings.retry_budget
+    granted = settings.tries_per_request
     for queue in agent_request_queues(settings):
         deliveries = int(queues()[queue]["MaxDeliveryCount"])
         assert deliveries == settings.agent_delivery_attempts, queue
-        worst = Settings.from_environ({**sample(), "AGENT_DELIVERY_ATTEMPTS": str(deliveries)})
-        assert worst.budget.combined_max_tries <= budget, queue
+        shares = [
+            delivery_tries(granted, delivery=d, deliveries=settings.agent_delivery_attempts)
+            for d in range(1, deliveries + 1)
+        ]
+        assert sum(shares) <= granted, queue
+        assert min(shares) >= 1, f"{queue}: a redelivery would get no try"
 
 
 def test_lock_renewal_outlasts_the_longest_agent_invocation() -> None:

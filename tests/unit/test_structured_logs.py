@@ -147,6 +147,7 @@ async def test_an_agent_run_logs_the_order_id_and_never_the_customer_id(
         call,
         CircuitBreaker(failure_threshold=5, reset_seconds=30, clock=lambda: 0.0),
         Settings().agent_policy,
+        tries=2,
         now=lambda: T0,
         sleep=no_wait,
         jitter=lambda: 0.0,

@@ -5,13 +5,14 @@ call goes over HTTP to the running service, whose ledger proves what happened re
 """
 
 import datetime as dt
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
 import pytest
 
 from config import Settings
-from domain.agent_messages import AgentOutcome, AgentRequest
+from domain.agent_messages import AgentOutcome, AgentRequest, AgentResponse
 from domain.contracts import Order, OrderItem
 from domain.policies import CircuitBreaker
 from order_agents.call_policy import request_call, run_agent
@@ -20,9 +21,9 @@ from order_agents.service_client import ServiceClient
 from tools.simulators.services import FaultKind, FaultPlan, FaultRule, SimulatedServices
 
 T0 = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
-POLICY = Settings(
-    retry_budget=12, max_failures=3, agent_delivery_attempts=1
-).agent_policy  # 4 tries (C4)
+POLICY = Settings().agent_policy
+TRIES = 4
+"""What each delivery of a request below may spend (C4)."""
 ORDER = Order("o-1", "c-1", (OrderItem("sku-1", 2),), "EUR")
 
 
@@ -80,13 +81,18 @@ def breaker(time: FakeTime, threshold: int = 5) -> CircuitBreaker:
 
 
 async def run(
-    client: ServiceClient, time: FakeTime, req: AgentRequest, guard: CircuitBreaker | None = None
-) -> object:
+    client: ServiceClient,
+    time: FakeTime,
+    req: AgentRequest,
+    guard: CircuitBreaker | None = None,
+    tries: int = TRIES,
+) -> AgentResponse:
     return await run_agent(
         req,
         request_call(client, req),
         guard or breaker(time),
         POLICY,
+        tries=tries,
         now=time,
         sleep=time.sleep,
         jitter=lambda: 0.5,
@@ -163,7 +169,27 @@ async def test_tries_stop_at_the_agents_share_of_the_retry_budget_c4(
     service.replace_fault_plan(FaultPlan(rules=(FaultRule(FaultKind.TRANSIENT),)))
     response = await run(client, FakeTime(), request(deadline_seconds=3600))
     assert response.outcome is AgentOutcome.GAVE_UP
-    assert service.stats()["requests"] == POLICY.max_tries == 4
+    assert service.stats()["requests"] == TRIES
+
+
+async def test_a_request_granted_no_try_is_failed_for_good_without_a_call_c4(
+    service: Stock, client: ServiceClient
+) -> None:
+    """Its order's retry budget is spent: the agent calls nothing and answers `failed`, so
+    the order goes to an operator instead of waiting for its deadline (E8, C2)."""
+    response = await run(client, FakeTime(), replace(request(), tries=0))
+    assert response.outcome is AgentOutcome.FAILED
+    assert "retry budget is spent" in str(response.detail)
+    assert service.stats()["requests"] == 0
+
+
+async def test_a_delivery_whose_share_went_to_earlier_ones_gives_up_without_a_call_c4(
+    service: Stock, client: ServiceClient
+) -> None:
+    """A redelivery of a request granted one try: the first delivery had it."""
+    response = await run(client, FakeTime(), replace(request(), tries=1), tries=0)
+    assert response.outcome is AgentOutcome.GAVE_UP
+    assert service.stats()["requests"] == 0
 
 
 async def test_no_new_call_starts_after_the_deadline_e7(

@@ -22,7 +22,8 @@ from order_agents.service_client import ServiceClient
 from tools.simulators.services import FaultKind, FaultPlan, FaultRule, SimulatedServices
 
 T0 = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
-POLICY = Settings(retry_budget=12, max_failures=3, agent_delivery_attempts=1).agent_policy
+POLICY = Settings().agent_policy
+TRIES = 4
 ORDER = Order("o-1", "c-1", (OrderItem("sku-1", 2), OrderItem("sku-2", 1)), "EUR")
 AGENT_OF = {"reserve-stock": "stock", "charge-payment": "payment", "ship-order": "shipping"}
 
@@ -45,7 +46,13 @@ async def ask(
     client = ServiceClient(STEP_SERVICES[agent], services.url(agent), session)
     breaker = CircuitBreaker(failure_threshold=5, reset_seconds=30, clock=lambda: 0.0)
     return await run_agent(
-        req, request_call(client, req), breaker, POLICY, now=lambda: T0, jitter=lambda: 0.0
+        req,
+        request_call(client, req),
+        breaker,
+        POLICY,
+        tries=TRIES,
+        now=lambda: T0,
+        jitter=lambda: 0.0,
     )
 
 
@@ -143,7 +150,7 @@ async def test_an_agent_that_fails_inside_an_activity_gives_up_after_one_run_c4(
     and spends more than its share of the budget (C4); the supervisor retries the attempt."""
     runs: list[AgentRequest] = []
 
-    async def broken(req: AgentRequest) -> AgentResponse:
+    async def broken(req: AgentRequest, tries: int) -> AgentResponse:
         runs.append(req)
         raise RuntimeError("a bug in the agent")
 

@@ -84,27 +84,33 @@ def test_of_two_operators_resubmitting_the_same_view_only_one_wins_e8_u6(
 ) -> None:
     states, _ = stores
     seen = in_error(states, "o-1")
-    won = resubmit_order(states, "o-1", T0, max_resubmits=3, expected_etag=seen.etag)
+    won = resubmit_order(states, "o-1", T0, expected_etag=seen.etag)
     assert won.process_state is ProcessState.PENDING
     assert won.resubmits == 1
     with pytest.raises(PreconditionFailed, match="another writer changed it"):
-        resubmit_order(states, "o-1", T0, max_resubmits=3, expected_etag=seen.etag)
+        resubmit_order(states, "o-1", T0, expected_etag=seen.etag)
     with pytest.raises(IllegalTransition, match="only an order in Error"):
-        resubmit_order(states, "o-1", T0, max_resubmits=3)
+        resubmit_order(states, "o-1", T0)
     with pytest.raises(RecordNotFound):
-        resubmit_order(states, "nobody", T0, max_resubmits=3)
+        resubmit_order(states, "nobody", T0)
 
 
 def test_an_order_is_resubmitted_no_more_often_than_its_budget_allows_c4(
     stores: tuple[StateStore, OrderStore],
 ) -> None:
+    """Resubmits spend from the order's one retry budget and never refill it: once its
+    steps drew all they may, the console's resubmit is refused (409) and changes nothing."""
     states, _ = stores
-    in_error(states, "o-1", resubmits=3)
+    record = in_error(states, "o-1", resubmits=1)
+    in_error(states, "o-2", tries_spent=record.budget.forward_limit)
+    again = resubmit_order(states, "o-1", T0)
+    assert (again.resubmits, again.tries_spent) == (2, 0)
     with pytest.raises(IllegalTransition, match="retry budget is spent"):
-        resubmit_order(states, "o-1", T0, max_resubmits=3)
-    record = states.get("o-1")
-    assert record is not None
-    assert record.process_state is ProcessState.ERROR
+        resubmit_order(states, "o-2", T0)
+    refused = states.get("o-2")
+    assert refused is not None
+    assert refused.process_state is ProcessState.ERROR
+    assert refused.resubmits == 0
 
 
 def test_cancel_fences_out_the_running_attempt_and_requests_its_compensation_c1_d4(
@@ -147,6 +153,32 @@ def test_a_failed_compensation_is_retried_once_from_where_it_failed_c2(
     assert [u.name for u in retried.undo] == ["charge-payment", "reserve-stock"]
     with pytest.raises(PreconditionFailed):
         retry_compensation(states, "o-1", T0, timeouts=TIMEOUTS, expected_etag=failed.etag)
+
+
+def test_a_failed_compensation_is_retried_only_while_its_undos_have_tries_left_c2_c4(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """Each undo draws its tries in its begin write; once the undos drew all the budget
+    leaves them, an operator's retry is refused (409) and the order stays with them."""
+    states, _ = stores
+    running_step_two(states, "o-1")
+    request = cancel_order(states, "o-1", T0, timeouts=TIMEOUTS, reason="r")
+    left = request.record.undo_tries_left
+    begun = states.fenced_update(
+        transitions.begin_undo(request.instance, request.undo[0], complete_by=T0, now=T0, draw=left)
+    )
+    assert begun is not None
+    assert begun.budget.undo_tries(left, begun.tries_spent, begun.undo_tries_spent) == left
+    failed = states.fenced_update(
+        transitions.undo_failed(request.instance, request.undo[0], reason="refused", now=T0)
+    )
+    assert failed is not None
+    assert failed.undo_tries_left == 0
+    with pytest.raises(IllegalTransition, match="retry budget is spent: its undos"):
+        retry_compensation(states, "o-1", T0, timeouts=TIMEOUTS)
+    still = states.get("o-1")
+    assert still is not None
+    assert still.process_state is ProcessState.COMPENSATION_FAILED
 
 
 def test_a_timeline_names_every_attempt_and_what_is_left_to_undo_c1(

@@ -365,7 +365,7 @@ def test_a_resubmitted_order_lists_the_failed_of_the_attempt_it_left_e8_c4(
     failed = fail(order, 0, "out of stock for now")
     order.completed(FAIL_STEP, failed)
     order.ended("failed")
-    pending = resubmit_order(order.states, "o-again", order.now(), max_resubmits=3)
+    pending = resubmit_order(order.states, "o-again", order.now())
     order.states.replace(
         transitions.claim(pending, now=order.now(), claim_deadline=T0 + timedelta(1))
     )

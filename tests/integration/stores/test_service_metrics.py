@@ -158,6 +158,7 @@ async def agent_answer(
         call,
         CircuitBreaker(failure_threshold=5, reset_seconds=30, clock=lambda: 0.0),
         SETTINGS.agent_policy,
+        tries=SETTINGS.tries_per_request,
         now=lambda: clock[0],
         sleep=no_wait,
         jitter=lambda: 0.0,

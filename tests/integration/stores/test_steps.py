@@ -282,3 +282,68 @@ def test_an_undo_that_fails_for_good_tells_the_operator_which_step_c2(
         "undoing ship-order failed: already dispatched; left to undo: ship-order "
         "(by idempotency key), charge-payment (pay-1), reserve-stock (res-1)"
     )
+
+
+def test_every_run_of_a_begin_draws_the_requests_tries_and_none_gets_more_than_is_left_c4_c8(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """The write that begins a step draws its request's tries in the same write; the same
+    begin run again (its activity retried, C8) is recognised and draws again, never for
+    free, until the steps' part of the budget is spent: then the request gets 0 tries."""
+    states, _ = stores
+    budget = claimed(states).budget
+    draw = SETTINGS.tries_per_request
+    first = steps.begin_step(
+        states,
+        ATTEMPT,
+        Step(0, STEPS[0]),
+        done=None,
+        now=T0,
+        complete_by=step_deadline(T0, SETTINGS.timeouts),
+        draw=draw,
+    )
+    assert (first.tries, first.record and first.record.tries_spent) == (draw, draw)
+    runs = []
+    for _ in range(budget.forward_limit // draw):
+        again = steps.begin_step(
+            states,
+            ATTEMPT,
+            Step(1, STEPS[1]),
+            done=Step(0, STEPS[0], "res-1"),
+            now=T0,
+            complete_by=step_deadline(T0, SETTINGS.timeouts),
+            draw=draw,
+        )
+        assert again.applied
+        assert statuses(again) == [("in-progress", STEPS[0])]
+        runs.append(again.tries)
+    assert runs == [draw] * (budget.forward_limit // draw - 1) + [0]
+    record = states.get("o-1")
+    assert record is not None
+    assert (record.tries_left, record.undo_tries_left) == (0, budget.undo_reserve)
+    assert [entry.step for entry in record.compensation_log] == [STEPS[0]]
+
+
+def test_an_undo_draws_from_the_reserve_and_what_the_steps_left_c4(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    record = claimed(states)
+    compensating = states.replace(
+        transitions.cancel(record, now=T0, reason="r", compensation_deadline=T0)
+    )
+    instance = compensating.instance_id
+    assert instance is not None
+    undone = [
+        steps.begin_undo(
+            states,
+            instance,
+            Step(0, STEPS[0], "res-1"),
+            undone=None,
+            now=T0,
+            complete_by=compensation_deadline(T0, SETTINGS.timeouts),
+            draw=20,
+        ).tries
+        for _ in range(3)
+    ]
+    assert undone == [20, 20, record.retry_budget - 40]

@@ -1,4 +1,4 @@
-"""Store contract: every StateStore/OrderStore backend passes this suite (S2, D1, D3, D4, U1, U2).
+"""Store contract: every StateStore/OrderStore backend passes this suite (S2, D1, D3, D4, U2, C4).
 
 Parametrised over the `store_factory` fixture (conftest.py): SQLite, and Cosmos against a local
 Cosmos DB API server.
@@ -18,6 +18,7 @@ from adapters.sqlite_store import SqliteStateStore
 from domain import transitions
 from domain.contracts import Order, OrderItem
 from domain.dead_letters import WatchMark
+from domain.policies import RetryBudget
 from domain.ports import (
     InvalidContinuation,
     OperationKind,
@@ -627,6 +628,79 @@ def test_one_store_object_serves_many_threads(stores: tuple[StateStore, OrderSto
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(lifecycle, range(40), timeout=THREAD_TIMEOUT))
     assert all(r is not None and r.process_state is ProcessState.PROCESSED for r in results)
+
+
+# --- the retry budget's blind draws (C4) ---------------------------------------------------
+
+
+def test_concurrent_draws_add_up_and_never_give_more_than_the_budget_left_c4(
+    store_factory: StoreFactory,
+) -> None:
+    """Eight hosts begin the same step at once, each drawing 3 tries in its fenced write:
+    every draw lands (the count returned is 3, 6, ... 24), and what fit of them adds up to
+    the steps' limit exactly; the undos' reserve stays whole, and nothing left goes below 0."""
+    states, _ = store_factory.open_stores()
+    budget = RetryBudget(total=20, undo_reserve=6)
+    stored(states, processing("o-1", retry_budget=budget.total, undo_reserve=budget.undo_reserve))
+    hosts = [store_factory.open_stores()[0] for _ in range(8)]
+    barrier = threading.Barrier(len(hosts), timeout=THREAD_TIMEOUT)
+    change = transitions.begin_step(
+        InstanceId("o-1", 1), Step(0, STEPS[0]), complete_by=FUTURE, now=NOW, draw=3
+    )
+
+    def draw(host: StateStore) -> StateRecord | None:
+        barrier.wait()
+        return host.fenced_update(change)
+
+    with ThreadPoolExecutor(len(hosts)) as pool:
+        drawn = list(pool.map(draw, hosts, timeout=THREAD_TIMEOUT))
+    counts = sorted(record.tries_spent for record in drawn if record is not None)
+    assert counts == [3 * n for n in range(1, 9)]
+    assert sum(budget.step_tries(3, spent) for spent in counts) == budget.forward_limit == 14
+    final = states.get("o-1")
+    assert final is not None
+    assert (final.tries_spent, final.tries_left, final.undo_tries_left) == (24, 0, 6)
+
+
+def test_undo_draws_spend_the_reserve_and_what_the_steps_left_and_stop_at_zero_c4(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """The steps drew 10 of their limit of 14, so the undos may spend 10: the reserve of 6
+    and the 4 the steps left. Four undo draws of 4 each fit 4, 4, 2 and 0."""
+    states, _ = stores
+    record = processing(
+        "o-1",
+        process_state=ProcessState.COMPENSATING,
+        retry_budget=20,
+        undo_reserve=6,
+        tries_spent=10,
+    )
+    stored(states, record)
+    fits = []
+    for _ in range(4):
+        change = transitions.begin_undo(
+            InstanceId("o-1", 1), Step(0, STEPS[0], "r-1"), complete_by=FUTURE, now=NOW, draw=4
+        )
+        after = states.fenced_update(change)
+        assert after is not None
+        assert after == change.apply(replace(after, undo_tries_spent=after.undo_tries_spent - 4))
+        fits.append(after.budget.undo_tries(4, after.tries_spent, after.undo_tries_spent))
+    assert fits == [4, 4, 2, 0]
+    final = states.get("o-1")
+    assert final is not None
+    assert (final.undo_tries_spent, final.undo_tries_left, final.tries_spent) == (16, 0, 10)
+
+
+def test_a_refused_draw_spends_nothing_d4_c4(stores: tuple[StateStore, OrderStore]) -> None:
+    states, _ = stores
+    stored(states, processing("o-1", attempt=2))
+    change = transitions.begin_step(
+        InstanceId("o-1", 1), Step(0, STEPS[0]), complete_by=FUTURE, now=NOW, draw=5
+    )
+    assert states.fenced_update(change) is None
+    final = states.get("o-1")
+    assert final is not None
+    assert final.tries_spent == 0
 
 
 # --- the operator's list by state (E8, C2) ------------------------------------------------

@@ -1095,7 +1095,7 @@ def test_giving_up_after_completed_steps_requests_compensation_c1_u4(
     stores: tuple[StateStore, OrderStore],
 ) -> None:
     states, _ = stores
-    settings = replace(SETTINGS, max_failures=1, retry_budget=3, compensation_timeout_seconds=90)
+    settings = replace(SETTINGS, max_failures=1, compensation_timeout_seconds=90)
     names = ("reserve-stock", "charge-payment")
     states.create(transitions.new_record("o-1", "replies-a", T0, names))
     instance = claim_one(states)
@@ -1125,7 +1125,7 @@ def test_a_stalled_compensation_is_resumed_then_given_to_an_operator_c2(
     stores: tuple[StateStore, OrderStore],
 ) -> None:
     states, _ = stores
-    settings = replace(SETTINGS, max_failures=2, retry_budget=4, compensation_timeout_seconds=90)
+    settings = replace(SETTINGS, max_failures=2, compensation_timeout_seconds=90)
     names = ("reserve-stock", "charge-payment")
     record = transitions.new_record("o-1", "replies-a", T0, names)
     record = transitions.claim(record, now=T0, claim_deadline=T0)
@@ -1160,6 +1160,33 @@ def test_a_stalled_compensation_is_resumed_then_given_to_an_operator_c2(
     final = state_of(states, "o-1")
     assert final.process_state is ProcessState.COMPENSATION_FAILED
     assert final.compensation_failures == 2
+
+
+def test_the_supervisor_asks_for_no_work_the_retry_budget_cannot_pay_for_u4_c2_c4(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """Below MAX_FAILURES, an expired attempt whose steps spent their part of the budget is
+    given up, not retried, and a stalled compensation whose undos spent theirs goes to an
+    operator, not resumed: each reason names the spent budget."""
+    states, _ = stores
+    record = transitions.new_record("o-1", "replies-a", T0, STEPS[:1])
+    spent = transitions.claim(record, now=T0, claim_deadline=T0)
+    states.create(replace(spent, tries_spent=record.budget.forward_limit))
+    compensating = replace(
+        transitions.claim(replace(record, order_id="o-2"), now=T0, claim_deadline=T0),
+        process_state=ProcessState.COMPENSATING,
+        compensation_log=(CompletedStep(STEPS[0], "res-1", T0),),
+        undo_tries_spent=record.retry_budget,
+    )
+    states.create(compensating)
+    report = sweep_at(states, T0 + timedelta(seconds=1))
+    kinds = {r.record.order_id: r.kind for r in report.recoveries}
+    assert kinds == {"o-1": RecoveryKind.GAVE_UP, "o-2": RecoveryKind.COMPENSATION_STALLED}
+    gave_up, stalled = state_of(states, "o-1"), state_of(states, "o-2")
+    assert (gave_up.process_state, gave_up.failure_count) == (ProcessState.ERROR, 1)
+    assert "retry budget for its steps is spent" in str(gave_up.last_error)
+    assert stalled.process_state is ProcessState.COMPENSATION_FAILED
+    assert "retry budget for its undos is spent" in str(stalled.last_error)
 
 
 # --- cost of one fault-free order ----------------------------------------------------------
@@ -1232,13 +1259,13 @@ def test_an_operator_resubmits_an_order_in_error_for_a_new_attempt_e8(
     instance = claim_one(states)
     begin(states, instance, 0)
     assert fail(states, instance, 0, reason="permanent").applied
-    resubmitted = resubmit_order(states, "o-1", T0 + timedelta(minutes=5), max_resubmits=3)
+    resubmitted = resubmit_order(states, "o-1", T0 + timedelta(minutes=5))
     assert resubmitted.process_state is ProcessState.PENDING
     assert claim_one(states, T0 + timedelta(minutes=5)) == InstanceId("o-1", 2)
     with pytest.raises(IllegalTransition, match="only an order in Error"):
-        resubmit_order(states, "o-1", T0 + timedelta(minutes=6), max_resubmits=3)
+        resubmit_order(states, "o-1", T0 + timedelta(minutes=6))
     with pytest.raises(RecordNotFound, match="o-9"):
-        resubmit_order(states, "o-9", T0, max_resubmits=3)
+        resubmit_order(states, "o-9", T0)
 
 
 def test_giving_up_with_nothing_completed_names_the_step_in_doubt_e8_u4(
@@ -1247,7 +1274,7 @@ def test_giving_up_with_nothing_completed_names_the_step_in_doubt_e8_u4(
     """Nothing completed, so nothing is undone and the order ends in Error; the step that was
     running may hold a side effect whose answer was lost, and the operator hears which."""
     states, _ = stores
-    settings = replace(SETTINGS, max_failures=1, retry_budget=2)
+    settings = replace(SETTINGS, max_failures=1)
     states.create(transitions.new_record("o-1", "replies-a", T0, ("reserve-stock",)))
     instance = claim_one(states)
     steps.begin_step(

@@ -39,6 +39,6 @@ def test_a_retry_budget_too_small_for_its_factors_stops_the_app_loading_c4(
     )
     assert result.returncode != 0
     assert (
-        "RETRY_BUDGET=5 is smaller than MAX_FAILURES=3 x AGENT_DELIVERY_ATTEMPTS=2: "
-        "raise RETRY_BUDGET or lower the others"
+        "RETRY_BUDGET=5 gives a request no try: an order of 3 steps (ORDER_STEPS) with "
+        "MAX_FAILURES=3 needs at least 8"
     ) in result.stderr

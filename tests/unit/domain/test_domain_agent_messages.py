@@ -1,8 +1,10 @@
 """Scheduler <-> agent messages: stable ids, idempotency keys, undo requests, the bounds of a
-response, through the app's codec as they cross a queue (E3, E4, E7, C1, C7, S3)."""
+response, the tries a request carries, through the app's codec as they cross a queue (E3, E4,
+E7, C1, C4, C7, S3)."""
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime
 from typing import Any
@@ -41,6 +43,20 @@ def test_a_request_round_trips_with_stable_ids_e4() -> None:
     assert (sent.request_id, sent.message_id) == ("order-5:2:charge-payment",) * 2
     assert sent.attempt == 2
     assert from_json(to_json(sent), AgentRequest) == sent
+
+
+def test_a_request_carries_the_tries_it_may_spend_and_one_sent_without_them_still_reads_c4_c7() -> (
+    None
+):
+    """The body names what the agent may spend of the order's retry budget; a request put on
+    a queue before requests carried it reads as one that names none (C7)."""
+    body = json.loads(to_json(request(tries=3)))
+    assert body["tries"] == 3
+    assert from_json(json.dumps(body), AgentRequest).tries == 3
+    del body["tries"]
+    assert from_json(json.dumps(body), AgentRequest).tries is None
+    with pytest.raises(PayloadError, match="tries must be >= 0"):
+        from_json(json.dumps({**body, "tries": -1}), AgentRequest)
 
 
 def test_the_idempotency_key_is_the_same_for_every_attempt_of_a_step_c8() -> None:

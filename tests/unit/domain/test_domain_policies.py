@@ -22,11 +22,13 @@ from domain.policies import (
     catch_up_window,
     claim_deadline,
     compensation_deadline,
+    delivery_tries,
     full_jitter_delay,
     next_retry_delay,
     step_deadline,
     supervisor_decision,
     sweep_window_start,
+    tries_per_request,
 )
 
 NOW = datetime(2026, 7, 1, tzinfo=UTC)
@@ -54,22 +56,75 @@ def supervisor_policy(
 
 
 @pytest.mark.parametrize(
-    ("total", "attempts", "deliveries", "agent_tries"),
-    [(12, 3, 1, 4), (13, 3, 1, 4), (12, 3, 2, 2), (3, 3, 1, 1), (100, 1, 1, 100)],
+    ("total", "steps", "attempts", "per_request"),
+    [(48, 3, 3, 6), (24, 3, 3, 3), (8, 3, 3, 1), (12, 1, 3, 3), (100, 2, 1, 25)],
 )
-def test_agent_tries_are_derived_so_the_combined_maximum_fits_the_budget_c4(
-    total: int, attempts: int, deliveries: int, agent_tries: int
+def test_each_request_draws_a_share_sized_for_a_run_its_retries_and_its_undo_c4(
+    total: int, steps: int, attempts: int, per_request: int
 ) -> None:
-    budget = RetryBudget(total, attempts, deliveries)
-    assert budget.agent_max_tries == agent_tries
-    assert budget.combined_max_tries <= total
+    """A request per step to do it, MAX_FAILURES - 1 more to retry one failing step, and one
+    per step to undo it: a run whose last step fails every attempt still fits, and the undo
+    of every step is kept apart."""
+    assert tries_per_request(total, steps=steps, supervisor_attempts=attempts) == per_request
+    budget = RetryBudget.for_order(total, steps=steps, supervisor_attempts=attempts)
+    assert budget.undo_reserve == steps * per_request
+    assert (steps - 1 + attempts) * per_request <= budget.forward_limit
+    assert budget.forward_limit + budget.undo_reserve == total
 
 
-def test_budget_factors_must_be_positive_c4() -> None:
-    with pytest.raises(ValueError, match=">= 1"):
-        RetryBudget(10, 0)
-    with pytest.raises(RetryBudgetTooSmall, match="5 tries is smaller than 3 supervisor attempts"):
-        RetryBudget(5, 3, 2)
+def test_a_budget_too_small_for_one_try_per_request_is_refused_c4() -> None:
+    with pytest.raises(RetryBudgetTooSmall, match="7 tries is smaller than the 8 requests"):
+        RetryBudget.for_order(7, steps=3, supervisor_attempts=3)
+    with pytest.raises(RetryBudgetTooSmall, match="leaves the steps nothing"):
+        RetryBudget(6, 6)
+
+
+def test_the_steps_draws_never_get_more_than_is_left_above_the_reserve_c4() -> None:
+    """Draws of every size, one after another as the store counts them: each gets at most
+    what it drew, never below zero, and together never more than the steps' limit."""
+    budget = RetryBudget(total=20, undo_reserve=6)
+    for drawn in range(1, 9):
+        spent, got = 0, []
+        for _ in range(20):
+            spent += drawn
+            got.append(budget.step_tries(drawn, spent))
+        assert all(0 <= each <= drawn for each in got), drawn
+        assert sum(got) == budget.forward_limit == 14, drawn
+        assert budget.forward_left(spent) == 0
+
+
+def test_the_undos_get_the_reserve_and_what_the_steps_left_never_more_c4() -> None:
+    budget = RetryBudget(total=20, undo_reserve=6)
+    for steps_spent, undo_budget in ((0, 20), (10, 10), (14, 6), (40, 6)):
+        assert budget.undo_left(steps_spent, 0) == undo_budget
+        undo_spent, got = 0, []
+        for _ in range(12):
+            undo_spent += 4
+            got.append(budget.undo_tries(4, steps_spent, undo_spent))
+        assert all(0 <= each <= 4 for each in got)
+        assert sum(got) == undo_budget, steps_spent
+        assert budget.undo_left(steps_spent, undo_spent) == 0
+        assert min(steps_spent, budget.forward_limit) + sum(got) <= budget.total
+
+
+@pytest.mark.parametrize("deliveries", [1, 2, 3, 5])
+def test_the_deliveries_of_a_request_share_its_tries_and_never_spend_more_c4(
+    deliveries: int,
+) -> None:
+    """However many of its deliveries messaging makes, a request's calls stay within what it
+    was granted: the shares add up to the grant, and a delivery past MaxDeliveryCount gets
+    none; a delivery counted from 2 instead of 1 only gets less."""
+    for granted in range(0, 13):
+        shares = [
+            delivery_tries(granted, delivery=d, deliveries=deliveries)
+            for d in range(1, deliveries + 3)
+        ]
+        assert sum(shares) == granted
+        assert shares[deliveries:] == [0, 0]
+        assert shares == sorted(shares, reverse=True)
+        assert max(shares) - min(shares[:deliveries]) <= 1
+    with pytest.raises(ValueError, match="1-based"):
+        delivery_tries(3, delivery=0, deliveries=2)
 
 
 def test_full_jitter_grows_exponentially_up_to_the_cap_e9() -> None:
@@ -182,14 +237,26 @@ def test_breaker_reopens_when_the_trial_fails_e9() -> None:
 
 def test_supervisor_retries_below_the_threshold_and_gives_up_at_it_u4() -> None:
     policy = supervisor_policy(max_failures=3, long_wait_after_failures=5, retry_delay_seconds=2.0)
-    first = supervisor_decision(0, NOW, policy)
+    first = supervisor_decision(0, NOW, policy, tries_left=5)
     assert first == Retry(1, NOW + timedelta(seconds=2), long_wait=False)
-    assert supervisor_decision(1, NOW, policy) == Retry(2, NOW + timedelta(seconds=2), False)
-    given_up = supervisor_decision(2, NOW, policy)
+    second = supervisor_decision(1, NOW, policy, tries_left=5)
+    assert second == Retry(2, NOW + timedelta(seconds=2), False)
+    given_up = supervisor_decision(2, NOW, policy, tries_left=5)
     assert isinstance(given_up, GiveUp)
     assert given_up.failures == 3
     assert "MAX_FAILURES=3" in given_up.reason
-    assert isinstance(supervisor_decision(7, NOW, policy), GiveUp)
+    assert isinstance(supervisor_decision(7, NOW, policy, tries_left=5), GiveUp)
+
+
+def test_supervisor_gives_up_below_the_threshold_once_the_retry_budget_is_spent_u4_c4() -> None:
+    """A new attempt would draw from an order's retry budget: with none left for its steps,
+    the supervisor gives up at once, naming the budget."""
+    policy = supervisor_policy(max_failures=3, long_wait_after_failures=5)
+    given_up = supervisor_decision(0, NOW, policy, tries_left=0)
+    assert isinstance(given_up, GiveUp)
+    assert given_up.failures == 1
+    assert "retry budget for its steps is spent (RETRY_BUDGET)" in given_up.reason
+    assert isinstance(supervisor_decision(0, NOW, policy, tries_left=1), Retry)
 
 
 def test_supervisor_waits_longer_past_the_long_wait_threshold_u5() -> None:
@@ -199,7 +266,7 @@ def test_supervisor_waits_longer_past_the_long_wait_threshold_u5() -> None:
         retry_delay_seconds=1.0,
         long_retry_delay_seconds=60.0,
     )
-    decisions = [supervisor_decision(count, NOW, policy) for count in range(5)]
+    decisions = [supervisor_decision(count, NOW, policy, tries_left=9) for count in range(5)]
     assert decisions[:4] == [
         Retry(1, NOW + timedelta(seconds=1), long_wait=False),
         Retry(2, NOW + timedelta(seconds=60), long_wait=True),

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from domain import transitions
+from domain.policies import RetryBudget
 from domain.records import (
     CompletedStep,
     InstanceId,
@@ -73,7 +74,7 @@ WHOLE_RECORD: dict[str, tuple[WholeRecordTransition, set[ProcessState]]] = {
         {ProcessState.COMPENSATING},
     ),
     "resubmit": (
-        lambda r: transitions.resubmit(r, now=NOW, max_resubmits=3),
+        lambda r: transitions.resubmit(r, now=NOW),
         {ProcessState.ERROR},
     ),
     "retry_compensation": (
@@ -195,19 +196,76 @@ def test_stalled_compensation_becomes_compensation_failed_c2() -> None:
 
 def test_resubmit_returns_an_error_to_pending_with_a_fresh_failure_count_e8() -> None:
     resubmitted = transitions.resubmit(
-        record_in(ProcessState.ERROR, failure_count=3, complete_by=None), now=NOW, max_resubmits=3
+        record_in(ProcessState.ERROR, failure_count=3, complete_by=None, tries_spent=12), now=NOW
     )
     assert resubmitted.process_state is ProcessState.PENDING
     assert resubmitted.failure_count == 0
     assert resubmitted.resubmits == 1
     assert resubmitted.locked_by is None
     assert transitions.is_claimable(resubmitted, NOW)
+    assert resubmitted.tries_spent == 12, "a resubmit never refills the retry budget (C4)"
 
 
-def test_resubmit_is_refused_once_the_order_spent_its_resubmissions_c4() -> None:
-    spent = record_in(ProcessState.ERROR, resubmits=2, complete_by=None)
-    with pytest.raises(IllegalTransition, match="retry budget is spent: resubmitted 2 times"):
-        transitions.resubmit(spent, now=NOW, max_resubmits=2)
+def test_resubmit_is_refused_once_the_retry_budget_has_nothing_left_for_the_steps_c4() -> None:
+    """However often an operator presses the button, the order spends one budget (C4)."""
+    budget = RetryBudget(total=24, undo_reserve=9)
+    spent = record_in(
+        ProcessState.ERROR,
+        complete_by=None,
+        retry_budget=budget.total,
+        undo_reserve=budget.undo_reserve,
+        tries_spent=15,
+    )
+    with pytest.raises(IllegalTransition, match="retry budget is spent: its steps may draw no"):
+        transitions.resubmit(spent, now=NOW)
+    assert transitions.resubmit(replace(spent, tries_spent=14), now=NOW).resubmits == 1
+
+
+def test_retry_compensation_is_refused_once_the_undos_spent_what_they_may_c4() -> None:
+    """The undos may spend the reserve and what the steps left (24 - 15 here), and an
+    operator's retry never adds to it."""
+    failed = record_in(
+        ProcessState.COMPENSATION_FAILED,
+        complete_by=None,
+        retry_budget=24,
+        undo_reserve=9,
+        tries_spent=20,
+        undo_tries_spent=9,
+    )
+    with pytest.raises(IllegalTransition, match="retry budget is spent: its undos may draw no"):
+        transitions.retry_compensation(failed, now=NOW, compensation_deadline=FUTURE)
+    retried = transitions.retry_compensation(
+        replace(failed, undo_tries_spent=8), now=NOW, compensation_deadline=FUTURE
+    )
+    assert (retried.undo_tries_spent, retried.undo_tries_left) == (8, 1)
+
+
+def test_a_new_order_keeps_its_budget_with_nothing_spent_c4() -> None:
+    budget = RetryBudget.for_order(30, steps=len(STEPS), supervisor_attempts=3)
+    record = transitions.new_record("order-7", None, NOW, STEPS, budget=budget)
+    assert record.budget == budget
+    assert (record.tries_spent, record.undo_tries_spent) == (0, 0)
+    assert (record.tries_left, record.undo_tries_left) == (30 - 9, 30)
+
+
+def test_the_writes_that_begin_a_request_draw_its_tries_c4() -> None:
+    """`begin_step`, `draw_again` and `begin_undo` add what they draw to the counts, the
+    rest of the record as their other fields say; a step begun again must still run."""
+    instance = InstanceId("order-7", 2)
+    running = record_in(ProcessState.PROCESSING, tries_spent=6)
+    begun = transitions.begin_step(
+        instance, Step(0, STEPS[0]), complete_by=FUTURE, now=NOW, draw=3
+    ).apply(running)
+    assert (begun.tries_spent, begun.undo_tries_spent) == (9, 0)
+    again = transitions.draw_again(instance, Step(0, STEPS[0]), draw=3, now=NOW)
+    assert again.apply(begun).tries_spent == 12
+    with pytest.raises(FenceLost):
+        transitions.draw_again(instance, Step(1, STEPS[1]), draw=3, now=NOW).apply(begun)
+    compensating = replace(begun, process_state=ProcessState.COMPENSATING)
+    undoing = transitions.begin_undo(
+        instance, Step(0, STEPS[0], "r-1"), complete_by=FUTURE, now=NOW, draw=4
+    ).apply(compensating)
+    assert (undoing.tries_spent, undoing.undo_tries_spent) == (9, 4)
 
 
 def steps_record(state: ProcessState, *steps: StepStatus, **changes: object) -> StateRecord:
