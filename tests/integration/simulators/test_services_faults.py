@@ -494,6 +494,7 @@ async def test_stats_of_a_step_service_count_its_side_effects_refusals_and_fault
             },
         },
         "latency_delays": {"cancel": [0.01]},
+        "requests_per_order": {"o-1": 2, "o-2": 2, "o-3": 4},
     }
     assert services.stats(STOCK.name)["faults_injected"].keys() == {
         "transient",

@@ -77,14 +77,16 @@ Inspection and control, never faulted, under the same prefix:
   "stale_writes_refused", "idempotency_key_reuse_refused", "replays", "tombstones",
   "actions_refused_after_undo", "faults_injected": {kind: n}, "faults_injected_by_operation":
   {operation: {kind: n}}, "faults_injected_times": [{"at", "kind", "count"}, ...],
-  "latency_delays": {operation: [seconds, ...]}}``, with the service's
-  side-effect names (payment: ``payments``, ``refunds``, ``{"payment": n, "refund": n}``);
-  shipping adds ``dispatched`` and ``cancellations_refused`` (cancels refused as already
-  dispatched). ``requests`` counts action and compensation calls, refused and faulted ones
-  included. ``double_side_effects`` is the number of orders whose action was performed more
-  than once. A compensation by key that undid an action counts as a compensation (and is one
-  ledger entry); ``tombstones`` counts the keys undone with nothing to undo and
-  ``actions_refused_after_undo`` the actions refused as ``compensated``.
+  "latency_delays": {operation: [seconds, ...]}, "requests_per_order": {orderId: n}}``,
+  with the service's side-effect names (payment: ``payments``, ``refunds``, ``{"payment": n,
+  "refund": n}``); shipping adds ``dispatched`` and ``cancellations_refused`` (cancels
+  refused as already dispatched). ``requests`` counts action and compensation calls, refused
+  and faulted ones included, and ``requests_per_order`` those of them that named their order
+  (all but a malformed one or a compensation of an unknown id). ``double_side_effects`` is
+  the number of orders whose action was performed more than once. A compensation by key that
+  undid an action counts as a compensation (and is one ledger entry); ``tombstones`` counts
+  the keys undone with nothing to undo and ``actions_refused_after_undo`` the actions refused
+  as ``compensated``.
   ``faults_injected_by_operation`` splits ``faults_injected`` between the service's action and
   its compensation (both always listed, every kind with them); ``faults_injected_times`` are
   the same faults per wall-clock second and kind, oldest first: ``at`` the epoch seconds (UTC)
@@ -161,6 +163,7 @@ class ServiceApi:
             },
             "faults_injected_times": self.faults.injected_times(),
             "latency_delays": self.faults.latency_delays(),
+            "requests_per_order": self.faults.requests_per_order(),
         }
 
     def replace_plan(self, plan: FaultPlan) -> None:

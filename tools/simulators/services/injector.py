@@ -103,6 +103,15 @@ class FaultInjector:
                     counts[kind] += count
             return {kind.value: counts[kind] for kind in self._kinds}
 
+    def requests_per_order(self) -> dict[str, int]:
+        """Action and compensation calls that reached a decision, per order, faulted ones
+        included: what an order's retry budget bounds (C4)."""
+        with self._lock:
+            counts: Counter[str] = Counter()
+            for (_, order_id), count in self._requests_per_order.items():
+                counts[order_id] += count
+            return dict(counts)
+
     def latency_delays(self) -> dict[str, list[float]]:
         """Each latency fault's delay in seconds, per operation, oldest first (the latest
         `MAX_DELAYS` of each operation)."""
