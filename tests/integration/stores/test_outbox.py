@@ -197,7 +197,8 @@ def test_each_recovery_owes_its_messages_under_their_stable_ids_c6_u2_u4_c2(
         "compensation-failed:o-1:2",
         "o-1:compensation-failed:2",
     ]
-    assert stalled.status is not None and stalled.alert is not None
+    assert stalled.status is not None
+    assert stalled.alert is not None
     assert "left to undo: charge-payment" in stalled.alert.body["reason"]
 
     expired(states, "o-late", completed_steps=0)
@@ -256,7 +257,8 @@ def test_each_fenced_write_replaces_the_outbox_with_what_it_owes_itself_c6_r2(
     assert outbox.cleared(states, done.record)
     assert relayed(states, T0 + timedelta(seconds=GRACE)) == []
     repeated = steps.finish_steps(states, instance, Step(2, STEPS[2], "ref-2"), now=T0)
-    assert repeated.applied and repeated.statuses == ()
+    assert repeated.applied
+    assert repeated.statuses == ()
 
 
 def test_a_final_failure_owes_its_status_and_alert_and_a_compensating_one_nothing_c6_e8(
