@@ -27,6 +27,7 @@ from adapters.servicebus_publisher import ServiceBusPublisher
 from domain.outgoing_messages import OutgoingMessage
 from domain.ports import StateStore, StoreUnavailable
 from domain.records import ProcessState
+from services.operator import resubmit_order
 from services.supervisor import sweep
 from tests.e2e.e2e_helpers import (
     ALERTS,
@@ -251,3 +252,53 @@ async def test_c6_u4_c1_what_recoveries_owe_survives_a_store_error_a_crash_and_f
             record = await e2e.record(order)
             assert record is not None
             assert record.owed is None
+
+
+async def test_c6_e8_the_starter_delivers_what_a_resubmitted_order_still_owed_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_settings: dict[str, str]
+) -> None:
+    """The first step fails for good while the alerts queue cannot be reached: Error is
+    written, its alert and `failed` status are not sent, the activity's tries fail. An
+    operator resubmits at once, well inside the relay's grace: the starter sends what the
+    record still owed before it starts the new attempt, whose first write replaces the
+    outbox, so nothing is lost and the relay has nothing left."""
+    queues = UnreachableQueues(monkeypatch)
+    queues.refuses = lambda message: message.queue == ALERTS
+    stock = FaultPlan(
+        rules=(FaultRule(FaultKind.PERMANENT, order_id="o-1", operation="reserve", attempt=1),)
+    )
+    settings = {**store_settings, "OUTBOX_GRACE_SECONDS": "3600"}
+    async with running_pipeline(
+        tmp_path, service_faults={"stock": stock}, settings=settings, virtual_time=True
+    ) as e2e:
+        await e2e.submit(order_body("o-1"), message_id="o-1")
+        failed = await e2e.finished_instance("o-1:1")
+        assert failed.runtime_status is RuntimeStatus.FAILED
+        assert queues.refused["order-error:o-1:1"] == 3
+        queues.lifted()
+
+        app = bootstrap.services()
+        await asyncio.to_thread(
+            resubmit_order,
+            app.states,
+            "o-1",
+            bootstrap.now(),
+            max_resubmits=app.settings.max_failures,
+        )
+        replies = await e2e.receive(
+            REPLIES,
+            until=lambda taken: "o-1:completed:2" in {m.message_id for m in taken},
+            what="the resubmitted order's completed status",
+        )
+        [alert] = await e2e.count_of(ALERTS, 1)
+
+        assert alert.message_id == "order-error:o-1:1"
+        assert ids(replies, "o-1") == [
+            "o-1:received:-",
+            "o-1:failed:1",
+            "o-1:in-progress:reserve-stock",
+            "o-1:in-progress:charge-payment",
+            "o-1:in-progress:ship-order",
+            "o-1:completed:2",
+        ]
+        assert await e2e.pending(ALERTS) == []
