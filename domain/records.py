@@ -223,6 +223,10 @@ class StateRecord:
     """How often an operator resubmitted the order from Error (E8); bounded (C4)."""
     schema_version: int = RECORD_SCHEMA_VERSION
     etag: str | None = field(default=None, compare=False)
+    compensation_ends_in: ProcessState = ProcessState.COMPENSATED
+    """The state the order's compensation ends in once everything is undone (C1, C2, U4):
+    Compensated, or Error when the supervisor gave up on an order that completed nothing
+    but left a step in doubt: Error then says the order failed and nothing is left behind."""
 
     @property
     def instance_id(self) -> InstanceId | None:
@@ -265,6 +269,7 @@ class StateRecord:
             "CompensationStartedAt": _utc_or_none(self.compensation_started_at),
             "TraceParent": self.trace_parent,
             "Resubmits": self.resubmits,
+            "CompensationEndsIn": self.compensation_ends_in.value,
             "CreatedAt": format_utc(self.created_at),
             "UpdatedAt": format_utc(self.updated_at),
         }
@@ -303,6 +308,10 @@ class StateRecord:
                 resubmits=int(document["Resubmits"]),
                 schema_version=int(version),
                 etag=etag,
+                # SchemaVersion 1 documents written before the field lack it.
+                compensation_ends_in=ProcessState(
+                    document.get("CompensationEndsIn", ProcessState.COMPENSATED.value)
+                ),
             )
         except KeyError as error:
             raise RecordFormatError(

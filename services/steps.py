@@ -127,14 +127,31 @@ def begin_undo(
 
 
 def finish_undo(
-    states: StateStore, instance: InstanceId, *, undone: Step | None, now: datetime
+    states: StateStore,
+    instance: InstanceId,
+    *,
+    undone: Step | None,
+    now: datetime,
+    ends_in: ProcessState = ProcessState.COMPENSATED,
 ) -> Written:
-    """Every step was undone: Compensated and a `compensated` status (C2, R2)."""
-    change = transitions.finish_undo(instance, undone=undone, now=now)
-    record = _written_or_reached(states, change, instance, ProcessState.COMPENSATED, undone=undone)
+    """Every step was undone: Compensated and a `compensated` status (C2, R2); or, for an
+    order the supervisor gave up on (`ends_in` Error), Error with a `failed` status and an
+    `order-error` alert that give the give-up's reason and say nothing is left (U4, E8)."""
+    change = transitions.finish_undo(instance, undone=undone, now=now, ends_in=ends_in)
+    record = _written_or_reached(states, change, instance, ends_in, undone=undone)
     if record is None:
         return _refused(instance, finish_undo, None if undone is None else undone.name)
-    return Written(True, record, _status(record, OrderStatus.COMPENSATED, now))
+    if ends_in is ProcessState.COMPENSATED:
+        return Written(True, record, _status(record, OrderStatus.COMPENSATED, now))
+    reason = record.last_error or "the order was given up"
+    return Written(
+        True,
+        record,
+        _status(record, OrderStatus.FAILED, now, reason=reason),
+        alert_for(
+            record, AlertKind.ORDER_ERROR, reason=f"{reason}; {left_to_undo(record)}", now=now
+        ),
+    )
 
 
 def undo_failed(

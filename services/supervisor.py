@@ -322,16 +322,14 @@ def _recovery(
     expired_instance = expired.locked_by or ""
     reason = stored.last_error or ""
     if kind is RecoveryKind.GAVE_UP:
-        # Nothing completed, so nothing is undone; a step that was running may still hold a
-        # side effect whose answer was lost: the operator hears which, by idempotency key.
-        in_doubt = transitions.compensation_plan(stored)
-        alert_reason = f"{reason}; in doubt, {left_to_undo(stored)}" if in_doubt else reason
+        # Nothing completed and no step is in doubt (give_up compensates one that is), so
+        # Error leaves nothing behind.
         return Recovery(
             kind,
             expired_instance,
             stored,
             status=status_for(stored, OrderStatus.FAILED, now=now, reason=reason),
-            alert=alert_for(stored, AlertKind.ORDER_ERROR, reason=alert_reason, now=now),
+            alert=alert_for(stored, AlertKind.ORDER_ERROR, reason=reason, now=now),
         )
     if kind in (RecoveryKind.COMPENSATION_REQUESTED, RecoveryKind.COMPENSATION_RESUMED):
         return Recovery(
