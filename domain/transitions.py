@@ -237,7 +237,8 @@ def stall_compensation(record: StateRecord, *, now: datetime, reason: str) -> St
 
 
 def resubmit(record: StateRecord, *, now: datetime, max_resubmits: int) -> StateRecord:
-    """An operator resubmits an order in Error after investigating it (E8).
+    """An operator resubmits an order in Error after investigating it (E8), unless it is in
+    Error because its compensation undid its steps (U4).
 
     The order gets a fresh run under the retry budget (FailureCount 0, so the supervisor's
     MAX_FAILURES attempts again), and at most `max_resubmits` such runs (C4): the budget of
@@ -245,6 +246,16 @@ def resubmit(record: StateRecord, *, now: datetime, max_resubmits: int) -> State
     """
     if record.process_state is not ProcessState.ERROR:
         raise IllegalTransition(record, "resubmit", "only an order in Error is resubmitted")
+    if record.compensation_ends_in is ProcessState.ERROR:
+        # The idempotency key of a step is the same in every run (C8), and the services
+        # refuse for good a key that was undone (E7): a new run could not do its steps.
+        raise IllegalTransition(
+            record,
+            "resubmit",
+            "the supervisor gave it up and undid its steps by their idempotency keys, which "
+            "the services now refuse for good: cancel it, or submit the order again under a "
+            "new OrderID",
+        )
     if record.resubmits >= max_resubmits:
         raise IllegalTransition(
             record,
@@ -260,7 +271,6 @@ def resubmit(record: StateRecord, *, now: datetime, max_resubmits: int) -> State
         failure_count=0,
         current_step=None,
         resubmits=record.resubmits + 1,
-        compensation_ends_in=ProcessState.COMPENSATED,
         updated_at=now,
     )
 

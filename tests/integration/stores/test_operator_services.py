@@ -141,7 +141,7 @@ def test_cancel_of_an_order_in_error_undoes_its_failed_step_by_key_and_ends_comp
         steps=(StepStatus(STEPS[0], StepState.FAILED), StepStatus(STEPS[1]), StepStatus(STEPS[2])),
     )
     request = cancel_order(states, "o-1", T0, timeouts=TIMEOUTS, reason="customer withdrew")
-    assert (request.instance, request.superseded) == (InstanceId("o-1", 2), "o-1:1")
+    assert (request.instance, request.superseded) == (InstanceId("o-1", 2), None)
     assert request.record.process_state is ProcessState.COMPENSATING
     assert request.record.compensation_ends_in is ProcessState.COMPENSATED
     assert request.undo == (Step(0, STEPS[0]),)

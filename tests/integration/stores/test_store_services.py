@@ -1274,7 +1274,7 @@ def test_giving_up_with_a_step_in_doubt_undoes_it_by_key_then_ends_in_error_u4_c
     its idempotency key, and no one hears of the order until that undo is done. Its first
     run stalls and the supervisor resumes it, still bound for Error; when it finishes the
     order is in Error, with a `failed` status and an `order-error` alert that give the
-    give-up's reason and say nothing is left to undo (U4, C1, C2, E8)."""
+    give-up's reason and say nothing is left to undo (U4, C1, C2, E8); it is not resubmitted."""
     states, _ = stores
     settings = replace(SETTINGS, max_failures=2, retry_budget=4)
     new = transitions.new_record("o-1", "replies-a", T0, ("reserve-stock",))
@@ -1348,3 +1348,6 @@ def test_giving_up_with_a_step_in_doubt_undoes_it_by_key_then_ends_in_error_u4_c
     )
     assert (again.statuses, again.alert) == (finished.statuses, finished.alert), "C8"
     assert sweep_at(states, stalled_at + timedelta(hours=1), settings).recoveries == ()
+    # A new run would meet its own undone idempotency key: an operator may only cancel it.
+    with pytest.raises(IllegalTransition, match="undid its steps by their idempotency keys"):
+        resubmit_order(states, "o-1", stalled_at, max_resubmits=3)

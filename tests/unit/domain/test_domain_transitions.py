@@ -243,13 +243,16 @@ def test_resubmit_returns_an_error_to_pending_with_a_fresh_failure_count_e8() ->
     assert transitions.is_claimable(resubmitted, NOW)
 
 
-def test_resubmit_after_a_give_up_that_ended_in_error_compensates_to_compensated_e8() -> None:
-    """The next run's compensation, if any, is an ordinary one again."""
-    in_error = record_in(
+def test_an_order_in_error_whose_steps_were_undone_by_key_is_not_resubmitted_e8_u4() -> None:
+    """A new run would send the same idempotency keys, which the services refuse for good
+    once undone; the operator may cancel it instead."""
+    undone = record_in(
         ProcessState.ERROR, complete_by=None, compensation_ends_in=ProcessState.ERROR
     )
-    resubmitted = transitions.resubmit(in_error, now=NOW, max_resubmits=3)
-    assert resubmitted.compensation_ends_in is ProcessState.COMPENSATED
+    with pytest.raises(IllegalTransition, match="cancel it, or submit the order again"):
+        transitions.resubmit(undone, now=NOW, max_resubmits=3)
+    cancelled = transitions.cancel(undone, now=NOW, reason="r", compensation_deadline=FUTURE)
+    assert cancelled.process_state is ProcessState.COMPENSATING
 
 
 def test_a_compensation_ends_in_compensated_or_error_only_c2() -> None:
