@@ -5,8 +5,9 @@ performed (its ledger of side effects, with their times), never from the app's o
 counters: the report proves the invariants with the evidence a user or an auditor would
 have.
 
-- Net effects (C1, U4, E8): for an order that ended ``Compensated`` or ``Error``, every side
-  effect a service performed for it was undone: actions minus compensations is zero at every
+- Net effects (C1, U4): for an order that ended ``Compensated``, or in ``Error`` by its
+  compensation (a give-up that undid its step in doubt, CompensationEndsIn), every side effect
+  a service performed for it was undone: actions minus compensations is zero at every
   service. (``CompensationFailed`` is the state that says something may be left.)
 - Steps after compensation (C1, E7): once an order began compensating, no service performs
   another action for it. It began at its record's CompensationStartedAt, set by the write
@@ -140,7 +141,7 @@ def _net_effects(
 def _unbalanced(
     records: Mapping[str, StateRecord], entries: Mapping[str, list[tuple[str, SideEffect]]]
 ) -> list[str]:
-    """Compensated or Error orders with a side effect left at some service."""
+    """Orders that must have left nothing with a side effect left at some service."""
     unbalanced = []
     for order_id in _left_nothing(records):
         net: dict[str, int] = defaultdict(int)
@@ -152,15 +153,17 @@ def _unbalanced(
     return unbalanced
 
 
-LEFT_NOTHING_STATES = frozenset({ProcessState.COMPENSATED, ProcessState.ERROR})
-"""Final states that say the order left no side effect behind (C1, U4, E8)."""
-
-
 def _left_nothing(records: Mapping[str, StateRecord]) -> list[str]:
+    """The orders whose compensation undid everything: Compensated, or Error by the
+    compensation of a give-up (C1, U4)."""
     return sorted(
         order_id
         for order_id, record in records.items()
-        if record.process_state in LEFT_NOTHING_STATES
+        if record.process_state is ProcessState.COMPENSATED
+        or (
+            record.process_state is ProcessState.ERROR
+            and record.compensation_ends_in is ProcessState.ERROR
+        )
     )
 
 
