@@ -298,7 +298,7 @@ async def test_u4_c1_an_attempt_that_keeps_timing_out_is_given_up_and_compensate
 
 
 async def test_u4_c1_e7_a_first_step_in_doubt_is_undone_by_key_before_the_order_ends_in_error(
-    tmp_path: Path,
+    tmp_path: Path, store_settings: dict[str, str]
 ) -> None:
     """U4, C1, E7: two orders whose first step never gets a usable answer. For `o-lost` the
     stock service reserves, but every answer is lost; for `o-late` every call hangs, and
@@ -317,8 +317,9 @@ async def test_u4_c1_e7_a_first_step_in_doubt_is_undone_by_key_before_the_order_
         )
     }
     orders = ("o-lost", "o-late")
+    settings = {**QUICK, **store_settings}
     async with running_pipeline(
-        tmp_path, service_faults=faults, settings=QUICK, virtual_time=True
+        tmp_path, service_faults=faults, settings=settings, virtual_time=True
     ) as e2e:
         for order in orders:
             await e2e.submit(order_body(order), message_id=order)
@@ -383,6 +384,7 @@ async def test_u4_c1_e7_a_first_step_in_doubt_is_undone_by_key_before_the_order_
         assert e2e.pipeline.services.stats("stock")["actions_refused_after_undo"] == 1
         assert await e2e.record("o-late") == in_error["o-late"]
         assert e2e.pipeline.services.stats("payment")["requests"] == 0
+        assert bootstrap.services().settings.state_store == store_settings["STATE_STORE"]
 
 
 async def late_call(e2e: E2E, instance: InstanceId, step: str) -> RemoteResult:
