@@ -377,21 +377,7 @@ def test_a_compensated_order_owes_each_completed_step_and_compensated_c1_r2(
     two_steps_done(order)
     failed = fail(order, 2, "cannot ship")
     order.completed(FAIL_STEP, failed)
-    undone = None
-    for undo in failed.undo:
-        now = order.now()
-        started = steps.begin_undo(
-            order.states,
-            order.instance,
-            undo,
-            undone=undone,
-            now=now,
-            complete_by=compensation_deadline(now, SETTINGS.timeouts),
-        )
-        order.completed(BEGIN_UNDO, started)
-        undone = undo
-    finished = steps.finish_undo(order.states, order.instance, undone=undone, now=order.now())
-    order.completed(FINISH_UNDO, finished)
+    undo_all(order, failed.undo, ProcessState.COMPENSATED)
     order.ended("compensated")
 
     timeline = order.timeline()
