@@ -118,6 +118,7 @@ async def finish_undo(call: Any) -> Any:
             write.instance,
             undone=write.done,
             now=write.at,
+            ends_in=write.ends_in,
         )
         return to_data(await _sent(written))
 

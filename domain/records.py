@@ -305,6 +305,10 @@ class StateRecord:
     etag: str | None = field(default=None, compare=False)
     owed: Owed | None = None
     """The outbox: messages a committed transition owes and no one has cleared (C6)."""
+    compensation_ends_in: ProcessState = ProcessState.COMPENSATED
+    """The state the order's compensation ends in once everything is undone (C1, C2, U4):
+    Compensated, or Error when the supervisor gave up on an order that completed nothing
+    but left a step in doubt: Error then says the order failed and nothing is left behind."""
 
     @property
     def instance_id(self) -> InstanceId | None:
@@ -347,6 +351,7 @@ class StateRecord:
             "CompensationStartedAt": _utc_or_none(self.compensation_started_at),
             "TraceParent": self.trace_parent,
             "Resubmits": self.resubmits,
+            "CompensationEndsIn": self.compensation_ends_in.value,
             "CreatedAt": format_utc(self.created_at),
             "UpdatedAt": format_utc(self.updated_at),
             "Owed": None if self.owed is None else self.owed.to_document(),
@@ -388,6 +393,10 @@ class StateRecord:
                 etag=etag,
                 # SchemaVersion 1 documents written before the outbox have no Owed.
                 owed=Owed.from_document(document.get("Owed")),
+                # SchemaVersion 1 documents written before the field lack it.
+                compensation_ends_in=ProcessState(
+                    document.get("CompensationEndsIn", ProcessState.COMPENSATED.value)
+                ),
             )
         except KeyError as error:
             raise RecordFormatError(

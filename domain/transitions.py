@@ -169,16 +169,18 @@ def retry_later(record: StateRecord, *, now: datetime, not_before: datetime) -> 
 def give_up(
     record: StateRecord, *, now: datetime, reason: str, compensation_deadline: datetime
 ) -> StateRecord:
-    """The failure is non-transient (U4): Error, or compensation when steps completed (C1).
+    """The failure is non-transient (U4): Error only once nothing is left behind (C1).
 
-    With an empty compensation log the record goes to Error. Otherwise the supervisor
-    requests compensation: the record moves to Compensating under a new attempt's instance
-    id, which the caller starts as a compensation orchestration.
+    With nothing to undo (no step completed, none in doubt) the record goes to Error.
+    Otherwise the supervisor requests compensation: the record moves to Compensating under
+    a new attempt's instance id, which fences the expired attempt out (D4, E7) and which
+    the caller starts as a compensation orchestration. With no step completed, what it
+    undoes is the step in doubt, by its idempotency key, and it ends in Error.
     """
     _require_expired(record, "give up", now)
     if record.process_state is not ProcessState.PROCESSING:
         raise IllegalTransition(record, "give up", "only a processing attempt is given up")
-    if not record.compensation_log:
+    if not compensation_plan(record):
         return replace(
             record,
             process_state=ProcessState.ERROR,
@@ -191,7 +193,13 @@ def give_up(
     compensating = _compensating(
         record, now=now, compensation_deadline=compensation_deadline, reason=reason
     )
-    return replace(compensating, failure_count=record.failure_count + 1)
+    return replace(
+        compensating,
+        failure_count=record.failure_count + 1,
+        compensation_ends_in=(
+            ProcessState.COMPENSATED if record.compensation_log else ProcessState.ERROR
+        ),
+    )
 
 
 def resume_compensation(
@@ -230,7 +238,8 @@ def stall_compensation(record: StateRecord, *, now: datetime, reason: str) -> St
 
 
 def resubmit(record: StateRecord, *, now: datetime, max_resubmits: int) -> StateRecord:
-    """An operator resubmits an order in Error after investigating it (E8).
+    """An operator resubmits an order in Error after investigating it (E8), unless it is in
+    Error because its compensation undid its steps (U4).
 
     The order gets a fresh run under the retry budget (FailureCount 0, so the supervisor's
     MAX_FAILURES attempts again), and at most `max_resubmits` such runs (C4): the budget of
@@ -238,6 +247,16 @@ def resubmit(record: StateRecord, *, now: datetime, max_resubmits: int) -> State
     """
     if record.process_state is not ProcessState.ERROR:
         raise IllegalTransition(record, "resubmit", "only an order in Error is resubmitted")
+    if record.compensation_ends_in is ProcessState.ERROR:
+        # The idempotency key of a step is the same in every run (C8), and the services
+        # refuse for good a key that was undone (E7): a new run could not do its steps.
+        raise IllegalTransition(
+            record,
+            "resubmit",
+            "the supervisor gave it up and undid its steps by their idempotency keys, which "
+            "the services now refuse for good: cancel it, or submit the order again under a "
+            "new OrderID",
+        )
     if record.resubmits >= max_resubmits:
         raise IllegalTransition(
             record,
@@ -303,22 +322,27 @@ def retry_compensation(
     )
 
 
-CANCELLABLE_STATES = frozenset({ProcessState.PENDING, ProcessState.PROCESSING})
-"""States an operator may cancel an order in: it has not finished and is not compensating."""
+CANCELLABLE_STATES = frozenset({ProcessState.PENDING, ProcessState.PROCESSING, ProcessState.ERROR})
+"""States an operator may cancel an order in: it has not finished and is not compensating,
+or it failed (E8) and the operator gives it up for good."""
 
 
 def cancel(
     record: StateRecord, *, now: datetime, reason: str, compensation_deadline: datetime
 ) -> StateRecord:
-    """An operator cancels an unfinished order: it compensates what completed (C1, C2).
+    """An operator cancels an unfinished or failed order: it compensates whatever may be left,
+    the steps in doubt by their idempotency keys, and ends Compensated (C1, C2, E8).
 
     The running attempt loses its fence at once (its writes are refused, D4, E5) and the
     remote services refuse its calls by the newer attempt's fencing token (E7).
     """
     if record.process_state not in CANCELLABLE_STATES:
-        raise IllegalTransition(record, "cancel", "only a Pending or Processing order is cancelled")
-    return _compensating(
-        record, now=now, compensation_deadline=compensation_deadline, reason=reason
+        raise IllegalTransition(
+            record, "cancel", "only a Pending, Processing or Error order is cancelled"
+        )
+    return replace(
+        _compensating(record, now=now, compensation_deadline=compensation_deadline, reason=reason),
+        compensation_ends_in=ProcessState.COMPENSATED,
     )
 
 
@@ -563,11 +587,25 @@ def begin_undo(
     )
 
 
-def finish_undo(instance: InstanceId, *, undone: Step | None, now: datetime) -> FencedChange:
-    """Every step was undone: Compensated (C2)."""
+COMPENSATION_ENDS = frozenset({ProcessState.COMPENSATED, ProcessState.ERROR})
+"""What a compensation that undid everything may end in (`StateRecord.compensation_ends_in`)."""
+
+
+def finish_undo(
+    instance: InstanceId,
+    *,
+    undone: Step | None,
+    now: datetime,
+    ends_in: ProcessState = ProcessState.COMPENSATED,
+) -> FencedChange:
+    """Every step was undone: `ends_in`, the record's CompensationEndsIn when the
+    compensation began - Compensated, or Error for an order the supervisor gave up on with
+    only a step in doubt, which is now undone (C1, C2, U4)."""
+    if ends_in not in COMPENSATION_ENDS:
+        raise ValueError(f"a compensation ends in Compensated or Error, not {ends_in}")
     return replace(
         _fenced("finish undo", instance, [ProcessState.COMPENSATING], now),
-        process_state=ProcessState.COMPENSATED,
+        process_state=ends_in,
         complete_by=None,
         current_step=None,
         steps=() if undone is None else ((undone.index, _compensated(undone)),),

@@ -12,7 +12,7 @@ relay starts it (C6, U4, C2).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -88,8 +88,9 @@ def resubmit_order(
 class CompensationRequest:
     """An operator action won: start `instance` of the order's workflow to undo `undo`.
 
-    `superseded` is the attempt that held the order before (for a cancel, the one running),
-    which the new attempt fenced out; terminating it only tidies the durable view.
+    `superseded` is the attempt that held the order before (for a cancel, the one running;
+    None for an order in Error, whose attempts all ended), which the new attempt fenced out;
+    terminating it only tidies the durable view.
     """
 
     record: StateRecord
@@ -123,7 +124,8 @@ def cancel_order(
     reason: str,
     expected_etag: str | None = None,
 ) -> CompensationRequest:
-    """Cancel a Pending or Processing order: it compensates what completed (C1, C2)."""
+    """Cancel a Pending, Processing or Error order: it compensates whatever may be left, and
+    ends Compensated (C1, C2, E8)."""
     record = _read(states, order_id, expected_etag)
     planned = transitions.cancel(
         record,
@@ -131,7 +133,10 @@ def cancel_order(
         reason=f"cancelled by an operator: {reason}",
         compensation_deadline=compensation_deadline(now, timeouts),
     )
-    return _compensation(record, states.replace(_owing_start(planned, now)))
+    request = _compensation(record, states.replace(_owing_start(planned, now)))
+    if record.process_state is ProcessState.ERROR:
+        return replace(request, superseded=None)
+    return request
 
 
 def _owing_start(planned: StateRecord, now: datetime) -> StateRecord:

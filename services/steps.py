@@ -154,14 +154,38 @@ def begin_undo(
 
 
 def finish_undo(
-    states: StateStore, instance: InstanceId, *, undone: Step | None, now: datetime
+    states: StateStore,
+    instance: InstanceId,
+    *,
+    undone: Step | None,
+    now: datetime,
+    ends_in: ProcessState = ProcessState.COMPENSATED,
 ) -> Written:
-    """Every step was undone: Compensated and a `compensated` status (C2, R2)."""
-    change = replace(
-        transitions.finish_undo(instance, undone=undone, now=now),
-        owed=fenced_owed((_status(instance, OrderStatus.COMPENSATED, now),), due=now),
-    )
-    record = _written_or_reached(states, change, instance, ProcessState.COMPENSATED, undone=undone)
+    """Every step was undone: Compensated and a `compensated` status (C2, R2); or, for an
+    order the supervisor gave up on (`ends_in` Error), Error with a `failed` status and an
+    `order-error` alert that give the give-up's reason and say nothing is left (U4, E8)."""
+    change = transitions.finish_undo(instance, undone=undone, now=now, ends_in=ends_in)
+    if ends_in is ProcessState.COMPENSATED:
+        owed: tuple[OwedMessage, ...] = (_status(instance, OrderStatus.COMPENSATED, now),)
+    else:
+        # The give-up's reason is in the record, which a blind write does not know: this
+        # rare path reads it first, as undo_failed does. Only this attempt writes it while
+        # the fence holds, so the read plus the change is what the write makes.
+        before = states.get(instance.order_id)
+        reason = (before.last_error if before is not None else None) or "the order was given up"
+        left = (
+            f"; {left_to_undo(change.apply(before))}"
+            if before is not None and change.holds_for(before)
+            else ""
+        )
+        owed = (
+            _status(instance, OrderStatus.FAILED, now, reason=reason),
+            owed_alert(
+                AlertKind.ORDER_ERROR, attempt=instance.attempt, at=now, reason=reason + left
+            ),
+        )
+    change = replace(change, owed=fenced_owed(owed, due=now))
+    record = _written_or_reached(states, change, instance, ends_in, undone=undone)
     if record is None:
         return _refused(instance, finish_undo, None if undone is None else undone.name)
     return Written(True, record)

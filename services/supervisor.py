@@ -353,13 +353,11 @@ def _recovery(
     reason = planned.last_error or ""
     attempt = planned.attempt
     if kind is RecoveryKind.GAVE_UP:
-        # Nothing completed, so nothing is undone; a step that was running may still hold a
-        # side effect whose answer was lost: the operator hears which, by idempotency key.
-        in_doubt = transitions.compensation_plan(planned)
-        alert_reason = f"{reason}; in doubt, {left_to_undo(planned)}" if in_doubt else reason
+        # Nothing completed and no step is in doubt (give_up compensates one that is), so
+        # Error leaves nothing behind.
         owed = (
             owed_status(OrderStatus.FAILED, attempt=attempt, at=now, reason=reason),
-            owed_alert(AlertKind.ORDER_ERROR, attempt=attempt, at=now, reason=alert_reason),
+            owed_alert(AlertKind.ORDER_ERROR, attempt=attempt, at=now, reason=reason),
         )
         return Recovery(kind, expired_instance, planned, owed)
     if kind in (RecoveryKind.COMPENSATION_REQUESTED, RecoveryKind.COMPENSATION_RESUMED):

@@ -106,6 +106,12 @@ def expired(states: StateStore, order_id: str, completed_steps: int) -> None:
         assert begin(states, instance, index).applied
 
 
+def never_begun(states: StateStore, order_id: str) -> None:
+    """`order_id` claimed with no step begun, its claim passing at T0 + 30 s: a give-up
+    leaves no step in doubt, so it ends in Error at once (U4)."""
+    claimed(states, order_id, now=T0 - timedelta(seconds=TIMEOUTS.claim_seconds - 30))
+
+
 class FailsFromPage:
     """A real state store whose expired-records query fails from its `page`th call on: a
     store error later in a sweep's scan."""
@@ -134,7 +140,7 @@ def test_a_store_error_later_in_the_scan_leaves_what_earlier_recoveries_owe_to_t
     on its next page: the sweep never returns, yet what both recoveries owe is in their
     records, which the relay's scan finds once the grace has passed, each until cleared."""
     states, _ = stores
-    expired(states, "o-given-up", completed_steps=0)
+    never_begun(states, "o-given-up")
     expired(states, "o-compensating", completed_steps=1)
     expired(states, "o-not-reached", completed_steps=0)
     now = T0 + timedelta(seconds=31)
@@ -201,7 +207,7 @@ def test_each_recovery_owes_its_messages_under_their_stable_ids_c6_u2_u4_c2(
     assert stalled.alert is not None
     assert "left to undo: charge-payment" in stalled.alert.body["reason"]
 
-    expired(states, "o-late", completed_steps=0)
+    never_begun(states, "o-late")
     late = T0 + timedelta(seconds=30 + SETTINGS.supervisor_window_seconds + 1)
     found = catch_up(states, late, policy=SETTINGS.supervisor_policy, timeouts=TIMEOUTS)
     assert [r.kind for r in found.recoveries] == [RecoveryKind.GAVE_UP]

@@ -173,6 +173,20 @@ def test_the_outbox_round_trips_and_a_document_written_before_it_owes_nothing_c6
     assert StateRecord.from_document(document).owed is None
 
 
+def test_what_a_compensation_ends_in_is_kept_and_defaults_to_compensated_c7_u4() -> None:
+    """CompensationEndsIn survives the store; a document written before it existed (same
+    SchemaVersion) reads as an ordinary compensation's Compensated."""
+    record = a_record(
+        process_state=ProcessState.COMPENSATING, compensation_ends_in=ProcessState.ERROR
+    )
+    document = record.to_document()
+    assert document["CompensationEndsIn"] == "Error"
+    assert StateRecord.from_document(document) == record
+    del document["CompensationEndsIn"]
+    older = StateRecord.from_document(document)
+    assert older.compensation_ends_in is ProcessState.COMPENSATED
+
+
 def test_unknown_schema_version_is_refused_c7() -> None:
     document = a_record().to_document()
     document["SchemaVersion"] = 2
