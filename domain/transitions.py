@@ -22,6 +22,7 @@ from domain.records import (
     DEFAULT_BUDGET,
     CompletedStep,
     InstanceId,
+    Owed,
     ProcessState,
     StateRecord,
     StepState,
@@ -175,16 +176,18 @@ def retry_later(record: StateRecord, *, now: datetime, not_before: datetime) -> 
 def give_up(
     record: StateRecord, *, now: datetime, reason: str, compensation_deadline: datetime
 ) -> StateRecord:
-    """The failure is non-transient (U4): Error, or compensation when steps completed (C1).
+    """The failure is non-transient (U4): Error only once nothing is left behind (C1).
 
-    With an empty compensation log the record goes to Error. Otherwise the supervisor
-    requests compensation: the record moves to Compensating under a new attempt's instance
-    id, which the caller starts as a compensation orchestration.
+    With nothing to undo (no step completed, none in doubt) the record goes to Error.
+    Otherwise the supervisor requests compensation: the record moves to Compensating under
+    a new attempt's instance id, which fences the expired attempt out (D4, E7) and which
+    the caller starts as a compensation orchestration. With no step completed, what it
+    undoes is the step in doubt, by its idempotency key, and it ends in Error.
     """
     _require_expired(record, "give up", now)
     if record.process_state is not ProcessState.PROCESSING:
         raise IllegalTransition(record, "give up", "only a processing attempt is given up")
-    if not record.compensation_log:
+    if not compensation_plan(record):
         return replace(
             record,
             process_state=ProcessState.ERROR,
@@ -197,7 +200,13 @@ def give_up(
     compensating = _compensating(
         record, now=now, compensation_deadline=compensation_deadline, reason=reason
     )
-    return replace(compensating, failure_count=record.failure_count + 1)
+    return replace(
+        compensating,
+        failure_count=record.failure_count + 1,
+        compensation_ends_in=(
+            ProcessState.COMPENSATED if record.compensation_log else ProcessState.ERROR
+        ),
+    )
 
 
 def resume_compensation(
@@ -236,7 +245,8 @@ def stall_compensation(record: StateRecord, *, now: datetime, reason: str) -> St
 
 
 def resubmit(record: StateRecord, *, now: datetime) -> StateRecord:
-    """An operator resubmits an order in Error after investigating it (E8).
+    """An operator resubmits an order in Error after investigating it (E8), unless it is in
+    Error because its compensation undid its steps (U4).
 
     The order gets a fresh run (FailureCount 0, so the supervisor's MAX_FAILURES attempts
     again) under what is left of its retry budget, which a resubmit never refills (C4): with
@@ -244,6 +254,16 @@ def resubmit(record: StateRecord, *, now: datetime) -> StateRecord:
     """
     if record.process_state is not ProcessState.ERROR:
         raise IllegalTransition(record, "resubmit", "only an order in Error is resubmitted")
+    if record.compensation_ends_in is ProcessState.ERROR:
+        # The idempotency key of a step is the same in every run (C8), and the services
+        # refuse for good a key that was undone (E7): a new run could not do its steps.
+        raise IllegalTransition(
+            record,
+            "resubmit",
+            "the supervisor gave it up and undid its steps by their idempotency keys, which "
+            "the services now refuse for good: cancel it, or submit the order again under a "
+            "new OrderID",
+        )
     if record.tries_left < 1:
         raise IllegalTransition(record, "resubmit", _budget_spent(record, "its steps"))
     return replace(
@@ -316,24 +336,30 @@ def retry_compensation(
     )
 
 
-CANCELLABLE_STATES = frozenset({ProcessState.PENDING, ProcessState.PROCESSING})
-"""States an operator may cancel an order in: it has not finished and is not compensating."""
+CANCELLABLE_STATES = frozenset({ProcessState.PENDING, ProcessState.PROCESSING, ProcessState.ERROR})
+"""States an operator may cancel an order in: it has not finished and is not compensating,
+or it failed (E8) and the operator gives it up for good."""
 
 
 def cancel(
     record: StateRecord, *, now: datetime, reason: str, compensation_deadline: datetime
 ) -> StateRecord:
-    """An operator cancels an unfinished order: it compensates what completed (C1, C2).
+    """An operator cancels an unfinished or failed order: it compensates whatever may be left,
+    the steps in doubt by their idempotency keys, and ends Compensated (C1, C2, E8).
 
     The running attempt loses its fence at once (its writes are refused, D4, E5) and the
     remote services refuse its calls by the newer attempt's fencing token (E7). Its undos
-    draw on the reserve the retry budget keeps for them (C4), whole here: a Pending or
-    Processing order never compensated.
+    draw on what the retry budget keeps for them (C4): all of it for a Pending or Processing
+    order, which never compensated; an Error order's give-up may have spent some on its
+    undos by key already, and a cancel never refills it.
     """
     if record.process_state not in CANCELLABLE_STATES:
-        raise IllegalTransition(record, "cancel", "only a Pending or Processing order is cancelled")
-    return _compensating(
-        record, now=now, compensation_deadline=compensation_deadline, reason=reason
+        raise IllegalTransition(
+            record, "cancel", "only a Pending, Processing or Error order is cancelled"
+        )
+    return replace(
+        _compensating(record, now=now, compensation_deadline=compensation_deadline, reason=reason),
+        compensation_ends_in=ProcessState.COMPENSATED,
     )
 
 
@@ -355,8 +381,9 @@ class FencedChange:
 
     It names record fields, typed; a field left at `KEEP` is not written. `steps` replaces
     whole entries of `Steps` by index; `logged` appends one compensation-log entry in the same
-    write (C1); `draw_tries` and `draw_undo_tries` add to `TriesSpent` and `UndoTriesSpent`,
-    an increment each store makes without reading (C4). A store applies it only when
+    write (C1); `owed` replaces the record's outbox with what this write owes (C6);
+    `draw_tries` and `draw_undo_tries` add to `TriesSpent` and `UndoTriesSpent`, an increment
+    each store makes without reading (C4). A store applies it only when
     `LockedBy == locked_by`, `ProcessState` is in `allowed_states` and each `Steps` entry
     `step_guard` names is in its `StepState`, which makes a logging write idempotent (C8);
     `apply` is the same semantics in plain Python.
@@ -375,6 +402,7 @@ class FencedChange:
     steps: tuple[tuple[int, StepStatus], ...] = ()
     logged: CompletedStep | None = None
     step_guard: tuple[int, StepState] | None = None
+    owed: Owed | Keep | None = KEEP
     draw_tries: int = 0
     draw_undo_tries: int = 0
 
@@ -404,6 +432,7 @@ class FencedChange:
                 ("current_step", self.current_step),
                 ("last_error", self.last_error),
                 ("compensation_started_at", self.compensation_started_at),
+                ("owed", self.owed),
             )
             if value is not KEEP
         }
@@ -438,6 +467,8 @@ class FencedChange:
             sets.append((("LastError",), self.last_error))
         if self.compensation_started_at is not KEEP:
             sets.append((("CompensationStartedAt",), _utc_or_none(self.compensation_started_at)))
+        if self.owed is not KEEP:
+            sets.append((("Owed",), None if self.owed is None else self.owed.to_document()))
         sets += [(("Steps", index), step.to_document()) for index, step in self.steps]
         sets.append((("UpdatedAt",), format_utc(self.updated_at)))
         return tuple(sets)
@@ -607,11 +638,25 @@ def begin_undo(
     )
 
 
-def finish_undo(instance: InstanceId, *, undone: Step | None, now: datetime) -> FencedChange:
-    """Every step was undone: Compensated (C2)."""
+COMPENSATION_ENDS = frozenset({ProcessState.COMPENSATED, ProcessState.ERROR})
+"""What a compensation that undid everything may end in (`StateRecord.compensation_ends_in`)."""
+
+
+def finish_undo(
+    instance: InstanceId,
+    *,
+    undone: Step | None,
+    now: datetime,
+    ends_in: ProcessState = ProcessState.COMPENSATED,
+) -> FencedChange:
+    """Every step was undone: `ends_in`, the record's CompensationEndsIn when the
+    compensation began - Compensated, or Error for an order the supervisor gave up on with
+    only a step in doubt, which is now undone (C1, C2, U4)."""
+    if ends_in not in COMPENSATION_ENDS:
+        raise ValueError(f"a compensation ends in Compensated or Error, not {ends_in}")
     return replace(
         _fenced("finish undo", instance, [ProcessState.COMPENSATING], now),
-        process_state=ProcessState.COMPENSATED,
+        process_state=ends_in,
         complete_by=None,
         current_step=None,
         steps=() if undone is None else ((undone.index, _compensated(undone)),),

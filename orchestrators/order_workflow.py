@@ -20,7 +20,7 @@ from adapters.codec import from_data, to_data
 from domain.agent_messages import AgentOperation, AgentOutcome, AgentResponse, agent_response_event
 from domain.contracts import Order
 from domain.policies import AGENT_TRANSPORT_ACTIVITY, Timeouts, compensation_deadline, step_deadline
-from domain.records import InstanceId, StateRecord
+from domain.records import InstanceId, ProcessState, StateRecord
 from domain.workflow import Step
 from observability import logs
 from orchestrators.payloads import Attempt, StepWrite, StepWritten
@@ -168,7 +168,7 @@ def compensation_input(
     timeouts: Timeouts,
 ) -> Any:
     """The input of an instance that undoes `undo` for `record` (C1, C2), started by the
-    supervisor or an operator."""
+    supervisor or an operator; it ends in the record's CompensationEndsIn (U4)."""
     return to_data(
         Attempt(
             order_id=record.order_id,
@@ -177,6 +177,7 @@ def compensation_input(
             agent_transport=agent_transport,
             timeouts=timeouts,
             undo=tuple(undo),
+            ends_in=record.compensation_ends_in,
         )
     )
 
@@ -221,8 +222,12 @@ def _undo(
         if response.outcome is not AgentOutcome.SUCCEEDED:
             return {"outcome": "compensation-stalled", "step": step.name}
         undone = step
-    finished = yield from _write(context, FINISH_UNDO, attempt, done=undone)
-    return {"outcome": "compensated" if finished.applied else "superseded"}
+    finished = yield from _write(
+        context, FINISH_UNDO, attempt, done=undone, ends_in=attempt.ends_in
+    )
+    if not finished.applied:
+        return {"outcome": "superseded"}
+    return {"outcome": "failed" if attempt.ends_in is ProcessState.ERROR else "compensated"}
 
 
 def _begin(

@@ -12,7 +12,7 @@ from datetime import datetime
 from domain.agent_messages import AgentRequest, AgentResponse
 from domain.contracts import Order
 from domain.policies import AGENT_TRANSPORT_SERVICEBUS, Timeouts
-from domain.records import InstanceId
+from domain.records import InstanceId, ProcessState
 from domain.workflow import Step
 
 
@@ -33,6 +33,9 @@ class Attempt:
     timeouts: Timeouts
     resume_at: int = 0
     undo: tuple[Step, ...] | None = None
+    ends_in: ProcessState = ProcessState.COMPENSATED
+    """What the compensation ends in once everything is undone: the record's
+    CompensationEndsIn when the instance was started (C1, U4)."""
 
     @property
     def instance(self) -> InstanceId:
@@ -58,6 +61,8 @@ class StepWrite:
     order: Order | None = None
     agent_transport: str = AGENT_TRANSPORT_SERVICEBUS
     complete_by: datetime | None = None
+    ends_in: ProcessState = ProcessState.COMPENSATED
+    """For the write that finishes a compensation: the state it ends in (C2, U4)."""
 
     @property
     def instance(self) -> InstanceId:

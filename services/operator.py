@@ -4,14 +4,15 @@
 operator console: `list_orders` and `order_timeline` read; `resubmit_order`,
 `retry_compensation` and `cancel_order` each make one conditional replace on the etag read,
 or on the one the operator passes, so the loser of a race gets `PreconditionFailed` or
-`IllegalTransition`. The last two return the `CompensationRequest` the caller starts (C7); if
-that start fails, the supervisor resumes the compensation (U4, C2).
+`IllegalTransition`. The last two return the `CompensationRequest` the caller starts (C7),
+which the same replace stored in the record's outbox: if that start fails, the supervisor's
+relay starts it (C6, U4, C2).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +22,7 @@ from domain.policies import Timeouts, compensation_deadline
 from domain.ports import OrderStore, Page, PreconditionFailed, RecordNotFound, StateStore
 from domain.records import InstanceId, ProcessState, StateRecord
 from domain.workflow import Step
+from services.outbox import owed_compensation, owing
 from services.owed_statuses import OwedStatuses, owed_statuses_view
 
 MAX_LISTED_ATTEMPTS = 20
@@ -85,8 +87,9 @@ def resubmit_order(
 class CompensationRequest:
     """An operator action won: start `instance` of the order's workflow to undo `undo`.
 
-    `superseded` is the attempt that held the order before (for a cancel, the one running),
-    which the new attempt fenced out; terminating it only tidies the durable view.
+    `superseded` is the attempt that held the order before (for a cancel, the one running;
+    None for an order in Error, whose attempts all ended), which the new attempt fenced out;
+    terminating it only tidies the durable view.
     """
 
     record: StateRecord
@@ -109,7 +112,7 @@ def retry_compensation(
     planned = transitions.retry_compensation(
         record, now=now, compensation_deadline=compensation_deadline(now, timeouts)
     )
-    return _compensation(record, states.replace(planned))
+    return _compensation(record, states.replace(_owing_start(planned, now)))
 
 
 def cancel_order(
@@ -121,7 +124,8 @@ def cancel_order(
     reason: str,
     expected_etag: str | None = None,
 ) -> CompensationRequest:
-    """Cancel a Pending or Processing order: it compensates what completed (C1, C2)."""
+    """Cancel a Pending, Processing or Error order: it compensates whatever may be left, and
+    ends Compensated (C1, C2, E8)."""
     record = _read(states, order_id, expected_etag)
     planned = transitions.cancel(
         record,
@@ -129,7 +133,18 @@ def cancel_order(
         reason=f"cancelled by an operator: {reason}",
         compensation_deadline=compensation_deadline(now, timeouts),
     )
-    return _compensation(record, states.replace(planned))
+    request = _compensation(record, states.replace(_owing_start(planned, now)))
+    if record.process_state is ProcessState.ERROR:
+        return replace(request, superseded=None)
+    return request
+
+
+def _owing_start(planned: StateRecord, now: datetime) -> StateRecord:
+    """`planned`, compensating under a new attempt, owing that attempt's start (C6)."""
+    instance = planned.instance_id
+    if instance is None:  # every compensating transition sets LockedBy
+        raise AssertionError(f"order {planned.order_id!r} compensates without an attempt")
+    return owing(planned, (owed_compensation(instance, at=now),), now=now)
 
 
 def _compensation(before: StateRecord, stored: StateRecord) -> CompensationRequest:

@@ -3,8 +3,9 @@ S2, C10, E8).
 
 `owed_statuses` derives them from the state record (C10) and marks each sent, owed or
 unknown from the history of the attempt that sends it, matched by activity name and
-position, never by inputs or results (C3); `StatusSenders`, given by the orchestrator
-module, says which activity sends what. The rules: docs/console.md.
+position, never by inputs or results (C3); one no history shows sent is owed while the
+record's outbox holds it (C6). `StatusSenders`, given by the orchestrator module, says which
+activity sends what. The rules: docs/console.md.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from domain.records import (
     format_utc,
     parse_utc,
 )
+from services.outbox import delivery
 from services.status import reply_queue_allowed, status_for
 
 SENT = "sent"
@@ -30,6 +32,7 @@ OWED = "owed"
 UNKNOWN = "unknown"
 SENT_WITH_RECORD = "sent with the record's creation (S2)"
 SENT_BY_SUPERVISOR = "sent by the supervisor"
+IN_OUTBOX = "the record's outbox: its writer, or the supervisor's relay (C6)"
 
 SUBMISSION = "the submission"
 SUPERVISOR = "the supervisor's sweep"
@@ -50,8 +53,14 @@ class StatusSenders:
     writes: frozenset[str]
     """Every activity that writes the record under the fence."""
 
-    def final(self, state: ProcessState) -> _Final | None:
-        """Who sends the final status of `state`, and whether the supervisor may have."""
+    def final(self, record: StateRecord) -> _Final | None:
+        """Who sent the final status of `record`'s state, and whether the supervisor may
+        have: an Error its compensation ended in (U4) was written by `finish_undo`."""
+        if (
+            record.process_state is ProcessState.ERROR
+            and record.compensation_ends_in is ProcessState.ERROR
+        ):
+            return _Final(OrderStatus.FAILED, self.finish_undo, False)
         return {
             ProcessState.PROCESSED: _Final(OrderStatus.COMPLETED, self.finish_steps, False),
             ProcessState.ERROR: _Final(OrderStatus.FAILED, self.fail_step, True),
@@ -59,15 +68,22 @@ class StatusSenders:
             ProcessState.COMPENSATION_FAILED: _Final(
                 OrderStatus.COMPENSATION_FAILED, self.undo_failed, True
             ),
-        }.get(state)
+        }.get(record.process_state)
 
-    def earlier_final(self, outcome: str | None) -> _Final | None:
-        """The final status an earlier attempt sent, by its orchestration's `outcome`, before
-        an operator moved the record on (E8, C2)."""
+    def earlier_finals(self, outcome: str | None) -> tuple[_Final, ...]:
+        """The final status an earlier attempt may have sent, by its orchestration's
+        `outcome`, before an operator moved the record on (E8, C2): `failed` by its first
+        step failing, or by the compensation of an order given up on (U4)."""
+        failed = OrderStatus.FAILED
         return {
-            "failed": _Final(OrderStatus.FAILED, self.fail_step, True),
-            "compensation-failed": _Final(OrderStatus.COMPENSATION_FAILED, self.undo_failed, True),
-        }.get(outcome or "")
+            "failed": (
+                _Final(failed, self.fail_step, True),
+                _Final(failed, self.finish_undo, False),
+            ),
+            "compensation-failed": (
+                _Final(OrderStatus.COMPENSATION_FAILED, self.undo_failed, True),
+            ),
+        }.get(outcome or "", ())
 
 
 @dataclass(frozen=True)
@@ -158,6 +174,7 @@ def owed_statuses(
     final = _final(record, runs.get(record.attempt), senders)
     if final is not None:
         messages.append(final)
+    messages = _outboxed(record, messages)
     return OwedStatuses(
         record.reply_to,
         tuple(sorted(messages, key=lambda m: _order(m, record.attempt))),
@@ -174,19 +191,31 @@ def _order(message: OwedStatus, newest: int) -> tuple[int, int]:
     return (attempt, 0 if message.step is not None else 1)
 
 
+def _outboxed(record: StateRecord, messages: list[OwedStatus]) -> list[OwedStatus]:
+    """`messages`, each one no history shows sent marked owed while the record's outbox
+    still holds it (C6): a history shows an activity's sends, not the supervisor's."""
+    held = {status.message_id for status in delivery(record).statuses}
+    return [
+        replace(message, delivery=OWED, sent_by=IN_OUTBOX)
+        if message.delivery != SENT and message.message.message_id in held
+        else message
+        for message in messages
+    ]
+
+
 def _earlier_finals(
     record: StateRecord, runs: Mapping[int, _Run | None], senders: StatusSenders
 ) -> list[OwedStatus]:
     """The final statuses earlier attempts sent before an operator moved the record on."""
     finals = []
     for attempt, run in sorted(runs.items()):
-        earlier = None if run is None else senders.earlier_final(run.outcome)
-        if attempt >= record.attempt or run is None or earlier is None:
+        if attempt >= record.attempt or run is None:
             continue
-        sender = earlier.sender
-        if sender not in run.completed_at:
+        sent = [f for f in senders.earlier_finals(run.outcome) if f.sender in run.completed_at]
+        if not sent:
             continue
-        at = run.completed_at[sender]
+        earlier = sent[0]
+        at = run.completed_at[earlier.sender]
         finals.append(
             OwedStatus(
                 _built(replace(record, attempt=attempt), earlier.status, at),
@@ -194,7 +223,7 @@ def _earlier_finals(
                 attempt=attempt,
                 follows=at,
                 delivery=SENT,
-                sent_by=sender,
+                sent_by=earlier.sender,
             )
         )
     return finals
@@ -252,7 +281,7 @@ def _progress(
 
 
 def _final(record: StateRecord, run: _Run | None, senders: StatusSenders) -> OwedStatus | None:
-    final = senders.final(record.process_state)
+    final = senders.final(record)
     if final is None:
         return None
     sent_by = final.sender + (f", or {SUPERVISOR}" if final.by_supervisor else "")

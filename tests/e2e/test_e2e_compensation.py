@@ -14,18 +14,26 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
+import aiohttp
 import pytest
 from devhost.testing import eventually
 
 import bootstrap
-from domain.records import ProcessState, StateRecord, StepState
+from domain.agent_messages import AgentRequest
+from domain.records import InstanceId, ProcessState, StateRecord, StepState
+from domain.workflow import declaration
 from orchestrators.order_workflow import BEGIN_STEP, BEGIN_UNDO
+from order_agents.call_policy import request_call
+from order_agents.remote_services import STEP_SERVICES as REMOTE_SERVICES
+from order_agents.service_client import RemoteResult, ServiceClient, Superseded
 from tests.e2e.e2e_helpers import (
     ALERTS,
     E2E,
     QUICK_RECOVERY,
+    REPLIES,
     compensation_began_at,
     order_body,
     running_pipeline,
@@ -39,6 +47,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequ
 
 # Stalled compensations are recovered as expired attempts are: an undo has a step's 10 s.
 QUICK = {**QUICK_RECOVERY, "COMPENSATION_TIMEOUT_SECONDS": "10"}
+
+LATE_CALL_TIMEOUT_SECONDS = 10.0
 
 # How an attempt ends when its step outlives the deadline: the timer first, or the agent's
 # "gave up" answer first (E6); either way it writes nothing.
@@ -285,6 +295,114 @@ async def test_u4_c1_an_attempt_that_keeps_timing_out_is_given_up_and_compensate
         began_at = await compensation_began_at(e2e, order)
         assert side_effects_against_compensation(e2e.pipeline.services, order, began_at) == []
         assert await e2e.pending(ALERTS) == []
+
+
+async def test_u4_c1_e7_a_first_step_in_doubt_is_undone_by_key_before_the_order_ends_in_error(
+    tmp_path: Path, store_settings: dict[str, str]
+) -> None:
+    """U4, C1, E7: two orders whose first step never gets a usable answer. For `o-lost` the
+    stock service reserves, but every answer is lost; for `o-late` every call hangs, and
+    the expired attempt's call only arrives after the order gave up. At MAX_FAILURES the
+    supervisor gives up on each with nothing completed but the reservation in doubt: attempt
+    4 undoes it by its idempotency key - releasing o-lost's reservation, closing o-late's key
+    for good - and only then is the order in Error, with a `failed` status and an
+    `order-error` alert under attempt 4. The late call of o-late's expired attempt is
+    refused and reserves nothing: each order's net effect at the stock service is zero."""
+    faults = {
+        "stock": FaultPlan(
+            rules=(
+                FaultRule(FaultKind.LOST_RESPONSE, order_id="o-lost", operation="reserve"),
+                FaultRule(FaultKind.HANG, order_id="o-late", operation="reserve"),
+            )
+        )
+    }
+    orders = ("o-lost", "o-late")
+    settings = {**QUICK, **store_settings}
+    async with running_pipeline(
+        tmp_path, service_faults=faults, settings=settings, virtual_time=True
+    ) as e2e:
+        for order in orders:
+            await e2e.submit(order_body(order), message_id=order)
+
+        replies = await e2e.receive(
+            REPLIES,
+            until=lambda taken: (
+                {m.body["orderId"] for m in taken if m.body["status"] == "failed"} == set(orders)
+            ),
+            what="the failed status of both orders",
+        )
+
+        alerts = await e2e.count_of(ALERTS, 2)
+        in_error = {}
+        for order in orders:
+            trail = [
+                (m.body["status"], m.body["attempt"]) for m in replies if m.body["orderId"] == order
+            ]
+            assert trail == [("received", None), ("failed", 4)], order
+            [alert] = [a.body for a in alerts if a.body["orderId"] == order]
+            assert (alert["kind"], alert["attempt"]) == ("order-error", 4)
+            assert "MAX_FAILURES=3" in alert["reason"]
+            assert alert["reason"].endswith("nothing is left to undo")
+            record = await e2e.record(order)
+            assert record is not None
+            assert (record.process_state, record.failure_count, record.attempt) == (
+                ProcessState.ERROR,
+                3,
+                4,
+            )
+            assert steps_of(record)[0] == ("reserve-stock", StepState.COMPENSATED, None)
+            assert record.compensation_log == ()
+            in_error[order] = record
+            for attempt in (1, 2, 3):
+                expired = await e2e.finished_instance(f"{order}:{attempt}")
+                assert expired.output["outcome"] in ENDED_WITHOUT_WRITING
+            compensation = await e2e.finished_instance(f"{order}:4")
+            assert compensation.output == {"outcome": "failed"}
+            assert compensation.input["undo"] == [
+                {"index": 0, "name": "reserve-stock", "reference": None}
+            ]
+            assert await e2e.instance(f"{order}:5") is None
+            began_at = await compensation_began_at(e2e, order)
+            assert side_effects_against_compensation(e2e.pipeline.services, order, began_at) == []
+
+        # o-lost: reserved by attempt 1, released by its key by attempt 4.
+        assert effects(e2e, "stock", "o-lost") == [
+            (SideEffectKind.RESERVATION, 1),
+            (SideEffectKind.RELEASE, 4),
+        ]
+        assert undone_keys(e2e, "stock", "o-lost") == []
+        # o-late: nothing was reserved, and the key is closed for good.
+        assert effects(e2e, "stock", "o-late") == []
+        assert undone_keys(e2e, "stock", "o-late") == [("o-late:reserve-stock", 4)]
+
+        # The service lets calls through again: the one held in flight arrives now.
+        e2e.pipeline.services.replace_fault_plan("stock", FaultPlan())
+        late = await late_call(e2e, InstanceId("o-late", 3), "reserve-stock")
+
+        assert isinstance(late, Superseded), late
+        assert effects(e2e, "stock", "o-late") == [], "the late call reserved after Error"
+        assert e2e.pipeline.services.stats("stock")["actions_refused_after_undo"] == 1
+        assert await e2e.record("o-late") == in_error["o-late"]
+        assert e2e.pipeline.services.stats("payment")["requests"] == 0
+        assert bootstrap.services().settings.state_store == store_settings["STATE_STORE"]
+
+
+async def late_call(e2e: E2E, instance: InstanceId, step: str) -> RemoteResult:
+    """The call of `step` an agent of `instance` started before its deadline and that reaches
+    the service only now (E7 lets work in flight continue): the same request, idempotency key
+    and fencing token as the attempt's own tries."""
+    order = await e2e.stored_order(instance.order_id)
+    assert order is not None
+    request = AgentRequest(
+        instance_id=str(instance),
+        step=step,
+        order=order,
+        deadline=bootstrap.now() + timedelta(minutes=5),
+    )
+    agent = declaration(step).agent
+    async with aiohttp.ClientSession() as session:
+        client = ServiceClient(REMOTE_SERVICES[agent], e2e.pipeline.services.url(agent), session)
+        return await request_call(client, request)(LATE_CALL_TIMEOUT_SECONDS)
 
 
 async def test_c2_a_stalled_compensation_is_resumed_where_it_stopped(tmp_path: Path) -> None:

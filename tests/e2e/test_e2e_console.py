@@ -194,6 +194,43 @@ async def test_c1_an_operator_cancels_a_running_order_and_it_compensates(tmp_pat
         assert (await console(e2e, "POST", f"/orders/{order}/cancel", {"reason": "x"}))[0] == 409
 
 
+async def test_e8_c1_an_operator_cancels_an_order_in_error_and_its_failed_step_is_undone(
+    tmp_path: Path,
+) -> None:
+    """The stock service refused the reservation for good: Error. The operator gives the
+    order up for good: the failed step is undone by its idempotency key (nothing was
+    reserved, so the key is closed for good), the order ends Compensated, and the timeline
+    lists the `failed` of attempt 1 and the `compensated` of attempt 2."""
+    order = "o-cancel-error"
+    async with running_pipeline(tmp_path, service_faults=refused_once(order)) as e2e:
+        await in_error(e2e, order)
+
+        status, cancelled = await console(
+            e2e, "POST", f"/orders/{order}/cancel", {"reason": "customer withdrew"}
+        )
+
+        assert status == 202, cancelled
+        assert (cancelled["superseded"], cancelled["instanceId"]) == (None, f"{order}:2")
+        assert cancelled["toUndo"] == [{"index": 0, "step": "reserve-stock", "reference": None}]
+        record = await e2e.wait_for_record(
+            order, lambda r: r.process_state is ProcessState.COMPENSATED, "Compensated"
+        )
+        assert record.last_error == "cancelled by an operator: customer withdrew"
+        [closed] = e2e.pipeline.services.tombstones("stock", order)
+        assert (closed.idempotency_key, closed.attempt) == (f"{order}:reserve-stock", 2)
+        assert e2e.pipeline.services.ledger_entries("stock", order) == []
+        replies = await e2e.statuses(order, "compensated")
+        await e2e.finished_instance(f"{order}:2")
+        status, timeline = await console(e2e, "GET", f"/orders/{order}")
+        assert status == 200
+        assert (
+            message_ids(timeline)
+            == [str(m.message_id) for m in replies]
+            == [f"{order}:received:-", f"{order}:failed:1", f"{order}:compensated:2"]
+        )
+        assert deliveries(timeline)[1:] == ["sent", "sent"]
+
+
 async def test_c2_an_operator_retries_a_failed_compensation_until_it_compensates(
     tmp_path: Path,
 ) -> None:

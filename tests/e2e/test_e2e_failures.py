@@ -22,7 +22,13 @@ import bootstrap
 from adapters.codec import to_json
 from domain.agent_messages import AgentOutcome, AgentResponse
 from domain.records import ProcessState, StepState, format_utc
-from orchestrators.order_workflow import BEGIN_STEP, FAIL_STEP, FINISH_STEPS
+from orchestrators.order_workflow import (
+    BEGIN_STEP,
+    BEGIN_UNDO,
+    FAIL_STEP,
+    FINISH_STEPS,
+    FINISH_UNDO,
+)
 from tests.e2e.e2e_helpers import (
     AGENT_RESPONSES,
     ALERTS,
@@ -113,8 +119,9 @@ async def test_e6_u4_an_agent_that_never_answers_is_retried_then_given_up(
     """E6: every call of the first step hangs, so the durable timer wins and each attempt's
     orchestration ends without writing the record. U4: the supervisor counts each expired
     attempt and asks for a new one (instance ids `{orderId}:{n}`); at MAX_FAILURES, with no
-    step completed, the order goes to Error with an `order-error` alert and a `failed`
-    status, and no later step is ever asked."""
+    step completed but the first one in doubt, attempt 4 undoes it by its idempotency key
+    (nothing was reserved: the key is closed for good), and the order goes to Error with an
+    `order-error` alert and a `failed` status; no later step is ever asked."""
     stock = faults_for(FaultRule(FaultKind.HANG, order_id="o-hang", operation="reserve"))
     # No room for a healthy step is needed here: 2 s instead of 10 also ends each hung call soon.
     settings = {**QUICK_RECOVERY, "STEP_TIMEOUT_SECONDS": "2"}
@@ -127,16 +134,16 @@ async def test_e6_u4_an_agent_that_never_answers_is_retried_then_given_up(
             replies = await e2e.statuses("o-hang", "failed")
 
         assert [m.body["status"] for m in replies] == ["received", "failed"]
-        assert replies[-1].body["attempt"] == 3
+        assert replies[-1].body["attempt"] == 4
         assert "MAX_FAILURES=3" in replies[-1].body["reason"]
         [alert] = await e2e.count_of(ALERTS, 1)
-        assert (alert.body["kind"], alert.body["attempt"]) == ("order-error", 3)
+        assert (alert.body["kind"], alert.body["attempt"]) == ("order-error", 4)
         record = await e2e.record("o-hang")
         assert record is not None
         assert (record.process_state, record.failure_count, record.attempt) == (
             ProcessState.ERROR,
             3,
-            3,
+            4,
         )
         assert record.compensation_log == ()
         for attempt in (1, 2, 3):
@@ -144,9 +151,13 @@ async def test_e6_u4_an_agent_that_never_answers_is_retried_then_given_up(
             assert instance.output["outcome"] in ENDED_WITHOUT_WRITING
             assert instance.output["step"] == "reserve-stock"
             assert scheduled_activities(instance) == [BEGIN_STEP], "no write after the begin"
-        assert await e2e.instance("o-hang:4") is None
+        undone = await e2e.finished_instance("o-hang:4")
+        assert scheduled_activities(undone) == [BEGIN_UNDO, FINISH_UNDO]
+        assert await e2e.instance("o-hang:5") is None
         for service in STEP_SERVICES:
             assert _effects(e2e, service, "o-hang") == [], f"{service} did something"
+        [closed] = e2e.pipeline.services.tombstones("stock", "o-hang")
+        assert (closed.idempotency_key, closed.attempt) == ("o-hang:reserve-stock", 4)
         assert (_requests(e2e, "payment"), _requests(e2e, "shipping")) == (0, 0)
         counted = [v.failure_count for v in versions]
         assert sorted(set(counted)) == [0, 1, 2, 3]

@@ -15,7 +15,8 @@ After every action an observer with its own store objects reads every record and
 - only transitions `domain.transitions` allows ever persist: each ProcessState change is an
   edge of its flow, the attempt counter never goes back, LockedBy changes only to a newer
   attempt's instance id or to nobody, and no step starts once compensation began (S4, D2,
-  C1);
+  C1); a compensation ends Compensated, or Error for a give-up (its CompensationEndsIn), only
+  with nothing left to undo (C1, U4);
 - a write by an attempt that no longer holds the record (a stale fence) changes nothing and
   reports nothing applied (D4, E5);
 - the compensation log always equals the completed steps in order: it only grows, each
@@ -55,7 +56,7 @@ from domain.policies import (
 )
 from domain.ports import Page, PreconditionFailed, StateStore
 from domain.records import FINISHED_STATES, InstanceId, ProcessState, StateRecord, StepState
-from domain.transitions import IllegalTransition
+from domain.transitions import IllegalTransition, compensation_plan
 from domain.workflow import Step
 from services import operator, steps
 from services.admission import BacklogGate
@@ -95,8 +96,12 @@ ALLOWED = {
         ProcessState.PENDING,
     },
     ProcessState.PROCESSED: set(),
-    ProcessState.ERROR: {ProcessState.PENDING},
-    ProcessState.COMPENSATING: {ProcessState.COMPENSATED, ProcessState.COMPENSATION_FAILED},
+    ProcessState.ERROR: {ProcessState.PENDING, ProcessState.COMPENSATING},
+    ProcessState.COMPENSATING: {
+        ProcessState.COMPENSATED,
+        ProcessState.COMPENSATION_FAILED,
+        ProcessState.ERROR,
+    },
     ProcessState.COMPENSATED: set(),
     ProcessState.COMPENSATION_FAILED: {ProcessState.COMPENSATING},
 }
@@ -150,6 +155,7 @@ class Attempt:
     started: bool = False
     plan: tuple[Step, ...] | None = None
     undone: Step | None = None
+    ends_in: ProcessState = ProcessState.COMPENSATED
     last_write: Callable[[], Written] | None = field(default=None, repr=False)
 
     @property
@@ -270,7 +276,13 @@ class StateRecordModel(RuleBasedStateMachine):
         )
         for recovery in report.all_recoveries:
             if recovery.compensation_instance is not None:
-                self.attempts.append(Attempt(recovery.compensation_instance, plan=recovery.undo))
+                self.attempts.append(
+                    Attempt(
+                        recovery.compensation_instance,
+                        plan=recovery.undo,
+                        ends_in=recovery.record.compensation_ends_in,
+                    )
+                )
 
     # --- an operator (E8, C2, C4) -----------------------------------------------------------
 
@@ -313,7 +325,11 @@ class StateRecordModel(RuleBasedStateMachine):
                 )
         except (IllegalTransition, PreconditionFailed):
             return
-        self.attempts.append(Attempt(request.instance, plan=request.undo))
+        self.attempts.append(
+            Attempt(
+                request.instance, plan=request.undo, ends_in=request.record.compensation_ends_in
+            )
+        )
 
     # --- orchestration attempts (D4, E5-E8, C1, C2, C8) -------------------------------------
 
@@ -447,7 +463,9 @@ class StateRecordModel(RuleBasedStateMachine):
             return
 
         def finish() -> Written:
-            return steps.finish_undo(self.attempt_states, instance, undone=undone, now=self.now)
+            return steps.finish_undo(
+                self.attempt_states, instance, undone=undone, now=self.now, ends_in=attempt.ends_in
+            )
 
         self._fenced(attempt, finish)
         self.attempts.remove(attempt)
@@ -517,6 +535,15 @@ def check_transition(before: StateRecord, after: StateRecord) -> None:
         assert after.attempt > before.attempt, "LockedBy changed hands without a new attempt"
     if before.process_state is ProcessState.PROCESSING and edge[1] is ProcessState.PROCESSING:
         assert after.locked_by == before.locked_by, "a running attempt lost its lock in place"
+    if edge[0] is ProcessState.COMPENSATING and edge[1] in (
+        ProcessState.COMPENSATED,
+        ProcessState.ERROR,
+    ):
+        assert edge[1] is before.compensation_ends_in, (
+            f"meant for {before.compensation_ends_in}: {edge}"
+        )
+        left = compensation_plan(after)
+        assert not left, f"{after.order_id} ended {edge[1]} with {left} left to undo (C1, U4)"
     old_log = before.compensation_log
     assert after.compensation_log[: len(old_log)] == old_log, "the compensation log was rewritten"
     if before.compensation_started_at is not None:

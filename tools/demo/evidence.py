@@ -5,8 +5,10 @@ performed (its ledger of side effects, with their times), never from the app's o
 counters: the report proves the invariants with the evidence a user or an auditor would
 have.
 
-- Net effects (C1): for an order that ended ``Compensated``, every side effect a service
-  performed for it was undone: actions minus compensations is zero at every service.
+- Net effects (C1, U4): for an order that ended ``Compensated``, or in ``Error`` by its
+  compensation (a give-up that undid its step in doubt, CompensationEndsIn), every side effect
+  a service performed for it was undone: actions minus compensations is zero at every
+  service. (``CompensationFailed`` is the state that says something may be left.)
 - Steps after compensation (C1, E7): once an order began compensating, no service performs
   another action for it. It began at its record's CompensationStartedAt, set by the write
   that moved it to Compensating (a step failing for good, or the supervisor giving up) and
@@ -116,13 +118,14 @@ def _net_effects(
     ledgers: Sequence[ServiceLedger],
     entries: Mapping[str, list[tuple[str, SideEffect]]],
 ) -> dict[str, dict[str, int]]:
-    """Per service, over the Compensated orders: performed, undone, and the difference."""
-    compensated = _compensated_orders(records)
+    """Per service, over the orders that must have left nothing: performed, undone, and the
+    difference."""
+    left_nothing = _left_nothing(records)
     effects: dict[str, dict[str, int]] = {}
     for ledger in ledgers:
         declaration = SERVICES[ledger.service]
         performed = undone = 0
-        for order_id in compensated:
+        for order_id in left_nothing:
             for service, entry in entries.get(order_id, ()):
                 if service == ledger.service:
                     performed += entry.role is Role.ACTION
@@ -138,9 +141,9 @@ def _net_effects(
 def _unbalanced(
     records: Mapping[str, StateRecord], entries: Mapping[str, list[tuple[str, SideEffect]]]
 ) -> list[str]:
-    """Compensated orders with a side effect left at some service."""
+    """Orders that must have left nothing with a side effect left at some service."""
     unbalanced = []
-    for order_id in _compensated_orders(records):
+    for order_id in _left_nothing(records):
         net: dict[str, int] = defaultdict(int)
         for service, entry in entries.get(order_id, ()):
             net[service] += 1 if entry.role is Role.ACTION else -1
@@ -150,11 +153,17 @@ def _unbalanced(
     return unbalanced
 
 
-def _compensated_orders(records: Mapping[str, StateRecord]) -> list[str]:
+def _left_nothing(records: Mapping[str, StateRecord]) -> list[str]:
+    """The orders whose compensation undid everything: Compensated, or Error by the
+    compensation of a give-up (C1, U4)."""
     return sorted(
         order_id
         for order_id, record in records.items()
         if record.process_state is ProcessState.COMPENSATED
+        or (
+            record.process_state is ProcessState.ERROR
+            and record.compensation_ends_in is ProcessState.ERROR
+        )
     )
 
 

@@ -93,7 +93,7 @@ class DemoReport:
         if doubled:
             broken.append(f"{doubled} double side effects")
         if self.net_effect_orders:
-            broken.append(f"{len(self.net_effect_orders)} Compensated orders left side effects")
+            broken.append(f"{len(self.net_effect_orders)} compensated orders left side effects")
         if self.steps_after_compensation:
             broken.append(f"{len(self.steps_after_compensation)} steps after compensation")
         return broken

@@ -49,8 +49,10 @@ def record(
     order_id: str, state: ProcessState, *, began: float | None = None, **fields: Any
 ) -> StateRecord:
     """A record in `state`; one in a compensation state began compensating `began` seconds
-    after T0 (its CompensationStartedAt), as the write that moved it there set it."""
-    assert (state in COMPENSATION_STATES) == (began is not None), "began iff compensating"
+    after T0 (its CompensationStartedAt), as the write that moved it there set it; one in
+    Error may have (a give-up's compensation ended in Error)."""
+    if state is not ProcessState.ERROR:
+        assert (state in COMPENSATION_STATES) == (began is not None), "began iff compensating"
     fresh = new_record(order_id, "replies", T0, STEPS)
     return dataclasses.replace(
         fresh,
@@ -164,6 +166,33 @@ def test_a_compensated_order_that_left_a_side_effect_breaks_net_zero_c1(clock: C
     assert found.compensations == {"started": 2, "completed": 1, "failed": 1}
 
 
+def test_an_order_its_give_up_compensated_into_error_that_left_a_side_effect_breaks_net_zero_u4(
+    clock: Clock,
+) -> None:
+    """A give-up's compensation ends in Error only once its step in doubt is undone: the
+    reservation released, or the key closed with nothing done. One left behind is named."""
+    books = ledgers(clock)
+    clock.at(1)
+    undone = books["stock"].perform("o-undone", 1, ITEMS, "o-undone/reserve-stock")
+    books["stock"].perform("o-left", 1, ITEMS, "o-left/reserve-stock")
+    clock.at(3)
+    assert undone.resource is not None
+    books["stock"].compensate_by_key("o-undone", 4, "o-undone/reserve-stock")
+    books["stock"].compensate_by_key("o-never", 4, "o-never/reserve-stock")
+    given_up = {"compensation_ends_in": ProcessState.ERROR}
+    records = {
+        "o-undone": record("o-undone", ProcessState.ERROR, began=2.0, **given_up),
+        "o-left": record("o-left", ProcessState.ERROR, began=2.0, **given_up),
+        "o-never": record("o-never", ProcessState.ERROR, began=2.0, **given_up),
+    }
+
+    found = evidence(records, books)
+
+    assert found.net_effect_orders == ["o-left: {'stock': 1}"]
+    assert found.net_effects["stock"] == {"reserved": 2, "released": 1, "net": 1}
+    assert found.steps_after_compensation == []
+
+
 def test_supervisor_work_is_read_from_the_records_u4_c2(clock: Clock) -> None:
     records = {
         "retried": record("retried", ProcessState.PROCESSED, failure_count=1),
@@ -226,7 +255,10 @@ def kept_report() -> DemoReport:
         ({"lost": ["o-1"]}, "1 orders lost"),
         ({"stuck": ["o-1"]}, "1 orders stuck"),
         ({"double_side_effects": {"payment": 1}}, "1 double side effects"),
-        ({"net_effect_orders": ["o-1: {'stock': 1}"]}, "1 Compensated orders left side effects"),
+        (
+            {"net_effect_orders": ["o-1: {'stock': 1}"]},
+            "1 compensated orders left side effects",
+        ),
         ({"steps_after_compensation": ["o-1: ..."]}, "1 steps after compensation"),
     ],
 )

@@ -150,6 +150,36 @@ async def test_rules_fail_the_first_calls_of_an_order_then_let_them_through(
     assert statuses == [503, 503, 422, 201, 200]
 
 
+async def test_an_action_whose_answer_was_lost_is_replayed_never_declined_c8_e8(
+    services: SimulatedServices, session: aiohttp.ClientSession
+) -> None:
+    """The reservation is made but its answer lost; the retry with the same key meets a
+    permanent fault, by rule or drawn from a mix: the service replays what it did instead of
+    declining it, so a decline (E8) always means nothing was done for the key. Another key
+    of the same order is still declined."""
+    await put_faults(
+        session,
+        services.url(STOCK.name),
+        {
+            "rules": [
+                {"kind": "lost-response", "orderId": "o-1", "times": 1},
+                {"kind": "permanent", "orderId": "o-1", "skip": 1, "times": 1},
+            ],
+            "probabilities": {"permanent": 1.0},
+        },
+    )
+
+    lost, retried, drawn = [
+        (await post_action(session, services.base_url, STOCK, "o-1"))[0] for _ in range(3)
+    ]
+    other = await post_action(session, services.base_url, STOCK, "o-1", key="o-1:other")
+
+    assert (lost, retried, drawn) == (503, 200, 200)
+    assert (other[0], other[1]["error"]) == (422, "permanent")
+    assert len(services.ledger_entries(STOCK.name, "o-1")) == 1
+    assert injected(services, STOCK, FaultKind.PERMANENT) == 1, "only the decline delivered"
+
+
 async def test_a_rule_for_every_call_of_matching_orders_leaves_other_orders_alone(
     services: SimulatedServices, session: aiohttp.ClientSession
 ) -> None:

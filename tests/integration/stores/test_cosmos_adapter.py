@@ -533,17 +533,24 @@ def test_the_finished_record_ttl_is_a_setting(cosmos_server: CosmosServer) -> No
     )
     try:
         record = create(states, running("o-1", NOW - timedelta(seconds=1)))
-        states.replace(
+        in_error = states.replace(
             transitions.give_up(record, now=NOW, reason="gone", compensation_deadline=FUTURE)
         )
         client = CosmosClient.from_connection_string(cosmos_server.connection_string)
-        stored = (
-            client.get_database_client(environ["COSMOS_DATABASE"])
-            .get_container_client("state")
-            .read_item("o-1", partition_key="o-1", timeout=SDK_TIMEOUT)
+        container = client.get_database_client(environ["COSMOS_DATABASE"]).get_container_client(
+            "state"
         )
-        client.close()
+        stored = container.read_item("o-1", partition_key="o-1", timeout=SDK_TIMEOUT)
         assert (stored["ProcessState"], stored["ttl"]) == ("Error", 3600)
+        # An operator's cancel takes the order out of Error: it must not expire while it
+        # compensates (E8, C2).
+        states.replace(
+            transitions.cancel(in_error, now=NOW, reason="r", compensation_deadline=FUTURE)
+        )
+        stored = container.read_item("o-1", partition_key="o-1", timeout=SDK_TIMEOUT)
+        client.close()
+        assert stored["ProcessState"] == "Compensating"
+        assert "ttl" not in stored
     finally:
         states.close()
         orders.close()

@@ -10,7 +10,7 @@ import pytest
 from domain import transitions
 from domain.policies import Timeouts
 from domain.ports import OrderStore, PreconditionFailed, RecordNotFound, StateStore
-from domain.records import InstanceId, ProcessState, StateRecord, StepState
+from domain.records import InstanceId, ProcessState, StateRecord, StepState, StepStatus
 from domain.transitions import IllegalTransition
 from domain.workflow import Step
 from services.operator import (
@@ -129,9 +129,40 @@ def test_cancel_fences_out_the_running_attempt_and_requests_its_compensation_c1_
     ]
     late = transitions.finish_steps(InstanceId("o-1", 1), Step(1, STEPS[1], "p-1"), now=T0)
     assert states.fenced_update(late) is None
-    with pytest.raises(IllegalTransition, match="only a Pending or Processing order"):
+    with pytest.raises(IllegalTransition, match="only a Pending, Processing or Error order"):
         cancel_order(states, "o-1", T0, timeouts=TIMEOUTS, reason="again")
     assert running.etag != request.record.etag
+
+
+def test_cancel_of_an_order_in_error_undoes_its_failed_step_by_key_and_ends_compensated_e8_c1(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """The first step failed for good, so the order is in Error; the operator gives it up for
+    good: the failed step is undone by its idempotency key, whatever the service did, and
+    the compensation ends Compensated, not Error again."""
+    states, _ = stores
+    in_error(
+        states,
+        "o-1",
+        steps=(StepStatus(STEPS[0], StepState.FAILED), StepStatus(STEPS[1]), StepStatus(STEPS[2])),
+    )
+    request = cancel_order(states, "o-1", T0, timeouts=TIMEOUTS, reason="customer withdrew")
+    assert (request.instance, request.superseded) == (InstanceId("o-1", 2), None)
+    assert request.record.process_state is ProcessState.COMPENSATING
+    assert request.record.compensation_ends_in is ProcessState.COMPENSATED
+    assert request.undo == (Step(0, STEPS[0]),)
+    stored_now = states.get("o-1")
+    assert stored_now is not None
+    assert stored_now.last_error == "cancelled by an operator: customer withdrew"
+    for change in (
+        transitions.begin_undo(request.instance, request.undo[0], complete_by=T0, now=T0),
+        transitions.finish_undo(request.instance, undone=request.undo[0], now=T0),
+    ):
+        assert states.fenced_update(change) is not None
+    done = states.get("o-1")
+    assert done is not None
+    assert done.process_state is ProcessState.COMPENSATED
+    assert done.steps[0].state is StepState.COMPENSATED
 
 
 def test_a_failed_compensation_is_retried_once_from_where_it_failed_c2(

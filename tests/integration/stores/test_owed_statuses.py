@@ -35,7 +35,7 @@ from orchestrators.order_workflow import (
 )
 from services import steps
 from services.admission import BacklogGate
-from services.operator import order_timeline, resubmit_order, timeline_view
+from services.operator import cancel_order, order_timeline, resubmit_order, timeline_view
 from services.owed_statuses import (
     OWED,
     SENT,
@@ -282,14 +282,14 @@ def test_an_order_in_error_owes_received_and_failed_under_its_attempt_e8(
 def test_an_order_the_supervisor_gave_up_on_was_told_by_the_supervisor_u4(
     stores: tuple[StateStore, OrderStore],
 ) -> None:
-    """The attempt ended (timer first) without `fail_step`; the supervisor's give-up wrote
-    Error and sent `failed` with it, outside any history."""
+    """The attempt's instance failed before its first write (no step began, so none is in
+    doubt); the supervisor's give-up wrote Error and sent `failed` with it, outside any
+    history."""
     order = submitted(stores, "o-gave-up")
-    begin(order, 0, None)
-    order.ended("timed-out")
+    order.current.runtime_status = "Failed"
     record = order.states.get("o-gave-up")
     assert record is not None
-    late = T0 + timedelta(hours=1)
+    late = T0 + timedelta(days=2)
     order.states.replace(
         transitions.give_up(record, now=late, reason="no answer", compensation_deadline=late)
     )
@@ -301,15 +301,10 @@ def test_an_order_the_supervisor_gave_up_on_was_told_by_the_supervisor_u4(
     assert (failed["messageId"], failed["delivery"]) == ("o-gave-up:failed:1", SENT_BY_SUPERVISOR)
 
 
-def test_a_compensated_order_owes_each_completed_step_and_compensated_c1_r2(
-    stores: tuple[StateStore, OrderStore],
-) -> None:
-    order = submitted(stores, "o-undone")
-    two_steps_done(order)
-    failed = fail(order, 2, "cannot ship")
-    order.completed(FAIL_STEP, failed)
+def undo_all(order: Order, plan: tuple[Step, ...], ends_in: ProcessState) -> Written:
+    """The compensation instance's writes: each undo begun, then the finish (C1)."""
     undone = None
-    for undo in failed.undo:
+    for undo in plan:
         now = order.now()
         started = steps.begin_undo(
             order.states,
@@ -321,8 +316,68 @@ def test_a_compensated_order_owes_each_completed_step_and_compensated_c1_r2(
         )
         order.completed(BEGIN_UNDO, started)
         undone = undo
-    finished = steps.finish_undo(order.states, order.instance, undone=undone, now=order.now())
+    finished = steps.finish_undo(
+        order.states, order.instance, undone=undone, now=order.now(), ends_in=ends_in
+    )
     order.completed(FINISH_UNDO, finished)
+    return finished
+
+
+def test_an_order_given_up_with_a_step_in_doubt_owes_failed_from_its_compensation_u4_c1(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """The supervisor gave up with the first step in doubt: the compensation it started
+    undid the step and wrote Error, so `finish_undo` sent `failed`, under that attempt.
+    Cancelled by an operator then, the order owes `compensated` under the cancel's
+    attempt, and the `failed` before it is still listed, as its attempt's history shows."""
+    order = submitted(stores, "o-in-doubt")
+    begin(order, 0, None)
+    order.ended("timed-out")
+    record = order.states.get("o-in-doubt")
+    assert record is not None
+    late = T0 + timedelta(hours=1)
+    given_up = order.states.replace(
+        transitions.give_up(record, now=late, reason="no answer", compensation_deadline=late)
+    )
+    order.attempts[2] = Attempt()
+    undo_all(order, transitions.compensation_plan(given_up), given_up.compensation_ends_in)
+    order.ended("failed")
+
+    in_error = order.timeline()
+
+    assert in_error["record"]["ProcessState"] == ProcessState.ERROR.value
+    assert message_ids(in_error) == [s.message_id for s in order.sent]
+    assert rows(in_error) == [
+        ("received", None, None, SENT_WITH_RECORD),
+        ("failed", None, 2, SENT),
+    ]
+    assert in_error["statusMessages"]["messages"][-1]["sentBy"] == FINISH_UNDO
+
+    cancelled = cancel_order(
+        order.states, "o-in-doubt", order.now(), timeouts=SETTINGS.timeouts, reason="withdrawn"
+    )
+    order.attempts[3] = Attempt()
+    undo_all(order, cancelled.undo, cancelled.record.compensation_ends_in)
+    order.ended("compensated")
+
+    timeline = order.timeline()
+
+    assert (
+        message_ids(timeline)
+        == [s.message_id for s in order.sent]
+        == ["o-in-doubt:received:-", "o-in-doubt:failed:2", "o-in-doubt:compensated:3"]
+    )
+    assert rows(timeline)[1:] == [("failed", None, 2, SENT), ("compensated", None, 3, SENT)]
+
+
+def test_a_compensated_order_owes_each_completed_step_and_compensated_c1_r2(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    order = submitted(stores, "o-undone")
+    two_steps_done(order)
+    failed = fail(order, 2, "cannot ship")
+    order.completed(FAIL_STEP, failed)
+    undo_all(order, failed.undo, ProcessState.COMPENSATED)
     order.ended("compensated")
 
     timeline = order.timeline()

@@ -377,15 +377,25 @@ def test_the_supervisor_counts_what_it_read_its_charge_and_its_give_ups_u2_u5(
         report = sweep(states, now, policy=SETTINGS.supervisor_policy, timeouts=SETTINGS.timeouts)
         kinds += [recovery.kind for recovery in report.recoveries]
         charge += report.request_charge
-    assert kinds == [RecoveryKind.RETRY, RecoveryKind.GAVE_UP]
+    # The first step was running when the order gave up: it is undone before Error (U4).
+    assert kinds == [RecoveryKind.RETRY, RecoveryKind.COMPENSATION_REQUESTED]
 
     found = points(reader)
     assert total(found, metrics.SUPERVISOR_ITEMS_READ, scan="sweep") == 2
     # What the scans reported: Cosmos DB's request units, none on SQLite.
     assert total(found, metrics.SUPERVISOR_REQUEST_CHARGE, scan="sweep") == pytest.approx(charge)
     assert (charge > 0) is isinstance(states, CosmosStateStore)
-    assert total(found, metrics.SUPERVISOR_GIVEUPS, recovery="error") == 1
-    assert total(found, metrics.ORDERS_FAILED) == 1
+    assert total(found, metrics.SUPERVISOR_GIVEUPS, recovery="compensation") == 1
+    assert total(found, metrics.ORDERS_FAILED) == 0, "not before the step in doubt is undone"
+    undoing = InstanceId("o-late", SETTINGS.max_failures + 1)
+    undo = Step(0, STEPS[0])
+    deadline = compensation_deadline(now, SETTINGS.timeouts)
+    assert steps.begin_undo(
+        states, undoing, undo, undone=None, now=now, complete_by=deadline
+    ).applied
+    ended = steps.finish_undo(states, undoing, undone=undo, now=now, ends_in=ProcessState.ERROR)
+    assert ended.applied
+    assert total(points(reader), metrics.ORDERS_FAILED) == 1
     expired = total(found, metrics.STEP_FAILURES, step=STEPS[0], reason="deadline-expired")
     assert expired == 2
     # The second claim found the order Pending again since the retry made it so.

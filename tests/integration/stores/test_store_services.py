@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import bootstrap
+from adapters.codec import from_data
 from config import Settings
 from domain import transitions
 from domain.contracts import AlertKind, Order
@@ -32,9 +33,18 @@ from domain.ports import (
     StateStore,
     StoreMetrics,
 )
-from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord, format_utc
+from domain.records import (
+    CompletedStep,
+    InstanceId,
+    ProcessState,
+    StateRecord,
+    StepState,
+    format_utc,
+)
 from domain.transitions import IllegalTransition
 from domain.workflow import Step
+from orchestrators.order_workflow import compensation_input
+from orchestrators.payloads import Attempt
 from services import steps
 from services.admission import BacklogGate
 from services.operator import load_order, resubmit_order
@@ -50,7 +60,7 @@ from services.submission import (
     Rejected,
     submit_order,
 )
-from services.supervisor import RecoveryKind, SweepReport, catch_up, sweep
+from services.supervisor import Recovery, RecoveryKind, SweepReport, catch_up, sweep
 from tests.integration.stores.store_backends import StoreFactory
 
 T0 = datetime(2026, 9, 1, 10, 0, tzinfo=UTC)
@@ -1268,14 +1278,34 @@ def test_an_operator_resubmits_an_order_in_error_for_a_new_attempt_e8(
         resubmit_order(states, "o-9", T0)
 
 
-def test_giving_up_with_nothing_completed_names_the_step_in_doubt_e8_u4(
+def compensation_of(recovery: Recovery) -> Attempt:
+    """The input the supervisor's Functions layer starts the requested compensation with."""
+    assert recovery.compensation_instance is not None
+    return from_data(
+        compensation_input(
+            recovery.record,
+            recovery.compensation_instance,
+            recovery.undo,
+            SETTINGS.agent_transport,
+            TIMEOUTS,
+        ),
+        Attempt,
+    )
+
+
+def test_giving_up_with_a_step_in_doubt_undoes_it_by_key_then_ends_in_error_u4_c1(
     stores: tuple[StateStore, OrderStore],
 ) -> None:
-    """Nothing completed, so nothing is undone and the order ends in Error; the step that was
-    running may hold a side effect whose answer was lost, and the operator hears which."""
+    """Nothing completed, but the step that was running may have done its side effect with
+    its answer lost: the give-up compensates under a new attempt, which undoes the step by
+    its idempotency key, and no one hears of the order until that undo is done. Its first
+    run stalls and the supervisor resumes it, still bound for Error; when it finishes the
+    order is in Error, with a `failed` status and an `order-error` alert that give the
+    give-up's reason and say nothing is left to undo (U4, C1, C2, E8); it is not resubmitted."""
     states, _ = stores
-    settings = replace(SETTINGS, max_failures=1)
-    states.create(transitions.new_record("o-1", "replies-a", T0, ("reserve-stock",)))
+    settings = replace(SETTINGS, max_failures=2)
+    new = transitions.new_record("o-1", "replies-a", T0, ("reserve-stock",))
+    states.create(replace(new, failure_count=1))
     instance = claim_one(states)
     steps.begin_step(
         states,
@@ -1285,10 +1315,71 @@ def test_giving_up_with_nothing_completed_names_the_step_in_doubt_e8_u4(
         now=T0,
         complete_by=step_deadline(T0, settings.timeouts),
     )
-    [gave_up] = sweep_at(states, T0 + timedelta(seconds=31), settings).recoveries
-    assert gave_up.kind is RecoveryKind.GAVE_UP
-    assert gave_up.alert is not None
-    assert gave_up.alert.body["reason"].endswith(
-        "; in doubt, left to undo: reserve-stock (by idempotency key)"
+    gave_up_at = T0 + timedelta(seconds=31)
+
+    [requested] = sweep_at(states, gave_up_at, settings).recoveries
+
+    assert requested.kind is RecoveryKind.COMPENSATION_REQUESTED
+    assert (requested.status, requested.alerts) == (None, ())
+    assert requested.compensation_instance == InstanceId("o-1", 2)
+    assert requested.undo == (Step(0, "reserve-stock", None),)
+    assert compensation_of(requested).ends_in is ProcessState.ERROR
+    record = state_of(states, "o-1")
+    assert (record.process_state, record.locked_by, record.failure_count) == (
+        ProcessState.COMPENSATING,
+        "o-1:2",
+        2,
     )
-    assert state_of(states, "o-1").process_state is ProcessState.ERROR
+    assert record.compensation_ends_in is ProcessState.ERROR
+    assert not steps.finish_steps(states, instance, Step(0, "reserve-stock", "r"), now=T0).applied
+
+    stalled_at = gave_up_at + timedelta(seconds=settings.compensation_timeout_seconds + 1)
+    [resumed] = sweep_at(states, stalled_at, settings).recoveries
+    assert resumed.kind is RecoveryKind.COMPENSATION_RESUMED
+    compensation = compensation_of(resumed)
+    assert (compensation.instance, compensation.ends_in) == (
+        InstanceId("o-1", 3),
+        ProcessState.ERROR,
+    )
+    [undo] = resumed.undo
+    begun = steps.begin_undo(
+        states,
+        compensation.instance,
+        undo,
+        undone=None,
+        now=stalled_at,
+        complete_by=compensation_deadline(stalled_at, TIMEOUTS),
+        draw=settings.tries_per_request,
+    )
+    assert begun.applied
+    # Its undo by key draws on the order's retry budget like any undo (C4).
+    assert begun.tries == settings.tries_per_request
+    assert state_of(states, "o-1").undo_tries_spent == settings.tries_per_request
+
+    finished = steps.finish_undo(
+        states, compensation.instance, undone=undo, now=stalled_at, ends_in=compensation.ends_in
+    )
+
+    assert finished.applied
+    final = state_of(states, "o-1")
+    assert (final.process_state, final.complete_by, final.failure_count) == (
+        ProcessState.ERROR,
+        None,
+        2,
+    )
+    assert final.steps[0].state is StepState.COMPENSATED
+    [failed] = finished.statuses
+    assert failed.message_id == "o-1:failed:3"
+    assert "MAX_FAILURES=2" in failed.body["reason"]
+    assert finished.alert is not None
+    assert (finished.alert.body["kind"], finished.alert.body["attempt"]) == ("order-error", 3)
+    assert "MAX_FAILURES=2" in finished.alert.body["reason"]
+    assert finished.alert.body["reason"].endswith("; nothing is left to undo")
+    again = steps.finish_undo(
+        states, compensation.instance, undone=undo, now=stalled_at, ends_in=compensation.ends_in
+    )
+    assert (again.statuses, again.alert) == (finished.statuses, finished.alert), "C8"
+    assert sweep_at(states, stalled_at + timedelta(hours=1), settings).recoveries == ()
+    # A new run would meet its own undone idempotency key: an operator may only cancel it.
+    with pytest.raises(IllegalTransition, match="undid its steps by their idempotency keys"):
+        resubmit_order(states, "o-1", stalled_at)

@@ -83,7 +83,7 @@ WHOLE_RECORD: dict[str, tuple[WholeRecordTransition, set[ProcessState]]] = {
     ),
     "cancel": (
         lambda r: transitions.cancel(r, now=NOW, reason="r", compensation_deadline=FUTURE),
-        {ProcessState.PENDING, ProcessState.PROCESSING},
+        {ProcessState.PENDING, ProcessState.PROCESSING, ProcessState.ERROR},
     ),
 }
 
@@ -158,6 +158,8 @@ def test_retry_counts_the_failure_and_frees_the_record_for_the_starter_u4_u5() -
 
 
 def test_give_up_with_nothing_to_undo_is_error_u4() -> None:
+    """No step began (the claim expired before the attempt's first write): nothing can be
+    left behind, so Error at once."""
     given_up = transitions.give_up(
         record_in(ProcessState.PROCESSING, failure_count=2),
         now=NOW,
@@ -169,6 +171,42 @@ def test_give_up_with_nothing_to_undo_is_error_u4() -> None:
     assert given_up.last_error == "3 attempts expired"
     assert given_up.complete_by is None
     assert given_up.attempt == 2
+    assert given_up.compensation_ends_in is ProcessState.COMPENSATED
+
+
+def test_give_up_with_a_step_in_doubt_undoes_it_by_key_before_error_u4_c1() -> None:
+    """Nothing completed, but the first step was running: its answer may have been lost
+    with its side effect done. The order compensates under a new attempt, which fences the
+    expired one out (D4), undoes the step by its idempotency key and ends in Error."""
+    running = steps_record(
+        ProcessState.PROCESSING,
+        StepStatus("reserve-stock", StepState.RUNNING, PAST),
+        StepStatus("charge-payment"),
+        StepStatus("ship-order"),
+        failure_count=2,
+    )
+    given_up = transitions.give_up(
+        running, now=NOW, reason="3 attempts expired", compensation_deadline=FUTURE
+    )
+    assert given_up.process_state is ProcessState.COMPENSATING
+    assert given_up.compensation_ends_in is ProcessState.ERROR
+    assert (given_up.attempt, given_up.locked_by) == (3, "order-7:3")
+    assert (given_up.failure_count, given_up.complete_by) == (3, FUTURE)
+    assert given_up.last_error == "3 attempts expired"
+    assert given_up.compensation_started_at == NOW
+    assert given_up.steps[0] == StepStatus("reserve-stock", StepState.FAILED)
+    assert transitions.compensation_plan(given_up) == (Step(0, "reserve-stock"),)
+
+    undo = transitions.compensation_plan(given_up)[0]
+    instance = InstanceId("order-7", 3)
+    undone = transitions.begin_undo(instance, undo, complete_by=FUTURE, now=NOW).apply(given_up)
+    finished = transitions.finish_undo(
+        instance, undone=undo, now=NOW, ends_in=given_up.compensation_ends_in
+    ).apply(undone)
+    assert finished.process_state is ProcessState.ERROR
+    assert finished.complete_by is None
+    assert finished.steps[0] == StepStatus("reserve-stock", StepState.COMPENSATED)
+    assert transitions.compensation_plan(finished) == ()
 
 
 def test_give_up_with_completed_steps_requests_compensation_under_a_new_attempt_c1() -> None:
@@ -183,6 +221,7 @@ def test_give_up_with_completed_steps_requests_compensation_under_a_new_attempt_
     assert given_up.locked_by == "order-7:3"
     assert given_up.complete_by == FUTURE
     assert given_up.compensation_log == (STEP,)
+    assert given_up.compensation_ends_in is ProcessState.COMPENSATED
 
 
 def test_stalled_compensation_becomes_compensation_failed_c2() -> None:
@@ -268,6 +307,25 @@ def test_the_writes_that_begin_a_request_draw_its_tries_c4() -> None:
     assert (undoing.tries_spent, undoing.undo_tries_spent) == (9, 4)
 
 
+def test_an_order_in_error_whose_steps_were_undone_by_key_is_not_resubmitted_e8_u4() -> None:
+    """A new run would send the same idempotency keys, which the services refuse for good
+    once undone; the operator may cancel it instead."""
+    undone = record_in(
+        ProcessState.ERROR, complete_by=None, compensation_ends_in=ProcessState.ERROR
+    )
+    with pytest.raises(IllegalTransition, match="cancel it, or submit the order again"):
+        transitions.resubmit(undone, now=NOW)
+    cancelled = transitions.cancel(undone, now=NOW, reason="r", compensation_deadline=FUTURE)
+    assert cancelled.process_state is ProcessState.COMPENSATING
+
+
+def test_a_compensation_ends_in_compensated_or_error_only_c2() -> None:
+    with pytest.raises(ValueError, match="Compensated or Error"):
+        transitions.finish_undo(
+            InstanceId("order-7", 2), undone=None, now=NOW, ends_in=ProcessState.PROCESSED
+        )
+
+
 def steps_record(state: ProcessState, *steps: StepStatus, **changes: object) -> StateRecord:
     return replace(record_in(state, **changes), steps=steps)
 
@@ -295,6 +353,42 @@ def test_cancel_fences_the_running_attempt_out_and_compensates_the_step_in_doubt
     ]
 
 
+def test_cancel_of_an_order_in_error_undoes_its_failed_step_by_key_e8_c1() -> None:
+    """An operator gives up an order in Error for good: whatever may be left - the step
+    that failed, by its idempotency key - is undone, and the order ends Compensated."""
+    failed = steps_record(
+        ProcessState.ERROR,
+        StepStatus("reserve-stock", StepState.FAILED),
+        StepStatus("charge-payment"),
+        StepStatus("ship-order"),
+        complete_by=None,
+        last_error="declined",
+    )
+    cancelled = transitions.cancel(failed, now=NOW, reason="customer", compensation_deadline=FUTURE)
+    assert cancelled.process_state is ProcessState.COMPENSATING
+    assert (cancelled.attempt, cancelled.locked_by) == (3, "order-7:3")
+    assert cancelled.compensation_ends_in is ProcessState.COMPENSATED
+    assert transitions.compensation_plan(cancelled) == (Step(0, "reserve-stock"),)
+
+
+def test_cancel_of_an_order_that_ended_in_error_by_compensating_ends_compensated_c2() -> None:
+    """The give-up's compensation undid everything already: nothing is left to undo, and the
+    cancel's compensation ends Compensated, not Error."""
+    given_up = steps_record(
+        ProcessState.ERROR,
+        StepStatus("reserve-stock", StepState.COMPENSATED),
+        StepStatus("charge-payment"),
+        StepStatus("ship-order"),
+        complete_by=None,
+        compensation_ends_in=ProcessState.ERROR,
+    )
+    cancelled = transitions.cancel(
+        given_up, now=NOW, reason="customer", compensation_deadline=FUTURE
+    )
+    assert transitions.compensation_plan(cancelled) == ()
+    assert cancelled.compensation_ends_in is ProcessState.COMPENSATED
+
+
 def test_retry_compensation_resumes_at_the_failed_undo_with_a_fresh_stall_count_c2() -> None:
     failed = steps_record(
         ProcessState.COMPENSATION_FAILED,
@@ -317,6 +411,17 @@ def test_retry_compensation_resumes_at_the_failed_undo_with_a_fresh_stall_count_
         ("charge-payment", "p-1"),
         ("reserve-stock", "r-1"),
     ]
+
+
+def test_a_give_up_compensation_resumed_or_retried_still_ends_in_error_c2_u4() -> None:
+    """The record, not the instance that stalled or failed, says what the compensation ends
+    in: the supervisor's resume and the operator's retry keep it."""
+    stalled = record_in(ProcessState.COMPENSATING, compensation_ends_in=ProcessState.ERROR)
+    resumed = transitions.resume_compensation(stalled, now=NOW, compensation_deadline=FUTURE)
+    assert resumed.compensation_ends_in is ProcessState.ERROR
+    failed = transitions.stall_compensation(stalled, now=NOW, reason="stalled")
+    retried = transitions.retry_compensation(failed, now=NOW, compensation_deadline=FUTURE)
+    assert retried.compensation_ends_in is ProcessState.ERROR
 
 
 INSTANCE = InstanceId("order-7", 2)

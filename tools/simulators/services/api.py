@@ -189,7 +189,9 @@ class ServiceApi:
             payload = self.service.payload.parse(body)
         except InvalidRequest as invalid:
             return error(400, "invalid-request", str(invalid))
-        fault = self.faults.decide(self.service.action, order_id, attempt)
+        fault = self.faults.decide(
+            self.service.action, order_id, attempt, declinable=not self.ledger.performed(key)
+        )
         refusal = await self._before_side_effect(
             fault,
             order_id,

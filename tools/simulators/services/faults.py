@@ -14,7 +14,9 @@ Kinds (`FaultKind`) and what the client sees; each applies to actions and compen
 - ``permanent``: 422 ``{"error": "permanent"}``; nothing is performed, and retrying the same
   request will not help (a declined payment, a compensation that fails for good): once drawn
   from a mix, every later request for that order and operation gets it too (a rule's
-  permanent fault fires as the rule says, so a script can let a later request through).
+  permanent fault fires as the rule says, so a script can let a later request through). Never
+  on an action whose idempotency key was performed already (its answer lost, say): that
+  request is answered from the ledger, since a service never declines what it did (C8).
 - ``lost-response``: the request is handled normally (the side effect happens), then the answer
   is replaced by the same 503 a transient fault gives.
 - ``dispatched``, services with a dispatch rule only (shipping): on the action, the shipment is

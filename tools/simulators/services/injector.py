@@ -4,6 +4,8 @@ How a plan decides (rules first, then the operation's mix, drawn reproducibly fr
 is described with the plans in `simulators.services.faults`. A permanent fault drawn from the
 mix is the service's answer for good (E8): every later request for the same order and
 operation gets it too, so a retry or a redelivered request never performs what was refused.
+An action whose idempotency key was performed already is never declined (C8): the service
+answers it from its ledger, as a real service replays a key's recorded result.
 
 Each injected fault is counted by kind and by the operation it hit (`injected`), so a caller
 can tell a failing compensation from a failing action, and per wall-clock second and kind
@@ -77,7 +79,13 @@ class FaultInjector:
             self._plan = plan
             self._rule_matches = [0] * len(plan.rules)
 
-    def decide(self, operation: str, order_id: str, attempt: int) -> Fault | None:
+    def decide(
+        self, operation: str, order_id: str, attempt: int, *, declinable: bool = True
+    ) -> Fault | None:
+        """The fault of the next request for `operation` of `order_id`, if any. A request the
+        service must not decline (`declinable` False: its idempotency key was performed
+        already, and a decline would deny a side effect that exists) gets no permanent
+        fault; the draw is made all the same, so later requests draw as they would."""
         with self._lock:
             self._requests_per_order[operation, order_id] += 1
             position = self._requests_per_order[operation, order_id]
@@ -87,8 +95,10 @@ class FaultInjector:
                 fault = Fault(FaultKind.PERMANENT)
             if fault is None:
                 fault = self._drawn(operation, draw)
-                if fault is not None and fault.kind is FaultKind.PERMANENT:
+                if fault is not None and fault.kind is FaultKind.PERMANENT and declinable:
                     self._refused_for_good.add((operation, order_id))
+            if fault is not None and fault.kind is FaultKind.PERMANENT and not declinable:
+                return None
             if fault is not None:
                 self._record(operation, fault)
             return fault

@@ -278,6 +278,12 @@ class Ledger:
                 tombstone=self._tombstones[idempotency_key],
             )
 
+    def performed(self, idempotency_key: str) -> bool:
+        """Whether an action with the key was performed: a request with it is answered from
+        the ledger (a replay, or a refusal of another order's key), never declined anew."""
+        with self._lock:
+            return idempotency_key in self._by_key
+
     def find(self, resource_id: str) -> Resource | None:
         with self._lock:
             return self._resources.get(resource_id)
