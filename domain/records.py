@@ -309,7 +309,8 @@ class StateRecord:
     """W3C ``traceparent`` of the submission that created the record: the starter, the
     supervisor and every attempt of the order join that trace (C9)."""
     resubmits: int = 0
-    """How often an operator resubmitted the order from Error (E8); bounded (C4)."""
+    """How often an operator resubmitted the order from Error (E8); its retry budget bounds
+    it (C4)."""
     schema_version: int = RECORD_SCHEMA_VERSION
     etag: str | None = field(default=None, compare=False)
     owed: Owed | None = None

@@ -349,9 +349,9 @@ def cancel(
 
     The running attempt loses its fence at once (its writes are refused, D4, E5) and the
     remote services refuse its calls by the newer attempt's fencing token (E7). Its undos
-    draw on what the retry budget keeps for them (C4): all of it for a Pending or Processing
-    order, which never compensated; an Error order's give-up may have spent some on its
-    undos by key already, and a cancel never refills it.
+    draw on the reserve the retry budget keeps for them (C4), whole whenever a cancel has
+    something to undo: only a give-up's compensation drew on it before, and that ended in
+    Error with everything undone.
     """
     if record.process_state not in CANCELLABLE_STATES:
         raise IllegalTransition(

@@ -289,7 +289,8 @@ def test_every_run_of_a_begin_draws_the_requests_tries_and_none_gets_more_than_i
 ) -> None:
     """The write that begins a step draws its request's tries in the same write; the same
     begin run again (its activity retried, C8) is recognised and draws again, never for
-    free, until the steps' part of the budget is spent: then the request gets 0 tries."""
+    free, until the steps' part of the budget is spent: then the request gets 0 tries. The
+    repeat keeps what the record owes, the progress its first run may not have sent (C6)."""
     states, _ = stores
     budget = claimed(states).budget
     draw = SETTINGS.tries_per_request
@@ -322,6 +323,56 @@ def test_every_run_of_a_begin_draws_the_requests_tries_and_none_gets_more_than_i
     assert record is not None
     assert (record.tries_left, record.undo_tries_left) == (0, budget.undo_reserve)
     assert [entry.step for entry in record.compensation_log] == [STEPS[0]]
+    assert record.owed is not None
+    assert [(m.name, m.step) for m in record.owed.messages] == [("in-progress", STEPS[0])]
+
+
+def test_the_widest_fenced_writes_commit_whole_with_their_draw_in_one_write_c4_c6(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """Cosmos DB applies at most ten patch operations in one request. The write that
+    completes a step, logs it, owes its progress, moves the deadline and draws the next
+    request's tries needs all ten, as do `fail_step` to Compensating and `undo_failed`;
+    `begin_undo` after an undo, with its draw, needs nine. Each commits whole in its one
+    write, its draw counted (C4, C6, C1)."""
+    states, _ = stores
+    draw = SETTINGS.tries_per_request
+    claimed(states)
+    deadline = step_deadline(T0, SETTINGS.timeouts)
+    for index in range(3):
+        done = None if index == 0 else Step(index - 1, STEPS[index - 1], f"ref-{index - 1}")
+        begun = steps.begin_step(
+            states,
+            ATTEMPT,
+            Step(index, STEPS[index]),
+            done=done,
+            now=T0,
+            complete_by=deadline,
+            draw=draw,
+        )
+        assert begun.applied, index
+        assert begun.tries == draw
+        assert statuses(begun) == ([] if done is None else [("in-progress", done.name)])
+    undo_first, undo_next, _ = fail(states, 2).undo
+    undo_by = compensation_deadline(T0, SETTINGS.timeouts)
+    for undo, undone in ((undo_first, None), (undo_next, undo_first)):
+        started = steps.begin_undo(
+            states, ATTEMPT, undo, undone=undone, now=T0, complete_by=undo_by, draw=draw
+        )
+        assert (started.applied, started.tries) == (True, draw)
+    failed = steps.undo_failed(states, ATTEMPT, undo_next, reason="refused", now=T0)
+
+    assert statuses(failed) == [("compensation-failed", None)]
+    record = states.get("o-1")
+    assert record is not None
+    assert record.process_state is ProcessState.COMPENSATION_FAILED
+    assert [entry.step for entry in record.compensation_log] == list(STEPS[:2])
+    assert [step.state for step in record.steps] == [
+        StepState.COMPLETED,
+        StepState.COMPENSATION_FAILED,
+        StepState.COMPENSATED,
+    ]
+    assert (record.tries_spent, record.undo_tries_spent) == (3 * draw, 2 * draw)
 
 
 def test_an_undo_draws_from_the_reserve_and_what_the_steps_left_c4(
