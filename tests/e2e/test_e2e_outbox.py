@@ -153,13 +153,14 @@ async def test_c6_r2_a_completed_status_whose_send_fails_past_the_retries_is_rel
 async def test_c6_u4_c1_what_recoveries_owe_survives_a_store_error_a_crash_and_failed_sends(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_settings: dict[str, str]
 ) -> None:
-    """Three orders' attempts expire (MAX_FAILURES 1). A sweep gives up `o-error` (nothing
-    completed: failed + order-error), then the store fails on its next page: the sweep
-    crashes before sending anything. The next sweep gives up `o-unsent` and requests
-    compensation for `o-undo`, but no alert or reply can be sent, so the compensation, owed
-    after the progress its dead attempt owed, is not started either. Once the queues are back
-    and the grace has passed, one sweep's relay delivers all of it: each alert and status
-    once, and the compensation instance of `o-undo`, which compensates the order."""
+    """Three orders' attempts expire (MAX_FAILURES 1), each with a step in doubt. A sweep
+    gives up `o-error`, which owes the start of the compensation that undoes its step by key
+    (U4), then the store fails on its next page: the sweep crashes before starting it. The
+    next sweep gives up `o-unsent` and requests compensation for `o-undo` while no alert or
+    reply can be sent: `o-undo`'s start, owed after the progress its dead attempt owed, is
+    not made. Once the queues are back and the grace has passed, one sweep's relay delivers
+    all of it: each alert and status once, and the compensation instances, which end
+    `o-error` and `o-unsent` in Error and `o-undo` Compensated."""
     queues = UnreachableQueues(monkeypatch)
     hang = FaultPlan(rules=(FaultRule(FaultKind.HANG, order_id="o-undo", operation="charge"),))
     stock = FaultPlan(
@@ -204,9 +205,9 @@ async def test_c6_u4_c1_what_recoveries_owe_survives_a_store_error_a_crash_and_f
             await asyncio.to_thread(crashing_sweep)
         error = await e2e.record("o-error")
         assert error is not None
-        assert error.process_state is ProcessState.ERROR
+        assert error.process_state is ProcessState.COMPENSATING
         assert error.owed is not None
-        assert await e2e.pending(ALERTS) == [], "the crash sent nothing"
+        assert await e2e.instance("o-error:2") is None, "the crash started nothing"
 
         queues.refuses = lambda message: message.queue in (ALERTS, REPLIES)
         await e2e.pipeline.host.invoke("supervise_orders", TimerRequest(past_due=False))
@@ -215,17 +216,17 @@ async def test_c6_u4_c1_what_recoveries_owe_survives_a_store_error_a_crash_and_f
         assert undo is not None
         assert undo.process_state is ProcessState.COMPENSATING
         assert unsent is not None
-        assert unsent.process_state is ProcessState.ERROR
-        assert queues.refused["order-error:o-unsent:1"] >= 1
+        assert unsent.process_state is ProcessState.COMPENSATING
         assert queues.refused["o-undo:in-progress:reserve-stock"] >= 1
         assert await e2e.instance("o-undo:2") is None, "started only after what it follows"
+        assert await e2e.instance("o-error:2") is None, "left to the relay after its grace"
         queues.lifted()
 
         await past(bootstrap.now() + timedelta(seconds=GRACE_SECONDS))
         await e2e.pipeline.host.invoke("supervise_orders", TimerRequest(past_due=False))
 
         alerts = await e2e.count_of(ALERTS, 2)
-        finals = {"o-error:failed:1", "o-unsent:failed:1", "o-undo:compensated:2"}
+        finals = {"o-error:failed:2", "o-unsent:failed:2", "o-undo:compensated:2"}
         replies = await e2e.receive(
             REPLIES,
             until=lambda taken: finals <= {m.message_id for m in taken},
@@ -236,12 +237,12 @@ async def test_c6_u4_c1_what_recoveries_owe_survives_a_store_error_a_crash_and_f
         )
         replies += await e2e.pending(REPLIES)
         assert sorted(a.message_id or "" for a in alerts) == [
-            "order-error:o-error:1",
-            "order-error:o-unsent:1",
+            "order-error:o-error:2",
+            "order-error:o-unsent:2",
         ]
         assert await e2e.pending(ALERTS) == [], "each alert once"
-        assert ids(replies, "o-error") == ["o-error:received:-", "o-error:failed:1"]
-        assert ids(replies, "o-unsent") == ["o-unsent:received:-", "o-unsent:failed:1"]
+        assert ids(replies, "o-error") == ["o-error:received:-", "o-error:failed:2"]
+        assert ids(replies, "o-unsent") == ["o-unsent:received:-", "o-unsent:failed:2"]
         assert ids(replies, "o-undo") == [
             "o-undo:received:-",
             "o-undo:in-progress:reserve-stock",
@@ -249,9 +250,8 @@ async def test_c6_u4_c1_what_recoveries_owe_survives_a_store_error_a_crash_and_f
         ]
         assert compensated.compensation_failures == 0, "started by the relay, not resumed"
         for order in ("o-error", "o-unsent"):
-            record = await e2e.record(order)
-            assert record is not None
-            assert record.owed is None
+            record = await e2e.wait_for_record(order, lambda r: r.owed is None, "delivered")
+            assert record.process_state is ProcessState.ERROR
 
 
 async def test_c6_e8_the_starter_delivers_what_a_resubmitted_order_still_owed_first(
