@@ -49,7 +49,12 @@ FINISHED_STATES = frozenset(
     }
 )
 """States no attempt, supervisor or compensation moves an order out of by itself; only an
-operator does (E8, C2). Records in them expire after the retention (C3)."""
+operator does (E8, C2)."""
+
+RETIRABLE_STATES = frozenset({ProcessState.PROCESSED, ProcessState.ERROR, ProcessState.COMPENSATED})
+"""Finished states whose order is retired after the retention (C3): its order document and
+orchestration histories go, its record stays as a tombstone. CompensationFailed is not
+among them: side effects are left that an operator must still undo, with the order's data."""
 
 
 class StepState(StrEnum):
@@ -227,6 +232,12 @@ class StateRecord:
     """The state the order's compensation ends in once everything is undone (C1, C2, U4):
     Compensated, or Error when the supervisor gave up on an order that completed nothing
     but left a step in doubt: Error then says the order failed and nothing is left behind."""
+    body_hash: str | None = None
+    """`Order.body_hash` of the order it was created for (S2, S3): what a resend is compared
+    with once the order document is gone. None for records written before the field."""
+    retired_at: datetime | None = None
+    """When the retirement removed the order's document and histories (C3); the record is
+    then a tombstone that keeps the OrderID known, so the order never runs again (S2)."""
 
     @property
     def instance_id(self) -> InstanceId | None:
@@ -270,6 +281,8 @@ class StateRecord:
             "TraceParent": self.trace_parent,
             "Resubmits": self.resubmits,
             "CompensationEndsIn": self.compensation_ends_in.value,
+            "BodyHash": self.body_hash,
+            "RetiredAt": _utc_or_none(self.retired_at),
             "CreatedAt": format_utc(self.created_at),
             "UpdatedAt": format_utc(self.updated_at),
         }
@@ -312,6 +325,9 @@ class StateRecord:
                 compensation_ends_in=ProcessState(
                     document.get("CompensationEndsIn", ProcessState.COMPENSATED.value)
                 ),
+                # SchemaVersion 1 documents written before tombstones lack both.
+                body_hash=document.get("BodyHash"),
+                retired_at=_parsed_or_none(document.get("RetiredAt")),
             )
         except KeyError as error:
             raise RecordFormatError(

@@ -1,8 +1,8 @@
 """The order state machine (S4, D1-D4, E5, E6, E8, U4, U5, C1, C2, C4).
 
 Whole-record transitions (`claim`, `retry_later`, `give_up`, `resume_compensation`,
-`stall_compensation`, `resubmit`, `retry_compensation`, `cancel`) return the next record, to
-replace on the etag it was read with (D3, U6, E8), or raise `IllegalTransition`. Fenced
+`stall_compensation`, `resubmit`, `retry_compensation`, `cancel`, `retire`) return the next
+record, to replace on the etag it was read with (D3, U6, E8), or raise `IllegalTransition`. Fenced
 changes (`begin_step`, `finish_steps`, `fail_step`, `begin_undo`, `finish_undo`,
 `undo_failed`) build a `FencedChange`, written blind under the attempt's fence (D4). The
 ProcessState flow: docs/architecture.md, "The order's life".
@@ -17,6 +17,7 @@ from enum import Enum
 from typing import Any
 
 from domain.records import (
+    RETIRABLE_STATES,
     CompletedStep,
     InstanceId,
     ProcessState,
@@ -62,10 +63,12 @@ def new_record(
     now: datetime,
     steps: Sequence[str],
     trace_parent: str | None = None,
+    body_hash: str | None = None,
 ) -> StateRecord:
     """First write of the state record (S4): Pending, unlocked, no deadline, no failures,
     every one of `steps` NotStarted, under today's `WORKFLOW_VERSION` (C7). `trace_parent`
-    is the submission's W3C trace context, which every later hop of the order joins (C9).
+    is the submission's W3C trace context, which every later hop of the order joins (C9);
+    `body_hash` the order's `Order.body_hash`, which outlives the order document (S2, C3).
     """
     if not steps:
         raise ValueError(f"order {order_id!r} needs at least one step")
@@ -82,6 +85,7 @@ def new_record(
         workflow_version=WORKFLOW_VERSION,
         steps=tuple(StepStatus(name) for name in steps),
         trace_parent=trace_parent,
+        body_hash=body_hash,
     )
 
 
@@ -244,6 +248,7 @@ def resubmit(record: StateRecord, *, now: datetime, max_resubmits: int) -> State
     MAX_FAILURES attempts again), and at most `max_resubmits` such runs (C4): the budget of
     the order's whole life stays bounded however often operators press the button.
     """
+    _refuse_retired(record, "resubmit")
     if record.process_state is not ProcessState.ERROR:
         raise IllegalTransition(record, "resubmit", "only an order in Error is resubmitted")
     if record.compensation_ends_in is ProcessState.ERROR:
@@ -306,6 +311,7 @@ def retry_compensation(
 ) -> StateRecord:
     """An operator retries a compensation that failed (C2): Compensating again under a new
     attempt, which resumes at the step that failed; the stall count starts over."""
+    _refuse_retired(record, "retry compensation")
     if record.process_state is not ProcessState.COMPENSATION_FAILED:
         raise IllegalTransition(
             record, "retry compensation", "only an order in CompensationFailed is retried"
@@ -319,6 +325,25 @@ def retry_compensation(
         ),
         compensation_failures=0,
     )
+
+
+def retire(record: StateRecord, *, now: datetime) -> StateRecord:
+    """Mark a finished order retired once its order document and histories are gone (C3):
+    the record stays, as a tombstone that keeps the OrderID known for good (S2)."""
+    if record.process_state not in RETIRABLE_STATES:
+        raise IllegalTransition(record, "retire", "only a finished order is retired")
+    return replace(record, retired_at=now)
+
+
+def _refuse_retired(record: StateRecord, action: str) -> None:
+    if record.retired_at is not None:
+        raise IllegalTransition(
+            record,
+            action,
+            f"it was retired at {format_utc(record.retired_at)}: its order document and "
+            "histories were removed after the retention (FINISHED_RETENTION_SECONDS), so "
+            "nothing is left to run or undo; submit the order again under a new OrderID",
+        )
 
 
 CANCELLABLE_STATES = frozenset({ProcessState.PENDING, ProcessState.PROCESSING, ProcessState.ERROR})
@@ -335,6 +360,7 @@ def cancel(
     The running attempt loses its fence at once (its writes are refused, D4, E5) and the
     remote services refuse its calls by the newer attempt's fencing token (E7).
     """
+    _refuse_retired(record, "cancel")
     if record.process_state not in CANCELLABLE_STATES:
         raise IllegalTransition(
             record, "cancel", "only a Pending, Processing or Error order is cancelled"
