@@ -1,9 +1,9 @@
-"""The supervisor's sweep and its catch-up (U1-U7, C2, C3): `sweep` and `catch_up`.
+"""The supervisor's sweep and its catch-up (U1-U7, C2): `sweep` and `catch_up`.
 
 Each expired record found is recovered by one conditional replace on the etag it was read
 with (U4, U6) and returned as a `Recovery` in the `SweepReport`: a retry through the starter,
 a give-up, or compensation, for the caller to send and start; the supervisor never does the
-work itself. `sweep` also removes finished records past their retention (C3). Design:
+work itself. The retirement of finished orders is `services.retention`. Design:
 docs/architecture.md, "The supervisor: windows and catch-up".
 """
 
@@ -93,8 +93,6 @@ class SweepReport:
     request_charge: float
     stopped: StopReason | None
     recoveries: tuple[Recovery, ...]
-    finished_removed: int = 0
-    """Finished records past their retention that this sweep had the store remove (C3)."""
     beyond_window: SweepReport | None = None
     """The catch-up's scan of the deadlines older than its window (U2); None for a sweep."""
 
@@ -120,7 +118,7 @@ def sweep(
     A give-up that starts compensation gets the compensation deadline of `timeouts`.
     """
     window_start = sweep_window_start(now, policy)
-    report = _recover_expired(
+    return _recover_expired(
         lambda size, token: states.query_expired(
             window_start=window_start, now=now, page_size=size, continuation=token
         ),
@@ -132,8 +130,6 @@ def sweep(
         policy=policy,
         timeouts=timeouts,
     )
-    finished_removed = states.expire_finished(now=now, limit=policy.scan.max_items)
-    return replace(report, finished_removed=finished_removed)
 
 
 def catch_up(

@@ -1,6 +1,7 @@
-"""The supervisor's timer triggers: the sweep and its catch-up (U1-U7, C1, C2).
+"""The supervisor's timer triggers: the sweep and its catch-up (U1-U7, C1, C2, C3).
 
-`supervise_orders` (SUPERVISOR_SCHEDULE) runs one bounded sweep, `catch_up_orders`
+`supervise_orders` (SUPERVISOR_SCHEDULE) runs one bounded sweep, then one bounded retirement
+of finished orders past their retention (`services.retention`); `catch_up_orders`
 (SUPERVISOR_CATCHUP_SCHEDULE) one catch-up (`services.supervisor`); each logs what it read,
 wrote and spent, and acts on the recoveries it won: it sends their statuses and alerts and
 starts their compensation instances, each under its order's trace (C9).
@@ -9,6 +10,7 @@ starts their compensation instances, each under its order's trace (C9).
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 
 import azure.durable_functions as df
 import azure.functions as func
@@ -20,6 +22,7 @@ from domain.policies import Timeouts
 from observability import logs
 from observability.tracing import order_span
 from orchestrators.order_workflow import ORCHESTRATOR, compensation_input, orchestration_version
+from services.retention import retire_finished
 from services.supervisor import Recovery, RecoveryKind, SweepReport, catch_up, sweep
 
 bp = df.Blueprint()
@@ -39,8 +42,8 @@ async def supervise_orders(timer: func.TimerRequest, client: df.DurableOrchestra
         compensations=report.count(RecoveryKind.COMPENSATION_REQUESTED)
         + report.count(RecoveryKind.COMPENSATION_RESUMED),
         compensation_failed=report.count(RecoveryKind.COMPENSATION_STALLED),
-        finished_removed=report.finished_removed,
     )
+    await _retire_finished(client)
 
 
 @bp.timer_trigger(schedule="%SUPERVISOR_CATCHUP_SCHEDULE%", arg_name="timer")
@@ -58,6 +61,37 @@ async def catch_up_orders(timer: func.TimerRequest, client: df.DurableOrchestrat
     beyond = report.beyond_window
     if beyond is not None:
         log.info("catch-up beyond its window", **_cost(beyond), overdue=len(beyond.recoveries))
+
+
+async def _retire_finished(client: df.DurableOrchestrationClient) -> None:
+    """Retire the finished orders past FINISHED_RETENTION_SECONDS (C3): the durable client
+    purges the histories of their instances."""
+    app = bootstrap.services()
+
+    async def purge(instance_id: str) -> None:
+        await client.purge_instance_history(instance_id)
+
+    report = await retire_finished(
+        app.states,
+        app.orders,
+        purge,
+        now=bootstrap.now(),
+        retention=timedelta(seconds=app.settings.finished_retention_seconds),
+        scan=app.settings.supervisor_policy.scan,
+        blocking=blocking_calls.run,
+    )
+    log.info(
+        "retirement",
+        until=report.until,
+        pages=report.pages,
+        items_read=report.items_read,
+        request_charge=round(report.request_charge, 2),
+        stopped=report.stopped,
+        retired=report.retired,
+        expiry_removed=report.expiry_removed,
+        lost_races=report.lost_races,
+        failed=report.failed,
+    )
 
 
 def _cost(report: SweepReport) -> dict[str, object]:
