@@ -148,7 +148,7 @@ def _write(
         new_record(order.order_id, reply_to, now, steps, trace_parent, order.body_hash())
     )
     if stored_state.record.retired_at is not None:
-        return _retired(order, stored_state.record, stored_order.created, orders, message_id, now)
+        return _retired(order, stored_state.record, orders, message_id, now)
     if stored_state.created:
         metrics.order_received()
     return Accepted(
@@ -168,18 +168,14 @@ _FINAL_STATUS = {
 
 
 def _retired(
-    order: Order,
-    record: StateRecord,
-    order_created: bool,
-    orders: OrderStore,
-    message_id: str,
-    now: datetime,
+    order: Order, record: StateRecord, orders: OrderStore, message_id: str, now: datetime
 ) -> Accepted | DeadLetter:
-    """A resend of a retired order (C3, S2, S3): the order document this submission wrote
-    again goes, and the order runs nothing. An equal body is answered with the final status,
-    under its stable message id; a different one is a conflict."""
-    if order_created:
-        orders.delete(order.order_id)
+    """A resend of a retired order (C3, S2, S3): the order document this submission (or a
+    crashed delivery of it) wrote again goes, and the order runs nothing. An equal body is
+    answered with the final status, under its stable message id; a different one is a
+    conflict. A tombstone without a hash (its order document was gone before the hash was
+    kept) cannot tell them apart and answers with the final status: either way nothing runs."""
+    orders.delete(order.order_id)
     if record.body_hash is not None and record.body_hash != order.body_hash():
         description = (
             f"order {order.order_id!r} was retired with different immutable data (its body "

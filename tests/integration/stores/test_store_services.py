@@ -1483,3 +1483,20 @@ async def test_an_operator_cannot_resubmit_or_cancel_a_retired_order_c3_e8(
     with pytest.raises(IllegalTransition, match="retired"):
         cancel_order(states, "o-1", RETIRED_AT, timeouts=TIMEOUTS, reason="too late")
     assert state_of(states, "o-1").process_state is ProcessState.ERROR
+
+
+async def test_an_order_document_a_crashed_resend_left_is_removed_by_its_redelivery_c3_c6(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """A resend of a retired order that wrote the order document and crashed before deleting
+    it again: its redelivery finds the document in place and still removes it (C3, C6)."""
+    _, orders = stores
+    completed_order(stores, "o-1")
+    await retire_at(stores, RETIRED_AT, [])
+    orders.create(Order.from_document(json.loads(order_body("o-1"))))
+
+    redelivered = submit(stores, "o-1", now=RETIRED_AT)
+
+    assert isinstance(redelivered, Accepted), redelivered
+    assert redelivered.retired
+    assert orders.get("o-1") is None
