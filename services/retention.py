@@ -57,7 +57,8 @@ async def retire_finished(
 ) -> RetirementReport:
     """Retire the finished orders last changed more than `retention` before `now`, within
     the bounds of `scan` (C3, U2): for each, delete its order document, purge the history of
-    each attempt's instance, then mark its record retired with a conditional replace."""
+    each attempt's instance, then mark its record retired with a conditional replace, and
+    delete the order document once more."""
     until = now - retention
     bounded: BoundedScan[StateRecord] = BoundedScan(
         fetch=lambda size, token: states.query_retirable(
@@ -124,4 +125,7 @@ async def _retire(
     for attempt in range(1, record.attempt + 1):
         await purge(str(InstanceId(record.order_id, attempt)))
     await blocking(states.replace, transitions.retire(record, now=now))
+    # A resend that wrote the order document again before the mark found the record not yet
+    # retired, so it left the document; one that writes it after the mark deletes it itself.
+    await blocking(orders.delete, record.order_id)
     log.info("order retired", order_id=record.order_id, attempts=record.attempt)

@@ -1500,3 +1500,29 @@ async def test_an_order_document_a_crashed_resend_left_is_removed_by_its_redeliv
     assert isinstance(redelivered, Accepted), redelivered
     assert redelivered.retired
     assert orders.get("o-1") is None
+
+
+async def test_an_order_document_a_resend_writes_during_the_retirement_is_removed_c3(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """A resend that writes the order document again while the retirement purges finds the
+    record not yet retired and leaves the document; the retirement deletes it once more
+    after marking the record (C3)."""
+    states, orders = stores
+    completed_order(stores, "o-1")
+
+    async def purge_while_a_resend_arrives(instance_id: str) -> None:
+        assert isinstance(submit(stores, "o-1", now=RETIRED_AT), Accepted)
+
+    await retire_finished(
+        states,
+        orders,
+        purge_while_a_resend_arrives,
+        now=RETIRED_AT,
+        retention=RETENTION,
+        scan=SETTINGS.supervisor_policy.scan,
+        blocking=blocking_calls.run,
+    )
+
+    assert state_of(states, "o-1").retired_at == RETIRED_AT
+    assert orders.get("o-1") is None
