@@ -399,6 +399,15 @@ class Settings:
     supervisor_max_pages: int = _setting(
         "SUPERVISOR_MAX_PAGES", 20, _positive_int, "pages one sweep may read (U2)"
     )
+    outbox_grace_seconds: float = _setting(
+        "OUTBOX_GRACE_SECONDS",
+        60.0,
+        _seconds,
+        "how long a state record's outbox may stay owed before the supervisor's sweep relays "
+        "it: longer than an activity's store retries, so the relay rarely repeats a delivery "
+        "still under way; a message owed goes out within this plus one SUPERVISOR_SCHEDULE "
+        "interval (C6)",
+    )
     blocking_call_threads: int = _setting(
         "BLOCKING_CALL_THREADS",
         DEFAULT_BLOCKING_CALL_THREADS,

@@ -1,9 +1,10 @@
 """The starter's timer trigger (D1-D3, C5, C7, U7): claim Pending records, start attempts.
 
 `start_pending_orders` starts one orchestration per claim `services.starter` won, after the
-claim is stored (D3), running the order's own workflow version (C7). A start that fails
-releases its claim for the next tick, spending none of the order's failure budget (C4).
-The cadence is STARTER_SCHEDULE.
+claim is stored (D3), running the order's own workflow version (C7), and after delivering
+what the record still owed, which the attempt's first write replaces (C6). A start (or that
+delivery) that fails releases its claim for the next tick, spending none of the order's
+failure budget (C4). The cadence is STARTER_SCHEDULE.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import azure.durable_functions as df
 import azure.functions as func
 
 import bootstrap
+from activities.replies import deliver_owed
 from adapters import blocking_calls
 from observability import logs
 from observability.tracing import order_span
@@ -54,6 +56,7 @@ async def start_pending_orders(
                     attempt=claim.instance_id.attempt,
                     parent=claim.record.trace_parent,
                 ):
+                    await deliver_owed(claim.record, clear=False)
                     await client.start_new(
                         ORCHESTRATOR,
                         instance_id=str(claim.instance_id),

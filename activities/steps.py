@@ -1,7 +1,8 @@
 """The workflow's fenced writes as activity functions (D4, D6, E1, E4, E5, E8, C1, C2, C4, R2).
 
-Each activity runs one write of `services.steps` at the orchestration's time and sends what
-it produced only when the write applied (D4). `begin_step` and `begin_undo` then put the
+Each activity runs one write of `services.steps` at the orchestration's time and, only when
+the write applied (D4), delivers what the write stored in the record's outbox; a write that
+ends the order then clears it (C6). `begin_step` and `begin_undo` then put the
 agent's request on its queue (E1, E4); `run_step_in_activity` and `run_undo_in_activity`
 run the agent in the same invocation instead (E1's activity shape, C4).
 """
@@ -16,7 +17,7 @@ from opentelemetry.trace import Span
 
 import bootstrap
 from activities.agent_bridge import send_agent_request
-from activities.replies import send_alert, send_statuses
+from activities.replies import deliver_owed
 from adapters import blocking_calls
 from adapters.codec import from_data, to_data
 from domain.agent_messages import AgentOperation, AgentRequest
@@ -163,9 +164,10 @@ async def _begun(write: StepWrite, operation: AgentOperation) -> AgentRequest | 
             now=write.at,
             complete_by=complete_by,
         )
-    if not written.applied:
+    if not written.applied or written.record is None:
         return None
-    await send_statuses(written.statuses)
+    # The next fenced write of this attempt replaces the outbox, so it needs no clearing.
+    await deliver_owed(written.record, clear=False)
     order = write.order
     if order is None:
         order = await blocking_calls.run(load_order, app.orders, write.instance)
@@ -200,11 +202,9 @@ async def _answered(request: AgentRequest | None) -> StepWritten:
 
 
 async def _sent(written: steps.Written) -> StepWritten:
-    if not written.applied:
+    if not written.applied or written.record is None:
         return REFUSED
-    if written.alert is not None:
-        await send_alert(written.alert)
-    await send_statuses(written.statuses)
+    await deliver_owed(written.record)
     return StepWritten(applied=True, undo=written.undo)
 
 

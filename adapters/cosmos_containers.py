@@ -59,7 +59,11 @@ STATE_INDEXING_POLICY: Mapping[str, Any] = {
     "indexingMode": "consistent",
     "automatic": True,
     "includedPaths": [{"path": "/*"}],
-    "excludedPaths": [{"path": "/CompensationLog/*"}, {"path": '/"_etag"/?'}],
+    "excludedPaths": [
+        {"path": "/CompensationLog/*"},
+        {"path": "/Owed/Messages/*"},
+        {"path": '/"_etag"/?'},
+    ],
     "compositeIndexes": [
         [
             {"path": "/ProcessState", "order": "ascending"},

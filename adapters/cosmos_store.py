@@ -77,6 +77,11 @@ _EXPIRED_UNTIL_QUERY = (
     "AND c.CompleteBy <= @until"
 )
 
+# The relay's outboxes due (C6): a plain filter on the range index of Owed.Due, so it pages
+# across partitions and reads only records that owe something (documents without an outbox
+# have no Owed.Due, which no comparison matches).
+_OWED_QUERY = "SELECT * FROM c WHERE c.Owed.Due <= @until"
+
 # An operator's list of one state (E8, C2): a plain filter, so it pages across partitions.
 _BY_STATE_QUERY = "SELECT * FROM c WHERE c.ProcessState = @state"
 
@@ -440,6 +445,18 @@ class CosmosStateStore(StateStore):
             ],
             query="expired-until",
             doing="querying state records expired before the supervisor's windows",
+            page_size=page_size,
+            continuation=continuation,
+        )
+
+    def query_owed(
+        self, *, until: datetime, page_size: int, continuation: str | None = None
+    ) -> Page[StateRecord]:
+        return self._filtered_page(
+            _OWED_QUERY,
+            [{"name": "@until", "value": format_utc(until)}],
+            query="owed",
+            doing="querying state records that still owe messages",
             page_size=page_size,
             continuation=continuation,
         )

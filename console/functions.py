@@ -18,6 +18,7 @@ import azure.durable_functions as df
 import azure.functions as func
 
 import bootstrap
+from activities.replies import deliver_owed
 from adapters import blocking_calls
 from domain.contracts import text_problem
 from domain.dead_letters import DeadLetter
@@ -31,12 +32,7 @@ from domain.ports import (
 from domain.records import ProcessState
 from domain.transitions import IllegalTransition
 from observability import logs
-from orchestrators.order_workflow import (
-    ORCHESTRATOR,
-    STATUS_SENDERS,
-    compensation_input,
-    orchestration_version,
-)
+from orchestrators.order_workflow import STATUS_SENDERS
 from services import dead_letters, operator
 from services.owed_statuses import owed_statuses
 
@@ -284,23 +280,11 @@ async def _start_compensation(
     *,
     terminate_superseded: bool,
 ) -> func.HttpResponse:
-    """Start the compensation instance the action won (C1, C2, C7). If the start fails the
-    record stays Compensating with its deadline and the supervisor resumes it (U4)."""
-    settings = bootstrap.services().settings
+    """Start the compensation instance the action won (C1, C2, C7): the record's outbox
+    owes it, so if the start fails the supervisor's relay starts it (C6)."""
     started = True
     try:
-        await client.start_new(
-            ORCHESTRATOR,
-            instance_id=str(request.instance),
-            client_input=compensation_input(
-                request.record,
-                request.instance,
-                request.undo,
-                settings.agent_transport,
-                settings.timeouts,
-            ),
-            version=orchestration_version(request.record.workflow_version),
-        )
+        await deliver_owed(request.record, client)
     except Exception:
         started = False
         log.exception("could not start compensation", instance_id=request.instance)
@@ -313,8 +297,8 @@ async def _start_compensation(
     view["compensationStarted"] = started
     if not started:
         view["note"] = (
-            "the compensation instance did not start; the supervisor resumes the "
-            "compensation once its CompleteBy passes"
+            "the compensation instance did not start; the supervisor's sweep starts it once "
+            "OUTBOX_GRACE_SECONDS have passed"
         )
     return _json(view, 202)
 

@@ -199,6 +199,17 @@ class StateStore(ABC):
         """
 
     @abstractmethod
+    def query_owed(
+        self, *, until: datetime, page_size: int, continuation: str | None = None
+    ) -> Page[StateRecord]:
+        """Records whose outbox (`Owed`) was due at or before `until`, in any state (C6).
+
+        The relay's scan for messages their committer did not deliver; records that owe
+        nothing are never read. Oldest first where the store can order (SQLite), in the
+        store's own order across partitions (Cosmos DB), each once per scan.
+        """
+
+    @abstractmethod
     def query_by_state(
         self, *, state: ProcessState, page_size: int, continuation: str | None = None
     ) -> Page[StateRecord]:

@@ -195,6 +195,86 @@ class CompletedStep:
             raise RecordFormatError(f"compensation log entry lacks {error}") from error
 
 
+class OwedKind(StrEnum):
+    """What an entry of the record's outbox (`Owed`) stands for (C6)."""
+
+    STATUS = "status"
+    """A status message for the order's reply queue (R2); `name` is its status."""
+    ALERT = "alert"
+    """An operator alert (E8, U2, U4, C2); `name` is its kind."""
+    COMPENSATION = "compensation"
+    """Starting the compensation instance of attempt `attempt` (U4, C1, C2)."""
+
+
+@dataclass(frozen=True)
+class OwedMessage:
+    """One message a committed transition owes, enough to rebuild it under its stable id.
+
+    `attempt` is the one the message id names; `reason` names fields and states, never an
+    order's data (C3); `at` is the time the message body carries."""
+
+    kind: OwedKind
+    name: str
+    attempt: int
+    at: datetime
+    reason: str | None = None
+    step: str | None = None
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "Kind": self.kind.value,
+            "Name": self.name,
+            "Attempt": self.attempt,
+            "At": format_utc(self.at),
+            "Reason": self.reason,
+            "Step": self.step,
+        }
+
+    @classmethod
+    def from_document(cls, document: Mapping[str, Any]) -> OwedMessage:
+        try:
+            return cls(
+                kind=OwedKind(document["Kind"]),
+                name=str(document["Name"]),
+                attempt=int(document["Attempt"]),
+                at=parse_utc(str(document["At"])),
+                reason=document["Reason"],
+                step=document["Step"],
+            )
+        except KeyError as error:
+            raise RecordFormatError(f"owed message lacks {error}") from error
+
+
+@dataclass(frozen=True)
+class Owed:
+    """The record's outbox (C6): what the transition that wrote it still owes, written in
+    that same write, delivered at once by whoever wrote it, then cleared.
+
+    `due` is when the relay takes over, after its grace: the commit time, or for a step's
+    `in-progress` status the step's CompleteBy, while its running attempt delivers it."""
+
+    due: datetime
+    messages: tuple[OwedMessage, ...]
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "Due": format_utc(self.due),
+            "Messages": [message.to_document() for message in self.messages],
+        }
+
+    @classmethod
+    def from_document(cls, document: Mapping[str, Any] | None) -> Owed | None:
+        if document is None:
+            return None
+        try:
+            return cls(
+                due=parse_utc(str(document["Due"])),
+                messages=tuple(OwedMessage.from_document(m) for m in document["Messages"]),
+            )
+        except KeyError as error:
+            raise RecordFormatError(f"owed messages lack {error}") from error
+
+
 @dataclass(frozen=True)
 class StateRecord:
     """The state of one order in the state store. Immutable: transitions return new records.
@@ -228,6 +308,8 @@ class StateRecord:
     """How often an operator resubmitted the order from Error (E8); bounded (C4)."""
     schema_version: int = RECORD_SCHEMA_VERSION
     etag: str | None = field(default=None, compare=False)
+    owed: Owed | None = None
+    """The outbox: messages a committed transition owes and no one has cleared (C6)."""
     compensation_ends_in: ProcessState = ProcessState.COMPENSATED
     """The state the order's compensation ends in once everything is undone (C1, C2, U4):
     Compensated, or Error when the supervisor gave up on an order that completed nothing
@@ -285,6 +367,7 @@ class StateRecord:
             "RetiredAt": _utc_or_none(self.retired_at),
             "CreatedAt": format_utc(self.created_at),
             "UpdatedAt": format_utc(self.updated_at),
+            "Owed": None if self.owed is None else self.owed.to_document(),
         }
 
     @classmethod
@@ -321,6 +404,8 @@ class StateRecord:
                 resubmits=int(document["Resubmits"]),
                 schema_version=int(version),
                 etag=etag,
+                # SchemaVersion 1 documents written before the outbox have no Owed.
+                owed=Owed.from_document(document.get("Owed")),
                 # SchemaVersion 1 documents written before the field lack it.
                 compensation_ends_in=ProcessState(
                     document.get("CompensationEndsIn", ProcessState.COMPENSATED.value)

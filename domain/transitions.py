@@ -20,6 +20,7 @@ from domain.records import (
     RETIRABLE_STATES,
     CompletedStep,
     InstanceId,
+    Owed,
     ProcessState,
     StateRecord,
     StepState,
@@ -389,9 +390,10 @@ class FencedChange:
 
     It names record fields, typed; a field left at `KEEP` is not written. `steps` replaces
     whole entries of `Steps` by index; `logged` appends one compensation-log entry in the same
-    write (C1). A store applies it only when `LockedBy == locked_by`, `ProcessState` is in
-    `allowed_states` and each `Steps` entry `step_guard` names is in its `StepState`, which
-    makes a logging write idempotent (C8); `apply` is the same semantics in plain Python.
+    write (C1); `owed` replaces the record's outbox with what this write owes (C6). A store
+    applies it only when `LockedBy == locked_by`, `ProcessState` is in `allowed_states` and
+    each `Steps` entry `step_guard` names is in its `StepState`, which makes a logging write
+    idempotent (C8); `apply` is the same semantics in plain Python.
     """
 
     action: str
@@ -407,6 +409,7 @@ class FencedChange:
     steps: tuple[tuple[int, StepStatus], ...] = ()
     logged: CompletedStep | None = None
     step_guard: tuple[int, StepState] | None = None
+    owed: Owed | Keep | None = KEEP
 
     def holds_for(self, record: StateRecord) -> bool:
         if self.step_guard is not None:
@@ -434,6 +437,7 @@ class FencedChange:
                 ("current_step", self.current_step),
                 ("last_error", self.last_error),
                 ("compensation_started_at", self.compensation_started_at),
+                ("owed", self.owed),
             )
             if value is not KEEP
         }
@@ -466,6 +470,8 @@ class FencedChange:
             sets.append((("LastError",), self.last_error))
         if self.compensation_started_at is not KEEP:
             sets.append((("CompensationStartedAt",), _utc_or_none(self.compensation_started_at)))
+        if self.owed is not KEEP:
+            sets.append((("Owed",), None if self.owed is None else self.owed.to_document()))
         sets += [(("Steps", index), step.to_document()) for index, step in self.steps]
         sets.append((("UpdatedAt",), format_utc(self.updated_at)))
         return tuple(sets)

@@ -4,8 +4,9 @@
 operator console: `list_orders` and `order_timeline` read; `resubmit_order`,
 `retry_compensation` and `cancel_order` each make one conditional replace on the etag read,
 or on the one the operator passes, so the loser of a race gets `PreconditionFailed` or
-`IllegalTransition`. The last two return the `CompensationRequest` the caller starts (C7); if
-that start fails, the supervisor resumes the compensation (U4, C2).
+`IllegalTransition`. The last two return the `CompensationRequest` the caller starts (C7),
+which the same replace stored in the record's outbox: if that start fails, the supervisor's
+relay starts it (C6, U4, C2).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from domain.policies import Timeouts, compensation_deadline
 from domain.ports import OrderStore, Page, PreconditionFailed, RecordNotFound, StateStore
 from domain.records import InstanceId, ProcessState, StateRecord
 from domain.workflow import Step
+from services.outbox import owed_compensation, owing
 from services.owed_statuses import OwedStatuses, owed_statuses_view
 
 MAX_LISTED_ATTEMPTS = 20
@@ -110,7 +112,7 @@ def retry_compensation(
     planned = transitions.retry_compensation(
         record, now=now, compensation_deadline=compensation_deadline(now, timeouts)
     )
-    return _compensation(record, states.replace(planned))
+    return _compensation(record, states.replace(_owing_start(planned, now)))
 
 
 def cancel_order(
@@ -131,10 +133,18 @@ def cancel_order(
         reason=f"cancelled by an operator: {reason}",
         compensation_deadline=compensation_deadline(now, timeouts),
     )
-    request = _compensation(record, states.replace(planned))
+    request = _compensation(record, states.replace(_owing_start(planned, now)))
     if record.process_state is ProcessState.ERROR:
         return replace(request, superseded=None)
     return request
+
+
+def _owing_start(planned: StateRecord, now: datetime) -> StateRecord:
+    """`planned`, compensating under a new attempt, owing that attempt's start (C6)."""
+    instance = planned.instance_id
+    if instance is None:  # every compensating transition sets LockedBy
+        raise AssertionError(f"order {planned.order_id!r} compensates without an attempt")
+    return owing(planned, (owed_compensation(instance, at=now),), now=now)
 
 
 def _compensation(before: StateRecord, stored: StateRecord) -> CompensationRequest:

@@ -3,8 +3,9 @@ S2, C10, E8).
 
 `owed_statuses` derives them from the state record (C10) and marks each sent, owed or
 unknown from the history of the attempt that sends it, matched by activity name and
-position, never by inputs or results (C3); `StatusSenders`, given by the orchestrator
-module, says which activity sends what. The rules: docs/console.md.
+position, never by inputs or results (C3); one no history shows sent is owed while the
+record's outbox holds it (C6). `StatusSenders`, given by the orchestrator module, says which
+activity sends what. The rules: docs/console.md.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from domain.records import (
     format_utc,
     parse_utc,
 )
+from services.outbox import delivery
 from services.status import reply_queue_allowed, status_for
 
 SENT = "sent"
@@ -30,6 +32,7 @@ OWED = "owed"
 UNKNOWN = "unknown"
 SENT_WITH_RECORD = "sent with the record's creation (S2)"
 SENT_BY_SUPERVISOR = "sent by the supervisor"
+IN_OUTBOX = "the record's outbox: its writer, or the supervisor's relay (C6)"
 
 SUBMISSION = "the submission"
 SUPERVISOR = "the supervisor's sweep"
@@ -171,6 +174,7 @@ def owed_statuses(
     final = _final(record, runs.get(record.attempt), senders)
     if final is not None:
         messages.append(final)
+    messages = _outboxed(record, messages)
     return OwedStatuses(
         record.reply_to,
         tuple(sorted(messages, key=lambda m: _order(m, record.attempt))),
@@ -185,6 +189,18 @@ def _order(message: OwedStatus, newest: int) -> tuple[int, int]:
         return (0, 0)
     attempt = newest if message.attempt is None else message.attempt
     return (attempt, 0 if message.step is not None else 1)
+
+
+def _outboxed(record: StateRecord, messages: list[OwedStatus]) -> list[OwedStatus]:
+    """`messages`, each one no history shows sent marked owed while the record's outbox
+    still holds it (C6): a history shows an activity's sends, not the supervisor's."""
+    held = {status.message_id for status in delivery(record).statuses}
+    return [
+        replace(message, delivery=OWED, sent_by=IN_OUTBOX)
+        if message.delivery != SENT and message.message.message_id in held
+        else message
+        for message in messages
+    ]
 
 
 def _earlier_finals(

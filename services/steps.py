@@ -1,39 +1,55 @@
-"""Fenced state writes of an attempt, and who is told what (D4, D6, E5, E8, C1, C2, C8, R2).
+"""Fenced state writes of an attempt, and who is told what (D4, D6, E5, E8, C1, C2, C6, C8, R2).
 
 Each function is one blind conditional write (`StateStore.fenced_update`) returning a
 `Written`: refused, `applied=False` and nothing to send (D4); applied, the statuses and
-alerts to send (R2, E8, C2). A write run again after its own earlier one applied returns the
-same messages (C8, `already_reached`).
+alerts to send (R2, E8, C2), which the same write stored in the record's outbox (C6,
+`services.outbox`). A write run again after its own earlier one applied returns what the
+record still owes (C8, `already_reached`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from domain import transitions
 from domain.contracts import AlertKind, OperatorAlert, OrderStatus, StatusMessage
 from domain.ports import StateStore
-from domain.records import FINISHED_STATES, InstanceId, ProcessState, StateRecord, StepState
+from domain.records import (
+    FINISHED_STATES,
+    InstanceId,
+    OwedMessage,
+    ProcessState,
+    StateRecord,
+    StepState,
+)
 from domain.transitions import FencedChange
 from domain.workflow import Step
 from observability import logs, metrics
-from services.status import alert_for, left_to_undo, status_for
+from services.outbox import delivery, fenced_owed, owed_alert, owed_status
+from services.status import left_to_undo
 
 log = logs.get_logger("app.steps")
 
 
 @dataclass(frozen=True)
 class Written:
-    """The record after a write, what to send because it applied, and what is left to undo
-    when the write started compensation."""
+    """The record after a write, what to send because it applied (the record's outbox), and
+    what is left to undo when the write started compensation."""
 
     applied: bool
     record: StateRecord | None
-    statuses: tuple[StatusMessage, ...] = ()
-    alert: OperatorAlert | None = None
     undo: tuple[Step, ...] = ()
+
+    @property
+    def statuses(self) -> tuple[StatusMessage, ...]:
+        return () if self.record is None else delivery(self.record).statuses
+
+    @property
+    def alert(self) -> OperatorAlert | None:
+        alerts = () if self.record is None else delivery(self.record).alerts
+        return alerts[0] if alerts else None
 
 
 REFUSED = Written(applied=False, record=None)
@@ -51,25 +67,30 @@ def begin_step(
     """Start `step` with the CompleteBy the orchestration chose (D6, E2); the step before
     it, `done`, is recorded completed and logged for compensation in the same write (C1)."""
     change = transitions.begin_step(instance, step, complete_by=complete_by, now=now, done=done)
+    # The progress of `done` is this attempt's to send at once; the relay takes it over
+    # only if the attempt dies, which its step's CompleteBy tells (C6).
+    progress = () if done is None else (_status(instance, OrderStatus.IN_PROGRESS, now, done),)
+    change = replace(change, owed=fenced_owed(progress, due=complete_by))
     record = states.fenced_update(change) or _begun_already(states, instance, step, done)
     if record is None:
         return _refused(instance, begin_step, step.name)
-    progress = () if done is None else _status(record, OrderStatus.IN_PROGRESS, now, step=done)
-    return Written(True, record, progress)
+    return Written(True, record)
 
 
 def finish_steps(states: StateStore, instance: InstanceId, done: Step, *, now: datetime) -> Written:
     """The last step completed: Processed under the fence (E5), `in-progress` for the last
     step and then `completed` (R2)."""
-    change = transitions.finish_steps(instance, done, now=now)
+    owed = (
+        _status(instance, OrderStatus.IN_PROGRESS, now, done),
+        _status(instance, OrderStatus.COMPLETED, now),
+    )
+    change = replace(
+        transitions.finish_steps(instance, done, now=now), owed=fenced_owed(owed, due=now)
+    )
     record = _written_or_reached(states, change, instance, ProcessState.PROCESSED)
     if record is None:
         return _refused(instance, finish_steps, done.name)
-    statuses = (
-        *_status(record, OrderStatus.IN_PROGRESS, now, step=done),
-        *_status(record, OrderStatus.COMPLETED, now),
-    )
-    return Written(True, record, statuses)
+    return Written(True, record)
 
 
 def fail_step(
@@ -89,22 +110,26 @@ def fail_step(
         change = transitions.fail_step(
             instance, step, reason=reason, now=now, compensate_by=compensate_by
         )
+        # This attempt goes on to undo the steps: nothing is owed (C6).
+        change = replace(change, owed=None)
         record = _written_or_reached(states, change, instance, ProcessState.COMPENSATING)
         if record is None:
             return _refused(instance, fail_step, step.name)
         log.info("step failed", instance_id=instance, step=step.name, compensate=True)
         return Written(True, record, undo=transitions.compensation_plan(record))
-    change = transitions.fail_step(instance, step, reason=reason, now=now, compensate_by=None)
+    owed = (
+        _status(instance, OrderStatus.FAILED, now, reason=reason),
+        owed_alert(AlertKind.ORDER_ERROR, attempt=instance.attempt, at=now, reason=reason),
+    )
+    change = replace(
+        transitions.fail_step(instance, step, reason=reason, now=now, compensate_by=None),
+        owed=fenced_owed(owed, due=now),
+    )
     record = _written_or_reached(states, change, instance, ProcessState.ERROR)
     if record is None:
         return _refused(instance, fail_step, step.name)
     log.info("step failed", instance_id=instance, step=step.name, compensate=False)
-    return Written(
-        True,
-        record,
-        _status(record, OrderStatus.FAILED, now, reason=reason),
-        alert_for(record, AlertKind.ORDER_ERROR, reason=reason, now=now),
-    )
+    return Written(True, record)
 
 
 def begin_undo(
@@ -119,7 +144,9 @@ def begin_undo(
     """Start undoing `undo` with its own CompleteBy; the undo before it, `undone`, is
     recorded Compensated in the same write (C1, C2)."""
     change = transitions.begin_undo(instance, undo, complete_by=complete_by, now=now, undone=undone)
-    record = states.fenced_update(change)
+    # Whoever started this instance delivered what the record owed first; nothing more is
+    # owed until the compensation ends (C6).
+    record = states.fenced_update(replace(change, owed=None))
     if record is None:
         return _refused(instance, begin_undo, undo.name)
     _undone(instance, undone)
@@ -138,20 +165,30 @@ def finish_undo(
     order the supervisor gave up on (`ends_in` Error), Error with a `failed` status and an
     `order-error` alert that give the give-up's reason and say nothing is left (U4, E8)."""
     change = transitions.finish_undo(instance, undone=undone, now=now, ends_in=ends_in)
+    if ends_in is ProcessState.COMPENSATED:
+        owed: tuple[OwedMessage, ...] = (_status(instance, OrderStatus.COMPENSATED, now),)
+    else:
+        # The give-up's reason is in the record, which a blind write does not know: this
+        # rare path reads it first, as undo_failed does. Only this attempt writes it while
+        # the fence holds, so the read plus the change is what the write makes.
+        before = states.get(instance.order_id)
+        reason = (before.last_error if before is not None else None) or "the order was given up"
+        left = (
+            f"; {left_to_undo(change.apply(before))}"
+            if before is not None and change.holds_for(before)
+            else ""
+        )
+        owed = (
+            _status(instance, OrderStatus.FAILED, now, reason=reason),
+            owed_alert(
+                AlertKind.ORDER_ERROR, attempt=instance.attempt, at=now, reason=reason + left
+            ),
+        )
+    change = replace(change, owed=fenced_owed(owed, due=now))
     record = _written_or_reached(states, change, instance, ends_in, undone=undone)
     if record is None:
         return _refused(instance, finish_undo, None if undone is None else undone.name)
-    if ends_in is ProcessState.COMPENSATED:
-        return Written(True, record, _status(record, OrderStatus.COMPENSATED, now))
-    reason = record.last_error or "the order was given up"
-    return Written(
-        True,
-        record,
-        _status(record, OrderStatus.FAILED, now, reason=reason),
-        alert_for(
-            record, AlertKind.ORDER_ERROR, reason=f"{reason}; {left_to_undo(record)}", now=now
-        ),
-    )
+    return Written(True, record)
 
 
 def undo_failed(
@@ -160,19 +197,31 @@ def undo_failed(
     """Undoing a step failed for good: CompensationFailed, a `compensation-failed` status and
     an operator alert that names the step and why (C2)."""
     change = transitions.undo_failed(instance, undo, reason=reason, now=now)
+    why = f"undoing {undo.name} failed: {reason}"
+    # The alert names what is left to undo, which the record after this write tells: a blind
+    # write does not know it, so this failure path reads the record first. Only this attempt
+    # writes it while the fence holds, so the read plus the change is what the write makes.
+    before = states.get(instance.order_id)
+    left = (
+        left_to_undo(change.apply(before))
+        if before is not None and change.holds_for(before)
+        else None
+    )
+    owed = (
+        _status(instance, OrderStatus.COMPENSATION_FAILED, now, reason=why),
+        owed_alert(
+            AlertKind.COMPENSATION_FAILED,
+            attempt=instance.attempt,
+            at=now,
+            reason=why if left is None else f"{why}; {left}",
+        ),
+    )
+    change = replace(change, owed=fenced_owed(owed, due=now))
     record = _written_or_reached(states, change, instance, ProcessState.COMPENSATION_FAILED)
     if record is None:
         return _refused(instance, undo_failed, undo.name)
     log.info("undo failed", instance_id=instance, step=undo.name)
-    why = f"undoing {undo.name} failed: {reason}"
-    return Written(
-        True,
-        record,
-        _status(record, OrderStatus.COMPENSATION_FAILED, now, reason=why),
-        alert_for(
-            record, AlertKind.COMPENSATION_FAILED, reason=f"{why}; {left_to_undo(record)}", now=now
-        ),
-    )
+    return Written(True, record)
 
 
 def count_if_finished(written: StateRecord) -> StateRecord:
@@ -255,14 +304,17 @@ def _begun_already(
 
 
 def _status(
-    record: StateRecord,
+    instance: InstanceId,
     status: OrderStatus,
     now: datetime,
+    step: Step | None = None,
     *,
     reason: str | None = None,
-    step: Step | None = None,
-) -> tuple[StatusMessage, ...]:
-    message = status_for(
-        record, status, now=now, reason=reason, step=None if step is None else step.name
+) -> OwedMessage:
+    return owed_status(
+        status,
+        attempt=instance.attempt,
+        at=now,
+        reason=reason,
+        step=None if step is None else step.name,
     )
-    return () if message is None else (message,)

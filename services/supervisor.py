@@ -3,8 +3,10 @@
 Each expired record found is recovered by one conditional replace on the etag it was read
 with (U4, U6) and returned as a `Recovery` in the `SweepReport`: a retry through the starter,
 a give-up, or compensation, for the caller to send and start; the supervisor never does the
-work itself. The retirement of finished orders is `services.retention`. Design:
-docs/architecture.md, "The supervisor: windows and catch-up".
+work itself. What a recovery owes (statuses, alerts, the compensation start) is stored in the
+record's outbox by that same replace (C6, `services.outbox`). The retirement of finished
+orders is `services.retention`. Design: docs/architecture.md, "The supervisor: windows and
+catch-up".
 """
 
 from __future__ import annotations
@@ -27,11 +29,18 @@ from domain.policies import (
     sweep_window_start,
 )
 from domain.ports import Page, PreconditionFailed, StateStore
-from domain.records import InstanceId, ProcessState, StateRecord, format_utc
+from domain.records import InstanceId, OwedMessage, ProcessState, StateRecord, format_utc
 from domain.workflow import Step
 from observability import metrics
+from services.outbox import (
+    messages,
+    owed_alert,
+    owed_compensation,
+    owed_status,
+    owing,
+)
 from services.paging import BoundedScan, StopReason
-from services.status import alert_for, left_to_undo, status_for
+from services.status import left_to_undo
 from services.steps import count_if_finished
 
 
@@ -54,25 +63,45 @@ class RecoveryKind(StrEnum):
 
 @dataclass(frozen=True)
 class Recovery:
-    """One recovery this sweep won. Send `status` and every alert of `alerts` when set;
-    start the compensation orchestration `compensation_instance` with `undo` when set (C1,
-    C2)."""
+    """One recovery this sweep won, and what it owes: `owed`, stored in the record's outbox
+    by the write that won it (C6). Send `status` and every alert of `alerts` when set; start
+    the compensation orchestration `compensation_instance` with `undo` when set (C1, C2)."""
 
     kind: RecoveryKind
     expired_instance: str
     record: StateRecord
-    status: StatusMessage | None = None
-    alert: OperatorAlert | None = None
-    compensation_instance: InstanceId | None = None
-    undo: tuple[Step, ...] = ()
-    """For a compensation instance: what it undoes, in order (C1)."""
-    overdue_alert: OperatorAlert | None = None
-    """Set when the catch-up found the record past the sweep window, or past its own (U2)."""
+    owed: tuple[OwedMessage, ...] = ()
+
+    @property
+    def status(self) -> StatusMessage | None:
+        statuses = messages(self.record, self.owed).statuses
+        return statuses[0] if statuses else None
+
+    @property
+    def alert(self) -> OperatorAlert | None:
+        """The recovery's own alert: an order given up, a compensation stalled."""
+        return next((a for a in self.alerts if a.body["kind"] != AlertKind.ORDER_OVERDUE), None)
+
+    @property
+    def overdue_alert(self) -> OperatorAlert | None:
+        """Set when the catch-up found the record past the sweep window, or past its own (U2)."""
+        return next((a for a in self.alerts if a.body["kind"] == AlertKind.ORDER_OVERDUE), None)
 
     @property
     def alerts(self) -> tuple[OperatorAlert, ...]:
         """Every operator alert of this recovery: the recovery's own, then `overdue_alert`."""
-        return tuple(alert for alert in (self.alert, self.overdue_alert) if alert is not None)
+        return messages(self.record, self.owed).alerts
+
+    @property
+    def compensation_instance(self) -> InstanceId | None:
+        start = messages(self.record, self.owed).compensation
+        return None if start is None else start.instance
+
+    @property
+    def undo(self) -> tuple[Step, ...]:
+        """For a compensation instance: what it undoes, in order (C1)."""
+        start = messages(self.record, self.owed).compensation
+        return () if start is None else start.undo
 
 
 @dataclass(frozen=True)
@@ -199,18 +228,18 @@ def _recover_expired(
         if not transitions.is_expired(expired, now):
             continue
         planned, kind = _plan(expired, policy, timeouts, now)
+        recovery = _recovery(kind, expired, planned, now)
+        if kind_of_scan is not Scan.SWEEP:
+            overdue = _overdue_alert(expired, kind, kind_of_scan, policy, now)
+            recovery = replace(recovery, owed=(*recovery.owed, overdue))
         writes += 1
         try:
-            stored = states.replace(planned)
+            stored = states.replace(owing(planned, recovery.owed, now=now))
         except PreconditionFailed:
             lost_races += 1
             continue
         _count(kind, expired, stored)
-        recovery = _recovery(kind, expired, stored, now)
-        if kind_of_scan is not Scan.SWEEP:
-            alert = _overdue_alert(expired, kind, kind_of_scan, policy, now)
-            recovery = replace(recovery, overdue_alert=alert)
-        recoveries.append(recovery)
+        recoveries.append(replace(recovery, record=stored))
     metrics.supervisor_scanned(
         kind_of_scan.value,
         items_read=scan.items_read,
@@ -248,7 +277,7 @@ def _overdue_alert(
     scan: Scan,
     policy: SupervisorPolicy,
     now: datetime,
-) -> OperatorAlert:
+) -> OwedMessage:
     """The alert of a record the catch-up found (U2): the order, its deadline, how late,
     which window it escaped, and the recovery requested. Its message id names the expired
     attempt."""
@@ -270,7 +299,7 @@ def _overdue_alert(
         f"{expired.process_state.value} past its CompleteBy{late}, {escaped}, which "
         f"requested {kind.value}"
     )
-    return alert_for(expired, AlertKind.ORDER_OVERDUE, reason=reason, now=now)
+    return owed_alert(AlertKind.ORDER_OVERDUE, attempt=expired.attempt, at=now, reason=reason)
 
 
 def _plan(
@@ -312,35 +341,28 @@ def _plan(
 def _recovery(
     kind: RecoveryKind,
     expired: StateRecord,
-    stored: StateRecord,
+    planned: StateRecord,
     now: datetime,
 ) -> Recovery:
+    """The recovery `planned` makes of `expired`, with what it owes (C6)."""
     expired_instance = expired.locked_by or ""
-    reason = stored.last_error or ""
+    reason = planned.last_error or ""
+    attempt = planned.attempt
     if kind is RecoveryKind.GAVE_UP:
         # Nothing completed and no step is in doubt (give_up compensates one that is), so
         # Error leaves nothing behind.
-        return Recovery(
-            kind,
-            expired_instance,
-            stored,
-            status=status_for(stored, OrderStatus.FAILED, now=now, reason=reason),
-            alert=alert_for(stored, AlertKind.ORDER_ERROR, reason=reason, now=now),
+        owed = (
+            owed_status(OrderStatus.FAILED, attempt=attempt, at=now, reason=reason),
+            owed_alert(AlertKind.ORDER_ERROR, attempt=attempt, at=now, reason=reason),
         )
+        return Recovery(kind, expired_instance, planned, owed)
     if kind in (RecoveryKind.COMPENSATION_REQUESTED, RecoveryKind.COMPENSATION_RESUMED):
-        return Recovery(
-            kind,
-            expired_instance,
-            stored,
-            compensation_instance=InstanceId(stored.order_id, stored.attempt),
-            undo=transitions.compensation_plan(stored),
-        )
+        start = owed_compensation(InstanceId(planned.order_id, attempt), at=now)
+        return Recovery(kind, expired_instance, planned, (start,))
     if kind is RecoveryKind.COMPENSATION_STALLED:
-        return Recovery(
-            kind,
-            expired_instance,
-            stored,
-            status=status_for(stored, OrderStatus.COMPENSATION_FAILED, now=now, reason=reason),
-            alert=alert_for(stored, AlertKind.COMPENSATION_FAILED, reason=reason, now=now),
+        owed = (
+            owed_status(OrderStatus.COMPENSATION_FAILED, attempt=attempt, at=now, reason=reason),
+            owed_alert(AlertKind.COMPENSATION_FAILED, attempt=attempt, at=now, reason=reason),
         )
-    return Recovery(kind, expired_instance, stored)
+        return Recovery(kind, expired_instance, planned, owed)
+    return Recovery(kind, expired_instance, planned)

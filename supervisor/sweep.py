@@ -1,10 +1,11 @@
-"""The supervisor's timer triggers: the sweep and its catch-up (U1-U7, C1, C2, C3).
+"""The supervisor's timer triggers: the sweep and its catch-up (U1-U7, C1, C2, C3, C6).
 
 `supervise_orders` (SUPERVISOR_SCHEDULE) runs one bounded sweep, then one bounded retirement
 of finished orders past their retention (`services.retention`); `catch_up_orders`
 (SUPERVISOR_CATCHUP_SCHEDULE) one catch-up (`services.supervisor`); each logs what it read,
-wrote and spent, and acts on the recoveries it won: it sends their statuses and alerts and
-starts their compensation instances, each under its order's trace (C9).
+wrote and spent, and delivers what the recoveries it won owe: their statuses and alerts,
+then their compensation instances, each under its order's trace (C9). The sweep then relays
+what older outboxes still owe (`services.outbox.owed_scan`, OUTBOX_GRACE_SECONDS).
 """
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ import azure.durable_functions as df
 import azure.functions as func
 
 import bootstrap
-from activities.replies import send_alert, send_statuses
+from activities.replies import deliver_owed
 from adapters import blocking_calls
-from domain.policies import Timeouts
+from domain.records import StateRecord
 from observability import logs
 from observability.tracing import order_span
-from orchestrators.order_workflow import ORCHESTRATOR, compensation_input, orchestration_version
+from services.outbox import OwedScan, owed_scan
 from services.retention import retire_finished
-from services.supervisor import Recovery, RecoveryKind, SweepReport, catch_up, sweep
+from services.supervisor import RecoveryKind, SweepReport, catch_up, sweep
 
 bp = df.Blueprint()
 log = logs.get_logger("app.supervisor")
@@ -33,6 +34,7 @@ log = logs.get_logger("app.supervisor")
 @bp.durable_client_input(client_name="client")
 async def supervise_orders(timer: func.TimerRequest, client: df.DurableOrchestrationClient) -> None:
     report = await _scan_and_recover(sweep, client)
+    relayed = await _relay(client)
     log.info(
         "sweep",
         **_cost(report),
@@ -42,6 +44,14 @@ async def supervise_orders(timer: func.TimerRequest, client: df.DurableOrchestra
         compensations=report.count(RecoveryKind.COMPENSATION_REQUESTED)
         + report.count(RecoveryKind.COMPENSATION_RESUMED),
         compensation_failed=report.count(RecoveryKind.COMPENSATION_STALLED),
+    )
+    log.info(
+        "outbox relay",
+        pages=relayed.pages,
+        items_read=relayed.items_read,
+        request_charge=round(relayed.request_charge, 2),
+        stopped=relayed.stopped,
+        owed=len(relayed.records),
     )
     await _retire_finished(client)
 
@@ -126,9 +136,9 @@ async def _scan_and_recover(
 
 
 async def _request_recoveries(report: SweepReport, client: df.DurableOrchestrationClient) -> None:
-    """Send what the recoveries of `report` say - alerts, status messages - and start the
-    compensations they requested (U4, C1, C2)."""
-    settings = bootstrap.services().settings
+    """Deliver what the recoveries of `report` owe - alerts, status messages, then the
+    compensations they requested (U4, C1, C2). Each is in its record's outbox already, so
+    one that cannot be delivered now is the relay's, and the others still go (C6)."""
     for recovery in report.all_recoveries:
         record = recovery.record
         with order_span(
@@ -139,38 +149,36 @@ async def _request_recoveries(report: SweepReport, client: df.DurableOrchestrati
             parent=record.trace_parent,
         ) as span:
             span.set_attribute("recovery.kind", recovery.kind.value)
-            for alert in recovery.alerts:
-                await send_alert(alert)
-            if recovery.status is not None:
-                await send_statuses((recovery.status,))
-            if recovery.compensation_instance is not None:
-                await _start_compensation(
-                    client, recovery, settings.agent_transport, settings.timeouts
-                )
+            await _delivered(record, client)
 
 
-async def _start_compensation(
-    client: df.DurableOrchestrationClient,
-    recovery: Recovery,
-    agent_transport: str,
-    timeouts: Timeouts,
-) -> None:
-    """Hand the compensation the sweep requested to the Scheduler (U4, C1): an instance of
-    the order's workflow that undoes what is left. If the start fails, the record stays
-    Compensating with its deadline, and the next sweep finds it stalled and asks again."""
-    record, instance = recovery.record, recovery.compensation_instance
-    if instance is None:
-        return
+async def _relay(client: df.DurableOrchestrationClient) -> OwedScan:
+    """Deliver what outboxes still owe past OUTBOX_GRACE_SECONDS: their committer failed to
+    send, crashed, or could not clear them (C6). One bounded scan per sweep (U2)."""
+    app = bootstrap.services()
+    found = await blocking_calls.run(
+        owed_scan,
+        app.states,
+        bootstrap.now(),
+        grace_seconds=app.settings.outbox_grace_seconds,
+        bounds=app.settings.supervisor_policy.scan,
+    )
+    for record in found.records:
+        with order_span(
+            "supervisor.relay",
+            order_id=record.order_id,
+            instance_id=record.locked_by,
+            attempt=record.attempt,
+            parent=record.trace_parent,
+        ):
+            await _delivered(record, client)
+    return found
+
+
+async def _delivered(record: StateRecord, client: df.DurableOrchestrationClient) -> None:
+    """Deliver `record`'s outbox; a send or a start that fails is logged and left to the
+    relay, so one order's unreachable reply queue holds up no other (C6)."""
     try:
-        await client.start_new(
-            ORCHESTRATOR,
-            instance_id=str(instance),
-            client_input=compensation_input(
-                record, instance, recovery.undo, agent_transport, timeouts
-            ),
-            version=orchestration_version(record.workflow_version),
-        )
+        await deliver_owed(record, client)
     except Exception:
-        log.exception("could not start compensation", instance_id=instance)
-        return
-    log.info("compensation started", instance_id=instance, steps_to_undo=len(recovery.undo))
+        log.exception("could not deliver what the order owes", order_id=record.order_id)

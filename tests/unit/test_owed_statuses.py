@@ -13,9 +13,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from domain import transitions
+from domain.contracts import OrderStatus
 from domain.records import CompletedStep, InstanceId, ProcessState, StateRecord, StepState
 from orchestrators.order_workflow import BEGIN_STEP, BEGIN_UNDO, FINISH_UNDO, STATUS_SENDERS
-from services.owed_statuses import OWED, SENT, UNKNOWN, owed_statuses
+from services import outbox
+from services.owed_statuses import OWED, SENT, SENT_BY_SUPERVISOR, UNKNOWN, owed_statuses
 
 T0 = datetime(2026, 9, 1, 10, 0, tzinfo=UTC)
 STEPS = ("reserve-stock", "charge-payment", "ship-order")
@@ -104,6 +106,21 @@ def test_a_reply_queue_off_the_allow_list_is_owed_nothing_r1() -> None:
 
     assert (owed.reply_to, owed.messages) == ("replies-gone", ())
     assert "not on REPLY_QUEUES" in owed.note
+
+
+def test_a_final_status_still_in_the_records_outbox_is_owed_not_sent_by_the_supervisor_c6() -> None:
+    """The supervisor gave the attempt up: no history shows its `failed` status sent, and
+    while the record's outbox holds it, the relay has yet to send it."""
+    given_up = replace(two_steps_logged(), process_state=ProcessState.ERROR, complete_by=None)
+    ended = {str(FIRST): host_view(BEGIN_STEP, BEGIN_STEP, status="Completed")}
+    owing = outbox.owing(
+        given_up,
+        (outbox.owed_status(OrderStatus.FAILED, attempt=1, at=T0, reason="MAX_FAILURES=3"),),
+        now=T0,
+    )
+
+    assert deliveries(given_up, ended)[-1] == ("o-1:failed:1", SENT_BY_SUPERVISOR)
+    assert deliveries(owing, ended)[-1] == ("o-1:failed:1", OWED)
 
 
 def test_an_error_a_compensation_ended_in_is_owed_until_its_finish_undo_ran_u4() -> None:

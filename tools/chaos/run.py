@@ -16,9 +16,9 @@ stable, resends are idempotent: S2, C6), relays the agents' answers (`chaos.rela
 follows the seeded crash schedule: it kills and restarts the devhosts, the broker and the
 services (C10) and plays a starter that dies between claim and start (D3, U4). It samples the
 state store every ``SAMPLE_SECONDS`` (the time series of submitted, in-flight and finished
-orders) and, once every order is final or the settle time has passed, stops the devhosts and
-the services and checks the invariants (`chaos.invariants`) on the ledgers, the state store
-and the queues.
+orders) and, once every order is final and owes no message (C6) or the settle time has passed,
+stops the devhosts and the services and checks the invariants (`chaos.invariants`) on the
+ledgers, the state store and the queues.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -610,6 +610,21 @@ class Run:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done.wait(), SAMPLE_SECONDS)
 
+    def _owing(self) -> int:
+        """Records whose outbox still owes messages (C6), which the supervisor's sweep relays
+        once OUTBOX_GRACE_SECONDS have passed: a final state whose status is not out yet."""
+        total = 0
+        continuation = None
+        until = datetime.now(UTC) + timedelta(days=1)
+        while True:
+            page = self.states.query_owed(
+                until=until, page_size=self.states.max_page_size, continuation=continuation
+            )
+            total += len(page.items)
+            continuation = page.continuation
+            if continuation is None:
+                return total
+
     async def settle(self) -> None:
         deadline = time.monotonic() + self.options.settle_seconds
         quiet_since = time.monotonic()
@@ -618,11 +633,12 @@ class Run:
             point = self.series[-1] if self.series else None
             if point is not None:
                 state = (point["in_flight"], point["finished"])
-                if point["in_flight"] == 0 and point["finished"] >= self.options.orders:
+                settled = point["in_flight"] == 0 and await asyncio.to_thread(self._owing) == 0
+                if settled and point["finished"] >= self.options.orders:
                     return
                 if state != last:
                     last, quiet_since = state, time.monotonic()
-                elif point["in_flight"] == 0 and time.monotonic() - quiet_since > QUIET_SECONDS:
+                elif settled and time.monotonic() - quiet_since > QUIET_SECONDS:
                     return
             await asyncio.sleep(SAMPLE_SECONDS)
 

@@ -10,6 +10,9 @@ import pytest
 from domain.records import (
     CompletedStep,
     InstanceId,
+    Owed,
+    OwedKind,
+    OwedMessage,
     ProcessState,
     RecordFormatError,
     StateRecord,
@@ -139,6 +142,35 @@ def test_the_submission_trace_context_is_kept_and_optional_c9() -> None:
     assert StateRecord.from_document(document) == record
     document["TraceParent"] = None
     assert StateRecord.from_document(document).trace_parent is None
+
+
+def test_the_outbox_round_trips_and_a_document_written_before_it_owes_nothing_c6() -> None:
+    """`Owed` keeps what a committed transition still owes, each entry enough to rebuild
+    its message; SchemaVersion 1 documents written before the outbox have no such field."""
+    owed = Owed(
+        T0,
+        (
+            OwedMessage(OwedKind.STATUS, "failed", 2, T0, "MAX_FAILURES=3 reached"),
+            OwedMessage(OwedKind.ALERT, "order-error", 2, T0, "MAX_FAILURES=3 reached"),
+            OwedMessage(OwedKind.STATUS, "in-progress", 2, T0, None, "reserve-stock"),
+            OwedMessage(OwedKind.COMPENSATION, "start", 3, T0),
+        ),
+    )
+    record = a_record(owed=owed)
+    document = record.to_document()
+    assert document["Owed"]["Due"] == "2026-03-04T05:06:07.890000Z"
+    assert document["Owed"]["Messages"][3] == {
+        "Kind": "compensation",
+        "Name": "start",
+        "Attempt": 3,
+        "At": "2026-03-04T05:06:07.890000Z",
+        "Reason": None,
+        "Step": None,
+    }
+    assert StateRecord.from_document(document) == record
+    assert a_record().to_document()["Owed"] is None
+    del document["Owed"]
+    assert StateRecord.from_document(document).owed is None
 
 
 def test_what_a_compensation_ends_in_is_kept_and_defaults_to_compensated_c7_u4() -> None:
