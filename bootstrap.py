@@ -198,11 +198,7 @@ def open_stores(
     """
     check_hosting(settings, environ)
     if settings.state_store == "sqlite":
-        return open_sqlite_stores(
-            settings.sqlite_directory,
-            metrics,
-            finished_retention_seconds=settings.finished_retention_seconds,
-        )
+        return open_sqlite_stores(settings.sqlite_directory, metrics)
     return open_cosmos_stores(cosmos_options(settings), environ, metrics)
 
 
@@ -213,7 +209,6 @@ def cosmos_options(settings: Settings) -> CosmosOptions:
         state_container=settings.cosmos_state_container,
         orders_container=settings.cosmos_orders_container,
         deadline_index_container=settings.cosmos_deadline_index_container,
-        finished_ttl_seconds=settings.finished_retention_seconds,
         retry_total=settings.cosmos_retry_total,
         retry_backoff_max_seconds=settings.cosmos_retry_backoff_max_seconds,
         connection_timeout_seconds=settings.cosmos_connection_timeout_seconds,

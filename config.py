@@ -231,7 +231,8 @@ class Settings:
         "FINISHED_RETENTION_SECONDS",
         30 * 86400,
         _whole_above_zero,
-        "how long finished state records are kept: Cosmos DB's TTL, the SQLite store's purge (C3)",
+        "how long a finished order keeps its order document and orchestration histories "
+        "before the supervisor retires it; its state record stays, as a tombstone (C3)",
         blank_is_default=True,
     )
     cosmos_retry_total: int = _setting(

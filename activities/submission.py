@@ -90,5 +90,8 @@ async def _receive_order(
         )
     else:
         log.info(
-            "order received", order_id=result.order.order_id, state_created=result.state_created
+            "order received",
+            order_id=result.order.order_id,
+            state_created=result.state_created,
+            retired=result.retired,
         )

@@ -33,7 +33,7 @@ TRANSIENT_STATUS_CODES = frozenset({408, 429, 449, 500, 503})
 
 @dataclass(frozen=True)
 class CosmosOptions:
-    """What the adapter needs besides the connection: names, TTL, retries and timeouts.
+    """What the adapter needs besides the connection: names, retries and timeouts.
 
     The composition root fills it from the COSMOS_* settings.
     """
@@ -42,7 +42,6 @@ class CosmosOptions:
     state_container: str
     orders_container: str
     deadline_index_container: str
-    finished_ttl_seconds: int
     retry_total: int
     retry_backoff_max_seconds: int
     connection_timeout_seconds: float

@@ -48,7 +48,7 @@ from domain.ports import (
     StateStore,
     StoreMetrics,
 )
-from domain.records import FINISHED_STATES, ProcessState, StateRecord, format_utc, parse_utc
+from domain.records import RETIRABLE_STATES, ProcessState, StateRecord, format_utc, parse_utc
 from domain.transitions import KEEP, DocumentPath, FencedChange
 
 MAX_PAGE_SIZE = 1000
@@ -85,12 +85,21 @@ _OWED_QUERY = "SELECT * FROM c WHERE c.Owed.Due <= @until"
 # An operator's list of one state (E8, C2): a plain filter, so it pages across partitions.
 _BY_STATE_QUERY = "SELECT * FROM c WHERE c.ProcessState = @state"
 
+# Finished records past the retention and not yet tombstones (C3), and any record that still
+# carries a `ttl` from before records became tombstones. RetiredAt is null or, in documents
+# written before the field, missing.
+_RETIRABLE_QUERY = (
+    "SELECT * FROM c WHERE IS_DEFINED(c.ttl) OR (c.ProcessState IN ({states}) "
+    "AND c.UpdatedAt < @until AND (NOT IS_DEFINED(c.RetiredAt) OR IS_NULL(c.RetiredAt)))"
+)
+
 # One aggregate over the state container's index each: its cost grows with the records it
 # counts, which the bound it serves keeps bounded - the running cap, the backlog bound (C5).
 _COUNT_QUERY = "SELECT VALUE COUNT(1) FROM c WHERE c.ProcessState IN ({states})"
 _OLDEST_QUERY = "SELECT VALUE MIN(c.UpdatedAt) FROM c WHERE c.ProcessState = @state"
 _RUNNING_STATES = (ProcessState.PROCESSING, ProcessState.COMPENSATING)
 _BACKLOG_STATES = (ProcessState.PENDING, *_RUNNING_STATES)
+_RETIRABLE_STATES = tuple(sorted(RETIRABLE_STATES))
 
 
 def _encode_token(query: str, position: Mapping[str, Any]) -> str:
@@ -209,10 +218,8 @@ class CosmosStateStore(StateStore):
         return MAX_PAGE_SIZE
 
     def _document(self, record: StateRecord) -> dict[str, Any]:
-        document = record.to_document()
-        if record.process_state in FINISHED_STATES:
-            document["ttl"] = self._options.finished_ttl_seconds
-        return document
+        # No `ttl`: a finished record stays, as the tombstone of its order (C3, S2).
+        return record.to_document()
 
     def _add_entry(
         self,
@@ -333,10 +340,6 @@ class CosmosStateStore(StateStore):
             path, value = appended
             operations.append({"op": "add", "path": f"{_patch_path(path)}/-", "value": value})
         new_state = None if change.process_state is KEEP else change.process_state
-        if new_state in FINISHED_STATES:
-            operations.append(
-                {"op": "set", "path": "/ttl", "value": self._options.finished_ttl_seconds}
-            )
         needed = len(operations) + (2 if sets_deadline else 0)
         if needed > MAX_PATCH_OPERATIONS:
             raise ValueError(
@@ -392,9 +395,27 @@ class CosmosStateStore(StateStore):
         self.metrics.record(OperationKind.FENCED_UPDATE, writes=1, request_charge=charge.total)
         return _record(stored)
 
-    def expire_finished(self, *, now: datetime, limit: int) -> int:
-        # The container's TTL removes finished records server side: nothing to do here.
-        return 0
+    def query_retirable(
+        self, *, until: datetime, page_size: int, continuation: str | None = None
+    ) -> Page[StateRecord]:
+        """A cross-partition query in the server's order, like `query_expired_until`; it
+        also serves every record with a `ttl` of an older version of this adapter, which
+        would otherwise vanish when it runs out (C3)."""
+        names = [f"@state{index}" for index in range(len(_RETIRABLE_STATES))]
+        return self._filtered_page(
+            _RETIRABLE_QUERY.format(states=", ".join(names)),
+            [
+                *(
+                    {"name": name, "value": state.value}
+                    for name, state in zip(names, _RETIRABLE_STATES, strict=True)
+                ),
+                {"name": "@until", "value": format_utc(until)},
+            ],
+            query="retirable",
+            doing="querying state records to retire",
+            page_size=page_size,
+            continuation=continuation,
+        )
 
     def query_claimable(
         self, *, now: datetime, page_size: int, continuation: str | None = None
@@ -679,6 +700,24 @@ class CosmosOrderStore(OrderStore):
         self.metrics.record(OperationKind.READ, reads=1, request_charge=charge.total)
         return order
 
+    def delete(self, order_id: str) -> bool:
+        charge = RequestCharge()
+        with translate_errors(f"deleting order {order_id!r}", charge):
+            try:
+                self._orders.delete_item(
+                    order_id,
+                    partition_key=order_id,
+                    response_hook=charge.hook,
+                    timeout=self._timeout,
+                )
+            except CosmosResourceNotFoundError as missing:
+                charge.add_from(missing.headers)
+                deleted = False
+            else:
+                deleted = True
+        self.metrics.record(OperationKind.DELETE, writes=1, request_charge=charge.total)
+        return deleted
+
     def _read(self, order_id: str, charge: RequestCharge) -> Order | None:
         document = _point_read(self._orders, order_id, charge, self._timeout)
         return None if document is None else Order.from_document(document)
@@ -706,7 +745,7 @@ def open_cosmos_stores(
 ) -> tuple[CosmosStateStore, CosmosOrderStore]:
     """Both Cosmos stores, creating missing containers with a key.
 
-    `options` names the database and containers and sets TTL, retries and timeouts;
+    `options` names the database and containers and sets retries and timeouts;
     `environ` supplies the connection: CosmosConnection (or CosmosConnection__accountEndpoint).
     """
     shared_metrics = metrics if metrics is not None else StoreMetrics()

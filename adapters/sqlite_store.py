@@ -12,7 +12,7 @@ import binascii
 import dataclasses
 import json
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from domain.ports import (
     StateStore,
     StoreMetrics,
 )
-from domain.records import FINISHED_STATES, ProcessState, StateRecord, format_utc, parse_utc
+from domain.records import RETIRABLE_STATES, ProcessState, StateRecord, format_utc, parse_utc
 from domain.transitions import DocumentPath, FencedChange
 
 MAX_PAGE_SIZE = 1000
@@ -66,6 +66,7 @@ _OWED_DUE = "json_extract(doc, '$.Owed.Due')"
 """The expression of the `state_by_owed` index, spelled as a query must to use it."""
 _RUNNING_STATES = (ProcessState.PROCESSING.value, ProcessState.COMPENSATING.value)
 _BACKLOG_STATES = (ProcessState.PENDING.value, *_RUNNING_STATES)
+_RETIRABLE_STATES = tuple(sorted(state.value for state in RETIRABLE_STATES))
 
 
 def _json_path(path: DocumentPath) -> str:
@@ -101,41 +102,16 @@ def _decode_token(token: str, query: str, key_length: int) -> list[str]:
     return list(key)
 
 
-DEFAULT_RETENTION_SECONDS = 30 * 86400.0
-"""How long finished state records are kept unless told otherwise (FINISHED_RETENTION_SECONDS)."""
-
-
 class SqliteStateStore(StateStore):
     """The state store in one SQLite file; safe to share between threads and processes."""
 
-    def __init__(
-        self,
-        path: str | Path,
-        metrics: StoreMetrics | None = None,
-        *,
-        finished_retention_seconds: float = DEFAULT_RETENTION_SECONDS,
-    ) -> None:
+    def __init__(self, path: str | Path, metrics: StoreMetrics | None = None) -> None:
         self._db = SqliteDatabase(path, _STATE_SCHEMA)
         self.metrics = metrics if metrics is not None else StoreMetrics()
-        self._retention = timedelta(seconds=finished_retention_seconds)
 
     @property
     def max_page_size(self) -> int:
         return MAX_PAGE_SIZE
-
-    def expire_finished(self, *, now: datetime, limit: int) -> int:
-        """What Cosmos DB's TTL does for its container: finished records older than the
-        retention go, oldest first, at most `limit` per call (C3)."""
-        states = sorted(state.value for state in FINISHED_STATES)
-        _, rows = self._db.write(
-            "DELETE FROM state WHERE id IN (SELECT id FROM state "
-            f"WHERE ProcessState IN ({', '.join('?' * len(states))}) AND UpdatedAt < ? "
-            "ORDER BY UpdatedAt LIMIT ?) RETURNING id",
-            (*states, format_utc(now - self._retention), limit),
-        )
-        if rows:
-            self.metrics.record(OperationKind.EXPIRE, writes=len(rows))
-        return len(rows)
 
     def create(self, record: StateRecord) -> Created[StateRecord]:
         etag = _new_etag()
@@ -302,6 +278,23 @@ class SqliteStateStore(StateStore):
         )
         return self._page(rows, limit, query)
 
+    def query_retirable(
+        self, *, until: datetime, page_size: int, continuation: str | None = None
+    ) -> Page[StateRecord]:
+        """Oldest change first, through the `state_by_queue_position` index (C3)."""
+        limit = self.page_limit(page_size)
+        query = "retirable"
+        after = ["", ""] if continuation is None else _decode_token(continuation, query, 2)
+        marks = ", ".join("?" for _ in _RETIRABLE_STATES)
+        rows = self._db.execute(
+            "SELECT doc, etag, UpdatedAt, id FROM state "
+            f"WHERE ProcessState IN ({marks}) AND UpdatedAt < ? "
+            "AND json_extract(doc, '$.RetiredAt') IS NULL "
+            "AND (UpdatedAt, id) > (?, ?) ORDER BY UpdatedAt, id LIMIT ?",
+            (*_RETIRABLE_STATES, format_utc(until), *after, limit + 1),
+        )
+        return self._page(rows, limit, query)
+
     def count_running(self, *, at_most: int) -> int:
         return self._count_in(_RUNNING_STATES, at_most)
 
@@ -382,6 +375,11 @@ class SqliteOrderStore(OrderStore):
         self.metrics.record(OperationKind.READ, reads=1)
         return self._read(order_id)
 
+    def delete(self, order_id: str) -> bool:
+        deleted, _ = self._db.write("DELETE FROM orders WHERE id = ?", (order_id,))
+        self.metrics.record(OperationKind.DELETE, writes=1)
+        return bool(deleted)
+
     def _read(self, order_id: str) -> Order | None:
         rows = self._db.execute("SELECT doc FROM orders WHERE id = ?", (order_id,))
         return Order.from_document(decode_json(rows[0][0])) if rows else None
@@ -395,16 +393,9 @@ ORDERS_FILE = "orders.sqlite3"
 
 
 def open_sqlite_stores(
-    directory: str | Path,
-    metrics: StoreMetrics | None = None,
-    *,
-    finished_retention_seconds: float = DEFAULT_RETENTION_SECONDS,
+    directory: str | Path, metrics: StoreMetrics | None = None
 ) -> tuple[SqliteStateStore, SqliteOrderStore]:
-    """Both embedded stores in `directory` (the SQLITE_DIRECTORY setting), one file each;
-    finished state records are kept `finished_retention_seconds` (C3)."""
+    """Both embedded stores in `directory` (the SQLITE_DIRECTORY setting), one file each."""
     shared = metrics if metrics is not None else StoreMetrics()
     root = Path(directory)
-    states = SqliteStateStore(
-        root / STATE_FILE, shared, finished_retention_seconds=finished_retention_seconds
-    )
-    return states, SqliteOrderStore(root / ORDERS_FILE, shared)
+    return SqliteStateStore(root / STATE_FILE, shared), SqliteOrderStore(root / ORDERS_FILE, shared)

@@ -8,6 +8,7 @@ dead-letter queue (S3). `Order.immutable_data` is what S2 compares. `status_mess
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import unicodedata
@@ -68,6 +69,11 @@ class Order:
             "items": [{"sku": item.sku, "quantity": item.quantity} for item in self.items],
             "currency": self.currency,
         }
+
+    def body_hash(self) -> str:
+        """SHA-256 (hex) of `immutable_data` in the one JSON codec: what the state record
+        keeps to compare a resend with once the order document is gone (S2, S3, C3)."""
+        return hashlib.sha256(encode_json(self.immutable_data()).encode("utf-8")).hexdigest()
 
     def to_document(self) -> dict[str, Any]:
         """The orders-database document: the immutable data keyed by `id` = OrderID."""

@@ -77,7 +77,7 @@ class OperationKind(StrEnum):
     REPLACE = "replace"
     FENCED_UPDATE = "fenced_update"
     QUERY = "query"
-    EXPIRE = "expire"
+    DELETE = "delete"
 
 
 @dataclass(frozen=True)
@@ -253,11 +253,15 @@ class StateStore(ABC):
         """
 
     @abstractmethod
-    def expire_finished(self, *, now: datetime, limit: int) -> int:
-        """Remove up to `limit` finished records (and with them their compensation logs)
-        last changed more than the store's retention before `now`; how many it removed (C3).
+    def query_retirable(
+        self, *, until: datetime, page_size: int, continuation: str | None = None
+    ) -> Page[StateRecord]:
+        """Records to retire (C3): in a `RETIRABLE_STATES` state, not retired, and last
+        changed before `until`.
 
-        A store whose service expires documents itself (Cosmos DB's TTL) removes none here.
+        A store whose documents can expire by themselves also serves every record that
+        still carries such an expiry (a Cosmos DB `ttl` written before records became
+        tombstones), whatever its state or age: a `replace` of it removes the expiry.
         """
 
     @abstractmethod
@@ -286,6 +290,10 @@ class OrderStore(ABC):
     @abstractmethod
     def get(self, order_id: str) -> Order | None:
         """The order, or None (D6: the orchestration loads it)."""
+
+    @abstractmethod
+    def delete(self, order_id: str) -> bool:
+        """Remove the order's document, if there is one; whether this call removed it (C3)."""
 
     @abstractmethod
     def close(self) -> None:

@@ -58,7 +58,12 @@ FINISHED_STATES = frozenset(
     }
 )
 """States no attempt, supervisor or compensation moves an order out of by itself; only an
-operator does (E8, C2). Records in them expire after the retention (C3)."""
+operator does (E8, C2)."""
+
+RETIRABLE_STATES = frozenset({ProcessState.PROCESSED, ProcessState.ERROR, ProcessState.COMPENSATED})
+"""Finished states whose order is retired after the retention (C3): its order document and
+orchestration histories go, its record stays as a tombstone. CompensationFailed is not
+among them: side effects are left that an operator must still undo, with the order's data."""
 
 
 class StepState(StrEnum):
@@ -327,6 +332,12 @@ class StateRecord:
     """Tries the steps' requests drew from `retry_budget` (C4)."""
     undo_tries_spent: int = 0
     """Tries the undos' requests drew from `retry_budget` (C4)."""
+    body_hash: str | None = None
+    """`Order.body_hash` of the order it was created for (S2, S3): what a resend is compared
+    with once the order document is gone. None for records written before the field."""
+    retired_at: datetime | None = None
+    """When the retirement removed the order's document and histories (C3); the record is
+    then a tombstone that keeps the OrderID known, so the order never runs again (S2)."""
 
     @property
     def instance_id(self) -> InstanceId | None:
@@ -389,6 +400,8 @@ class StateRecord:
             "UndoReserve": self.undo_reserve,
             "TriesSpent": self.tries_spent,
             "UndoTriesSpent": self.undo_tries_spent,
+            "BodyHash": self.body_hash,
+            "RetiredAt": _utc_or_none(self.retired_at),
             "CreatedAt": format_utc(self.created_at),
             "UpdatedAt": format_utc(self.updated_at),
             "Owed": None if self.owed is None else self.owed.to_document(),
@@ -446,6 +459,9 @@ class StateRecord:
                 undo_reserve=int(document.get("UndoReserve", budget.undo_reserve)),
                 tries_spent=int(document.get("TriesSpent", 0)),
                 undo_tries_spent=int(document.get("UndoTriesSpent", 0)),
+                # SchemaVersion 1 documents written before tombstones lack both.
+                body_hash=document.get("BodyHash"),
+                retired_at=_parsed_or_none(document.get("RetiredAt")),
             )
         except KeyError as error:
             raise RecordFormatError(

@@ -1,11 +1,11 @@
 """The order state machine (S4, D1-D4, E5, E6, E8, U4, U5, C1, C2, C4).
 
 Whole-record transitions (`claim`, `retry_later`, `give_up`, `resume_compensation`,
-`stall_compensation`, `resubmit`, `retry_compensation`, `cancel`) return the next record, to
-replace on the etag it was read with (D3, U6, E8), or raise `IllegalTransition`. Fenced
-changes (`begin_step`, `draw_again`, `finish_steps`, `fail_step`, `begin_undo`, `finish_undo`,
-`undo_failed`) build a `FencedChange`, written blind under the attempt's fence (D4); the ones
-that begin a request draw its tries from the order's retry budget (C4). The
+`stall_compensation`, `resubmit`, `retry_compensation`, `cancel`, `retire`) return the next
+record, to replace on the etag it was read with (D3, U6, E8), or raise `IllegalTransition`.
+Fenced changes (`begin_step`, `draw_again`, `finish_steps`, `fail_step`, `begin_undo`,
+`finish_undo`, `undo_failed`) build a `FencedChange`, written blind under the attempt's fence
+(D4); the ones that begin a request draw its tries from the order's retry budget (C4). The
 ProcessState flow: docs/architecture.md, "The order's life".
 """
 
@@ -20,6 +20,7 @@ from typing import Any
 from domain.policies import RetryBudget
 from domain.records import (
     DEFAULT_BUDGET,
+    RETIRABLE_STATES,
     CompletedStep,
     InstanceId,
     Owed,
@@ -67,11 +68,13 @@ def new_record(
     steps: Sequence[str],
     trace_parent: str | None = None,
     budget: RetryBudget = DEFAULT_BUDGET,
+    body_hash: str | None = None,
 ) -> StateRecord:
     """First write of the state record (S4): Pending, unlocked, no deadline, no failures,
     every one of `steps` NotStarted, under today's `WORKFLOW_VERSION` (C7). `trace_parent`
     is the submission's W3C trace context, which every later hop of the order joins (C9);
-    `budget` the order's retry budget for its whole life, nothing spent yet (C4).
+    `budget` the order's retry budget for its whole life, nothing spent yet (C4);
+    `body_hash` the order's `Order.body_hash`, which outlives the order document (S2, C3).
     """
     if not steps:
         raise ValueError(f"order {order_id!r} needs at least one step")
@@ -90,6 +93,7 @@ def new_record(
         trace_parent=trace_parent,
         retry_budget=budget.total,
         undo_reserve=budget.undo_reserve,
+        body_hash=body_hash,
     )
 
 
@@ -252,6 +256,7 @@ def resubmit(record: StateRecord, *, now: datetime) -> StateRecord:
     again) under what is left of its retry budget, which a resubmit never refills (C4): with
     nothing left for its steps it is refused, however often operators press the button.
     """
+    _refuse_retired(record, "resubmit")
     if record.process_state is not ProcessState.ERROR:
         raise IllegalTransition(record, "resubmit", "only an order in Error is resubmitted")
     if record.compensation_ends_in is ProcessState.ERROR:
@@ -319,6 +324,7 @@ def retry_compensation(
     """An operator retries a compensation that failed (C2): Compensating again under a new
     attempt, which resumes at the step that failed; the stall count starts over, the retry
     budget does not: with nothing left for the undos the retry is refused (C4)."""
+    _refuse_retired(record, "retry compensation")
     if record.process_state is not ProcessState.COMPENSATION_FAILED:
         raise IllegalTransition(
             record, "retry compensation", "only an order in CompensationFailed is retried"
@@ -334,6 +340,25 @@ def retry_compensation(
         ),
         compensation_failures=0,
     )
+
+
+def retire(record: StateRecord, *, now: datetime) -> StateRecord:
+    """Mark a finished order retired once its order document and histories are gone (C3):
+    the record stays, as a tombstone that keeps the OrderID known for good (S2)."""
+    if record.process_state not in RETIRABLE_STATES:
+        raise IllegalTransition(record, "retire", "only a finished order is retired")
+    return replace(record, retired_at=now)
+
+
+def _refuse_retired(record: StateRecord, action: str) -> None:
+    if record.retired_at is not None:
+        raise IllegalTransition(
+            record,
+            action,
+            f"it was retired at {format_utc(record.retired_at)}: its order document and "
+            "histories were removed after the retention (FINISHED_RETENTION_SECONDS), so "
+            "nothing is left to run or undo; submit the order again under a new OrderID",
+        )
 
 
 CANCELLABLE_STATES = frozenset({ProcessState.PENDING, ProcessState.PROCESSING, ProcessState.ERROR})
@@ -353,6 +378,7 @@ def cancel(
     something to undo: only a give-up's compensation drew on it before, and that ended in
     Error with everything undone.
     """
+    _refuse_retired(record, "cancel")
     if record.process_state not in CANCELLABLE_STATES:
         raise IllegalTransition(
             record, "cancel", "only a Pending, Processing or Error order is cancelled"

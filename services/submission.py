@@ -2,7 +2,9 @@
 
 It validates the message, then writes the order and then the state record, each
 idempotently by OrderID; a resend is accepted again only when the stored order's immutable
-data equals the message's (S2). The result is `Accepted`, `Rejected` at the backlog bound
+data equals the message's (S2). A resend of a retired order (C3) runs nothing: its record's
+`BodyHash` stands for the deleted order, and an equal body is answered with the order's final
+status again. The result is `Accepted`, `Rejected` at the backlog bound
 with nothing written (C5), or a `DeadLetter` with its reason and operator alert (S3).
 """
 
@@ -24,7 +26,7 @@ from domain.contracts import (
 )
 from domain.policies import RetryBudget
 from domain.ports import OrderStore, StateStore
-from domain.records import DEFAULT_BUDGET, StateRecord
+from domain.records import DEFAULT_BUDGET, ProcessState, StateRecord
 from domain.transitions import new_record
 from observability import metrics
 from services.admission import BacklogGate, Full
@@ -40,6 +42,8 @@ class Accepted:
     order_created: bool
     state_created: bool
     status: StatusMessage | None
+    retired: bool = False
+    """The order was retired (C3): nothing runs, `status` is its final status again."""
 
 
 @dataclass(frozen=True)
@@ -147,8 +151,18 @@ def _write(
     if not stored_order.created and stored_order.record.immutable_data() != order.immutable_data():
         return _conflict(order, stored_order.record, message_id, now)
     stored_state = states.create(
-        new_record(order.order_id, reply_to, now, steps, trace_parent, budget)
+        new_record(
+            order.order_id,
+            reply_to,
+            now,
+            steps,
+            trace_parent,
+            budget=budget,
+            body_hash=order.body_hash(),
+        )
     )
+    if stored_state.record.retired_at is not None:
+        return _retired(order, stored_state.record, orders, message_id, now)
     if stored_state.created:
         metrics.order_received()
     return Accepted(
@@ -157,6 +171,40 @@ def _write(
         order_created=stored_order.created,
         state_created=stored_state.created,
         status=status_for(stored_state.record, OrderStatus.RECEIVED, now=now),
+    )
+
+
+_FINAL_STATUS = {
+    ProcessState.PROCESSED: OrderStatus.COMPLETED,
+    ProcessState.COMPENSATED: OrderStatus.COMPENSATED,
+    ProcessState.ERROR: OrderStatus.FAILED,
+}
+
+
+def _retired(
+    order: Order, record: StateRecord, orders: OrderStore, message_id: str, now: datetime
+) -> Accepted | DeadLetter:
+    """A resend of a retired order (C3, S2, S3): the order document this submission (or a
+    crashed delivery of it) wrote again goes, and the order runs nothing. An equal body is
+    answered with the final status, under its stable message id; a different one is a
+    conflict. A tombstone without a hash (its order document was gone before the hash was
+    kept) cannot tell them apart and answers with the final status: either way nothing runs."""
+    orders.delete(order.order_id)
+    if record.body_hash is not None and record.body_hash != order.body_hash():
+        description = (
+            f"order {order.order_id!r} was retired with different immutable data (its body "
+            f"hash differs); message {message_id!r} not applied, the order stays retired"
+        )
+        return _conflict_dead_letter(order.order_id, description, message_id, now)
+    final = _FINAL_STATUS[record.process_state]
+    reason = None if final is OrderStatus.COMPLETED else record.last_error
+    return Accepted(
+        order=order,
+        record=record,
+        order_created=False,
+        state_created=False,
+        status=status_for(record, final, now=now, reason=reason),
+        retired=True,
     )
 
 
@@ -203,14 +251,20 @@ def _conflict(order: Order, existing: Order, message_id: str, now: datetime) -> 
         f"(differs in {', '.join(differing)}); message {message_id!r} not applied, "
         f"stored order kept"
     )
+    return _conflict_dead_letter(order.order_id, description, message_id, now)
+
+
+def _conflict_dead_letter(
+    order_id: str, description: str, message_id: str, now: datetime
+) -> DeadLetter:
     return DeadLetter(
         reason=ORDER_CONFLICT_REASON,
         description=description,
         alert=operator_alert(
             kind=AlertKind.ORDER_CONFLICT,
-            order_id=order.order_id,
+            order_id=order_id,
             reason=description,
             at=now,
-            message_id=f"{AlertKind.ORDER_CONFLICT.value}:{order.order_id}:{message_id}",
+            message_id=f"{AlertKind.ORDER_CONFLICT.value}:{order_id}:{message_id}",
         ),
     )

@@ -5,8 +5,8 @@ with (U4, U6) and returned as a `Recovery` in the `SweepReport`: a retry through
 a give-up, or compensation, for the caller to send and start; the supervisor never does the
 work itself, and asks for none that the order's retry budget could not pay for (C4). What a
 recovery owes (statuses, alerts, the compensation start) is stored in the record's outbox by
-that same replace (C6, `services.outbox`). `sweep` also removes finished records past their
-retention (C3). Design: docs/architecture.md, "The supervisor: windows and catch-up".
+that same replace (C6, `services.outbox`). The retirement of finished orders is
+`services.retention`. Design: docs/architecture.md, "The supervisor: windows and catch-up".
 """
 
 from __future__ import annotations
@@ -122,8 +122,6 @@ class SweepReport:
     request_charge: float
     stopped: StopReason | None
     recoveries: tuple[Recovery, ...]
-    finished_removed: int = 0
-    """Finished records past their retention that this sweep had the store remove (C3)."""
     beyond_window: SweepReport | None = None
     """The catch-up's scan of the deadlines older than its window (U2); None for a sweep."""
 
@@ -149,7 +147,7 @@ def sweep(
     A give-up that starts compensation gets the compensation deadline of `timeouts`.
     """
     window_start = sweep_window_start(now, policy)
-    report = _recover_expired(
+    return _recover_expired(
         lambda size, token: states.query_expired(
             window_start=window_start, now=now, page_size=size, continuation=token
         ),
@@ -161,8 +159,6 @@ def sweep(
         policy=policy,
         timeouts=timeouts,
     )
-    finished_removed = states.expire_finished(now=now, limit=policy.scan.max_items)
-    return replace(report, finished_removed=finished_removed)
 
 
 def catch_up(

@@ -1,6 +1,7 @@
-"""The supervisor's timer triggers: the sweep and its catch-up (U1-U7, C1, C2, C6).
+"""The supervisor's timer triggers: the sweep and its catch-up (U1-U7, C1, C2, C3, C6).
 
-`supervise_orders` (SUPERVISOR_SCHEDULE) runs one bounded sweep, `catch_up_orders`
+`supervise_orders` (SUPERVISOR_SCHEDULE) runs one bounded sweep, then one bounded retirement
+of finished orders past their retention (`services.retention`); `catch_up_orders`
 (SUPERVISOR_CATCHUP_SCHEDULE) one catch-up (`services.supervisor`); each logs what it read,
 wrote and spent, and delivers what the recoveries it won owe: their statuses and alerts,
 then their compensation instances, each under its order's trace (C9). The sweep then relays
@@ -10,6 +11,7 @@ what older outboxes still owe (`services.outbox.owed_scan`, OUTBOX_GRACE_SECONDS
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 
 import azure.durable_functions as df
 import azure.functions as func
@@ -21,6 +23,7 @@ from domain.records import StateRecord
 from observability import logs
 from observability.tracing import order_span
 from services.outbox import OwedScan, owed_scan
+from services.retention import retire_finished
 from services.supervisor import RecoveryKind, SweepReport, catch_up, sweep
 
 bp = df.Blueprint()
@@ -41,7 +44,6 @@ async def supervise_orders(timer: func.TimerRequest, client: df.DurableOrchestra
         compensations=report.count(RecoveryKind.COMPENSATION_REQUESTED)
         + report.count(RecoveryKind.COMPENSATION_RESUMED),
         compensation_failed=report.count(RecoveryKind.COMPENSATION_STALLED),
-        finished_removed=report.finished_removed,
     )
     log.info(
         "outbox relay",
@@ -51,6 +53,7 @@ async def supervise_orders(timer: func.TimerRequest, client: df.DurableOrchestra
         stopped=relayed.stopped,
         owed=len(relayed.records),
     )
+    await _retire_finished(client)
 
 
 @bp.timer_trigger(schedule="%SUPERVISOR_CATCHUP_SCHEDULE%", arg_name="timer")
@@ -68,6 +71,37 @@ async def catch_up_orders(timer: func.TimerRequest, client: df.DurableOrchestrat
     beyond = report.beyond_window
     if beyond is not None:
         log.info("catch-up beyond its window", **_cost(beyond), overdue=len(beyond.recoveries))
+
+
+async def _retire_finished(client: df.DurableOrchestrationClient) -> None:
+    """Retire the finished orders past FINISHED_RETENTION_SECONDS (C3): the durable client
+    purges the histories of their instances."""
+    app = bootstrap.services()
+
+    async def purge(instance_id: str) -> None:
+        await client.purge_instance_history(instance_id)
+
+    report = await retire_finished(
+        app.states,
+        app.orders,
+        purge,
+        now=bootstrap.now(),
+        retention=timedelta(seconds=app.settings.finished_retention_seconds),
+        scan=app.settings.supervisor_policy.scan,
+        blocking=blocking_calls.run,
+    )
+    log.info(
+        "retirement",
+        until=report.until,
+        pages=report.pages,
+        items_read=report.items_read,
+        request_charge=round(report.request_charge, 2),
+        stopped=report.stopped,
+        retired=report.retired,
+        expiry_removed=report.expiry_removed,
+        lost_races=report.lost_races,
+        failed=report.failed,
+    )
 
 
 def _cost(report: SweepReport) -> dict[str, object]:

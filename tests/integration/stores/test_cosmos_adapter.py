@@ -3,9 +3,10 @@
 The contract and service suites run against Cosmos too; these tests cover the rest: the
 container definitions (indexing policy, TTL; created by processes that start together), the
 deadline index of U3 (consulted by the sweep, kept in step with every write, stale entries
-removed, entries of a lost race removed), request charge in the metrics (U2, C9),
-finished-record TTL, the launcher's fixes of the test server's bugs, StoreUnavailable for a
-store that is down, and `STATE_STORE=cosmos` in the composition root.
+removed, entries of a lost race removed), request charge in the metrics (U2, C9), no TTL on
+finished records and the removal of an older version's (C3), the launcher's fixes of the test
+server's bugs, StoreUnavailable for a store that is down, and `STATE_STORE=cosmos` in the
+composition root.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from devhost import cosmos_server as cosmos_server_module
 from devhost.node_service import node_modules_with
 
 import bootstrap
-from adapters import deadline_index
+from adapters import blocking_calls, deadline_index
 from adapters.cosmos_connection import CosmosOptions
 from adapters.cosmos_store import CosmosOrderStore, CosmosStateStore, open_cosmos_stores
 from adapters.identity_connection import ConnectionSettingsError
@@ -38,6 +39,7 @@ from domain import transitions
 from domain.ports import OperationKind, PreconditionFailed, StoreMetrics, StoreUnavailable
 from domain.records import InstanceId, ProcessState, StateRecord
 from domain.workflow import Step
+from services.retention import retire_finished
 from services.supervisor import RecoveryKind, SweepReport, catch_up, sweep
 from tests.integration.stores.store_backends import cosmos_environ
 from tests.support.cosmos_server import CosmosServer, CosmosServerMissing
@@ -160,20 +162,72 @@ def test_processes_that_start_together_all_open_a_new_database(
             opened.result(timeout=SDK_TIMEOUT)
 
 
-def test_finished_records_expire_and_live_ones_never_do(cosmos: Cosmos) -> None:
+def test_finished_records_carry_no_ttl_and_stay_as_tombstones_c3(cosmos: Cosmos) -> None:
+    """No write gives a state record an expiry: a finished one stays, the tombstone that
+    keeps its OrderID known once the retirement has removed its order's data (C3, S2)."""
     create(cosmos.states, running("o-1", FUTURE))
-    assert "ttl" not in cosmos.state_document("o-1")
     done = cosmos.states.fenced_update(
         transitions.finish_steps(InstanceId("o-1", 1), LAST, now=NOW)
     )
     assert done is not None
-    assert cosmos.state_document("o-1")["ttl"] == 30 * 86400
-    create(cosmos.states, running("o-2", NOW - timedelta(seconds=1)))
-    expired = cosmos.states.query_expired(
-        window_start=NOW - timedelta(hours=1), now=NOW, page_size=10
-    ).items[0]
-    cosmos.states.replace(transitions.retry_later(expired, now=NOW, not_before=FUTURE))
+    assert "ttl" not in cosmos.state_document("o-1")
+    retired = cosmos.states.replace(transitions.retire(done, now=NOW))
+    assert retired.retired_at == NOW
+    assert "ttl" not in cosmos.state_document("o-1")
+    record = create(cosmos.states, running("o-2", NOW - timedelta(seconds=1)))
+    cosmos.states.replace(
+        transitions.give_up(record, now=NOW, reason="gone", compensation_deadline=FUTURE)
+    )
     assert "ttl" not in cosmos.state_document("o-2")
+
+
+async def test_a_record_with_the_ttl_of_an_older_version_loses_it_and_never_vanishes_c3(
+    cosmos: Cosmos,
+) -> None:
+    """Records an older version finished carry a `ttl`, which would delete them, tombstone
+    and all. The retirement's query serves them whatever their state or age: a recent or
+    CompensationFailed one is written back without it, a due one is retired (C3)."""
+    until = NOW - timedelta(days=30)
+    old, recent = until - timedelta(hours=1), until + timedelta(hours=1)
+    for order_id, state, updated_at in (
+        ("old-done", ProcessState.PROCESSED, old),
+        ("recent-done", ProcessState.PROCESSED, recent),
+        ("owes-an-undo", ProcessState.COMPENSATION_FAILED, old),
+    ):
+        record = replace(running(order_id, FUTURE), process_state=state, updated_at=updated_at)
+        create(cosmos.states, replace(record, locked_by=None, complete_by=None))
+        cosmos.container("state").patch_item(
+            order_id,
+            partition_key=order_id,
+            patch_operations=[{"op": "set", "path": "/ttl", "value": 30 * 86400}],
+            timeout=SDK_TIMEOUT,
+        )
+    purged: list[str] = []
+
+    async def purge(instance_id: str) -> None:
+        purged.append(instance_id)
+
+    report = await retire_finished(
+        cosmos.states,
+        cosmos.orders,
+        purge,
+        now=NOW,
+        retention=NOW - until,
+        scan=cosmos.settings.supervisor_policy.scan,
+        blocking=blocking_calls.run,
+    )
+
+    assert (report.retired, report.expiry_removed, report.failed) == (1, 2, 0)
+    assert purged == ["old-done:1"]
+    for order_id in ("old-done", "recent-done", "owes-an-undo"):
+        assert "ttl" not in cosmos.state_document(order_id), order_id
+    retired = {
+        order_id: record.retired_at
+        for order_id in ("old-done", "recent-done", "owes-an-undo")
+        if (record := cosmos.states.get(order_id)) is not None
+    }
+    assert retired == {"old-done": NOW, "recent-done": None, "owes-an-undo": None}
+    assert cosmos.states.query_retirable(until=until, page_size=10).items == ()
 
 
 # --- the deadline index (U3) ---------------------------------------------------------------
@@ -421,11 +475,10 @@ def test_request_charge_is_recorded_per_operation_kind(cosmos: Cosmos) -> None:
     assert page.request_charge > 0
     cosmos.states.replace(transitions.claim(record, now=NOW, claim_deadline=FUTURE))
     cosmos.states.fenced_update(transitions.finish_steps(InstanceId("o-1", 9), LAST, now=NOW))
+    cosmos.orders.delete("o-1")
     snapshot = cosmos.metrics.snapshot()
-    # Expiry is the container's TTL on Cosmos DB: no request, no charge.
-    for kind in set(OperationKind) - {OperationKind.EXPIRE}:
+    for kind in OperationKind:
         assert snapshot[kind].request_charge > 0, kind
-    assert cosmos.states.expire_finished(now=NOW, limit=10) == 0
 
 
 # --- the test server's bugs stay in the launcher -------------------------------------------
@@ -521,36 +574,3 @@ def test_without_the_npm_server_the_cosmos_tests_fail_saying_run_make_setup(
         CosmosServerMissing, match=r"npm install @vercel/cosmosdb-server.*make setup"
     ):
         CosmosServer().start()
-
-
-def test_the_finished_record_ttl_is_a_setting(cosmos_server: CosmosServer) -> None:
-    environ = {
-        **cosmos_environ(cosmos_server.connection_string, f"ttl-{uuid.uuid4().hex[:8]}"),
-        "FINISHED_RETENTION_SECONDS": "3600",
-    }
-    states, orders = open_cosmos_stores(
-        bootstrap.cosmos_options(Settings.from_environ(environ)), environ
-    )
-    try:
-        record = create(states, running("o-1", NOW - timedelta(seconds=1)))
-        in_error = states.replace(
-            transitions.give_up(record, now=NOW, reason="gone", compensation_deadline=FUTURE)
-        )
-        client = CosmosClient.from_connection_string(cosmos_server.connection_string)
-        container = client.get_database_client(environ["COSMOS_DATABASE"]).get_container_client(
-            "state"
-        )
-        stored = container.read_item("o-1", partition_key="o-1", timeout=SDK_TIMEOUT)
-        assert (stored["ProcessState"], stored["ttl"]) == ("Error", 3600)
-        # An operator's cancel takes the order out of Error: it must not expire while it
-        # compensates (E8, C2).
-        states.replace(
-            transitions.cancel(in_error, now=NOW, reason="r", compensation_deadline=FUTURE)
-        )
-        stored = container.read_item("o-1", partition_key="o-1", timeout=SDK_TIMEOUT)
-        client.close()
-        assert stored["ProcessState"] == "Compensating"
-        assert "ttl" not in stored
-    finally:
-        states.close()
-        orders.close()

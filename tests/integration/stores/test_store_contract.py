@@ -586,6 +586,89 @@ def test_the_two_stores_are_independent_s2(stores: tuple[StateStore, OrderStore]
     assert orders.get("o-2") is None
 
 
+def test_an_order_is_deleted_once_and_deleting_it_again_is_no_error_c3(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """The retirement deletes an order's document (C3); a crash and a second run delete it
+    again, and a later submission may write it again."""
+    _, orders = stores
+    orders.create(an_order("o-1"))
+    orders.create(an_order("o-2"))
+    assert orders.delete("o-1")
+    assert orders.get("o-1") is None
+    assert not orders.delete("o-1")
+    assert not orders.delete("never-stored")
+    assert orders.get("o-2") == an_order("o-2")
+    assert orders.create(an_order("o-1")).created
+
+
+# --- retirement (C3) ------------------------------------------------------------------------
+
+
+def finished(order_id: str, state: ProcessState, updated_at: datetime) -> StateRecord:
+    return pending(order_id, process_state=state, updated_at=updated_at, attempt=1)
+
+
+def test_the_retirable_query_pages_through_finished_records_past_the_retention_only_c3(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """Processed, Error and Compensated records last changed before `until` and not retired
+    yet; never a CompensationFailed one (an operator still owes it an undo), a running one,
+    a recent one or a tombstone (C3)."""
+    states, _ = stores
+    until = NOW - timedelta(days=30)
+    old, recent = until - timedelta(minutes=1), until + timedelta(minutes=1)
+    due = {
+        f"due-{state.value}-{index}"
+        for state in (ProcessState.PROCESSED, ProcessState.ERROR, ProcessState.COMPENSATED)
+        for index in range(2)
+    }
+    for order_id in sorted(due):
+        stored(states, finished(order_id, ProcessState(order_id.split("-")[1]), old))
+    for order_id, state, updated_at in (
+        ("recent", ProcessState.PROCESSED, recent),
+        ("owes-an-undo", ProcessState.COMPENSATION_FAILED, old),
+        ("waiting", ProcessState.PENDING, old),
+        ("running", ProcessState.PROCESSING, old),
+        ("compensating", ProcessState.COMPENSATING, old),
+    ):
+        stored(states, finished(order_id, state, updated_at))
+    tombstone = stored(states, finished("tombstone", ProcessState.PROCESSED, old))
+    states.replace(transitions.retire(tombstone, now=NOW))
+    seen: list[str] = []
+    token: str | None = None
+    for _ in range(10):
+        page = states.query_retirable(until=until, page_size=4, continuation=token)
+        assert len(page.items) <= 4
+        assert all(record.etag for record in page.items)
+        seen += [record.order_id for record in page.items]
+        token = page.continuation
+        if token is None:
+            break
+    assert sorted(seen) == sorted(due)
+
+
+def test_a_retired_record_keeps_its_body_hash_and_leaves_the_retirable_query_c3(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    until = NOW - timedelta(days=30)
+    body_hash = an_order("o-1").body_hash()
+    record = stored(
+        states,
+        finished("o-1", ProcessState.COMPENSATED, until - timedelta(seconds=1)),
+    )
+    record = states.replace(replace(record, body_hash=body_hash))
+    [served] = states.query_retirable(until=until, page_size=10).items
+    assert served.etag == record.etag
+    states.replace(transitions.retire(served, now=NOW))
+    tombstone = states.get("o-1")
+    assert tombstone is not None
+    assert (tombstone.retired_at, tombstone.body_hash) == (NOW, body_hash)
+    assert tombstone.process_state is ProcessState.COMPENSATED
+    assert states.query_retirable(until=NOW, page_size=10).items == ()
+
+
 # --- concurrency (D3, U6) ------------------------------------------------------------------
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import bootstrap
+from adapters import blocking_calls
 from adapters.codec import from_data
 from config import Settings
 from domain import transitions
@@ -47,8 +48,9 @@ from orchestrators.order_workflow import compensation_input
 from orchestrators.payloads import Attempt
 from services import steps
 from services.admission import BacklogGate
-from services.operator import load_order, resubmit_order
+from services.operator import cancel_order, load_order, resubmit_order
 from services.paging import StopReason
+from services.retention import RetirementReport, retire_finished
 from services.starter import StarterRun, claim_pending
 from services.status import reply_queue_allowed
 from services.steps import Written
@@ -1383,3 +1385,176 @@ def test_giving_up_with_a_step_in_doubt_undoes_it_by_key_then_ends_in_error_u4_c
     # A new run would meet its own undone idempotency key: an operator may only cancel it.
     with pytest.raises(IllegalTransition, match="undid its steps by their idempotency keys"):
         resubmit_order(states, "o-1", stalled_at)
+
+
+# --- retirement after the retention (C3, S2, S3) ------------------------------------------
+
+RETENTION = timedelta(seconds=SETTINGS.finished_retention_seconds)
+RETIRED_AT = T0 + RETENTION + timedelta(minutes=1)
+
+
+async def retire_at(
+    stores: tuple[StateStore, OrderStore],
+    now: datetime,
+    purged: list[str],
+    *,
+    failing_purge: bool = False,
+) -> RetirementReport:
+    """One retirement run at `now` with the supervisor's bounds (C3); `purged` gets the
+    instance ids whose histories it purged."""
+    states, orders = stores
+
+    async def purge(instance_id: str) -> None:
+        if failing_purge:
+            raise ConnectionError("the task hub cannot be reached")
+        purged.append(instance_id)
+
+    return await retire_finished(
+        states,
+        orders,
+        purge,
+        now=now,
+        retention=RETENTION,
+        scan=SETTINGS.supervisor_policy.scan,
+        blocking=blocking_calls.run,
+    )
+
+
+def completed_order(stores: tuple[StateStore, OrderStore], order_id: str) -> None:
+    accepted(stores, order_id)
+    assert complete(stores[0], claim_one(stores[0])).applied
+
+
+async def test_a_retired_order_is_answered_with_its_final_status_and_runs_nothing_c3_s2(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """Past the retention the order's document and histories go and its record stays as a
+    tombstone (C3). A resend of the same order, far outside the reply queue's duplicate
+    detection window, is answered with `completed` again under the same message id; no
+    attempt is claimed and no order document is left behind (S2)."""
+    states, orders = stores
+    completed_order(stores, "o-1")
+    purged: list[str] = []
+
+    report = await retire_at(stores, RETIRED_AT, purged)
+
+    assert (report.retired, report.failed, report.lost_races) == (1, 0, 0)
+    assert purged == ["o-1:1"]
+    assert orders.get("o-1") is None
+    tombstone = state_of(states, "o-1")
+    assert (tombstone.process_state, tombstone.retired_at) == (ProcessState.PROCESSED, RETIRED_AT)
+    assert tombstone.body_hash == Order.from_document(json.loads(order_body("o-1"))).body_hash()
+
+    later = RETIRED_AT + timedelta(days=400)
+    resent = submit(stores, "o-1", now=later)
+
+    assert isinstance(resent, Accepted), resent
+    assert (resent.retired, resent.state_created) == (True, False)
+    assert resent.status is not None
+    assert resent.status.message_id == "o-1:completed:1"
+    assert (resent.status.queue, resent.status.body["status"]) == ("replies-a", "completed")
+    assert orders.get("o-1") is None
+    assert claims_at(states, later).claims == ()
+    assert state_of(states, "o-1").etag == tombstone.etag
+    assert (await retire_at(stores, later, purged)).retired == 0
+
+
+async def test_a_different_body_for_a_retired_order_is_a_conflict_and_leaves_nothing_s3_c3(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, orders = stores
+    completed_order(stores, "o-1")
+    await retire_at(stores, RETIRED_AT, [])
+
+    result = submit(stores, "o-1", currency="USD", now=RETIRED_AT)
+
+    assert isinstance(result, DeadLetter), result
+    assert result.reason == ORDER_CONFLICT_REASON
+    assert result.alert.body["kind"] == AlertKind.ORDER_CONFLICT.value
+    assert "retired" in result.description
+    assert orders.get("o-1") is None
+    assert state_of(states, "o-1").process_state is ProcessState.PROCESSED
+
+
+async def test_a_retirement_cut_short_is_finished_by_the_next_run_c3_c6(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """A record of an older version has no BodyHash: the retirement takes it from the order
+    document before deleting it. A run whose purge fails leaves the record unretired, and
+    the next run does what is left; a resend in between never runs the order again."""
+    states, orders = stores
+    completed_order(stores, "o-1")
+    record = states.replace(replace(state_of(states, "o-1"), body_hash=None))
+    expected_hash = Order.from_document(json.loads(order_body("o-1"))).body_hash()
+
+    cut_short = await retire_at(stores, RETIRED_AT, [], failing_purge=True)
+
+    assert (cut_short.retired, cut_short.failed) == (0, 1)
+    assert orders.get("o-1") is None
+    halfway = state_of(states, "o-1")
+    assert (halfway.retired_at, halfway.body_hash) == (None, expected_hash)
+    assert halfway.etag != record.etag
+    purged: list[str] = []
+    finished = await retire_at(stores, RETIRED_AT, purged)
+    assert (finished.retired, finished.failed, purged) == (1, 0, ["o-1:1"])
+    assert state_of(states, "o-1").retired_at == RETIRED_AT
+
+
+async def test_an_operator_cannot_resubmit_or_cancel_a_retired_order_c3_e8(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    states, _ = stores
+    accepted(stores, "o-1")
+    instance = claim_one(states)
+    begin(states, instance, 0)
+    assert fail(states, instance, 0, reason="permanent").applied
+    await retire_at(stores, RETIRED_AT, [])
+
+    with pytest.raises(IllegalTransition, match="retired"):
+        resubmit_order(states, "o-1", RETIRED_AT)
+    with pytest.raises(IllegalTransition, match="retired"):
+        cancel_order(states, "o-1", RETIRED_AT, timeouts=TIMEOUTS, reason="too late")
+    assert state_of(states, "o-1").process_state is ProcessState.ERROR
+
+
+async def test_an_order_document_a_crashed_resend_left_is_removed_by_its_redelivery_c3_c6(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """A resend of a retired order that wrote the order document and crashed before deleting
+    it again: its redelivery finds the document in place and still removes it (C3, C6)."""
+    _, orders = stores
+    completed_order(stores, "o-1")
+    await retire_at(stores, RETIRED_AT, [])
+    orders.create(Order.from_document(json.loads(order_body("o-1"))))
+
+    redelivered = submit(stores, "o-1", now=RETIRED_AT)
+
+    assert isinstance(redelivered, Accepted), redelivered
+    assert redelivered.retired
+    assert orders.get("o-1") is None
+
+
+async def test_an_order_document_a_resend_writes_during_the_retirement_is_removed_c3(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """A resend that writes the order document again while the retirement purges finds the
+    record not yet retired and leaves the document; the retirement deletes it once more
+    after marking the record (C3)."""
+    states, orders = stores
+    completed_order(stores, "o-1")
+
+    async def purge_while_a_resend_arrives(instance_id: str) -> None:
+        assert isinstance(submit(stores, "o-1", now=RETIRED_AT), Accepted)
+
+    await retire_finished(
+        states,
+        orders,
+        purge_while_a_resend_arrives,
+        now=RETIRED_AT,
+        retention=RETENTION,
+        scan=SETTINGS.supervisor_policy.scan,
+        blocking=blocking_calls.run,
+    )
+
+    assert state_of(states, "o-1").retired_at == RETIRED_AT
+    assert orders.get("o-1") is None

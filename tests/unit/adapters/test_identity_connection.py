@@ -133,7 +133,6 @@ OPTIONS = CosmosOptions(
     state_container="state",
     orders_container="orders",
     deadline_index_container="deadlines",
-    finished_ttl_seconds=60,
     retry_total=1,
     retry_backoff_max_seconds=1,
     connection_timeout_seconds=1,

@@ -201,6 +201,19 @@ def test_orders_differing_in_any_immutable_field_compare_unequal_s2() -> None:
     assert all(data[0] != other for other in data[1:])
 
 
+def test_the_body_hash_is_that_of_the_immutable_data_and_tells_orders_apart_s3_c3() -> None:
+    """The hash a tombstone keeps (C3): the same for a resend whatever its key order,
+    different for any change of an immutable field (S3)."""
+    parsed = [parse(body(**change)) for change in ({}, {"currency": "USD"}, {"customerId": "x"})]
+    orders = [p.order for p in parsed if isinstance(p, Submission)]
+    hashes = [order.body_hash() for order in orders]
+    assert len(set(hashes)) == 3
+    assert all(len(value) == 64 for value in hashes)
+    resent = parse(dict(reversed(list(body().items()))))
+    assert isinstance(resent, Submission)
+    assert resent.order.body_hash() == hashes[0]
+
+
 def test_order_document_round_trips() -> None:
     parsed = parse(body())
     assert isinstance(parsed, Submission)

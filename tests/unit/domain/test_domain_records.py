@@ -187,6 +187,25 @@ def test_what_a_compensation_ends_in_is_kept_and_defaults_to_compensated_c7_u4()
     assert older.compensation_ends_in is ProcessState.COMPENSATED
 
 
+def test_a_tombstone_keeps_its_body_hash_and_retirement_and_older_documents_lack_them_c3() -> None:
+    """BodyHash and RetiredAt survive the store; a document written before them (same
+    SchemaVersion) reads as a record with no hash that is not retired."""
+    record = a_record(
+        process_state=ProcessState.PROCESSED,
+        body_hash="ab" * 32,
+        retired_at=datetime(2026, 9, 1, tzinfo=UTC),
+    )
+    document = record.to_document()
+    assert (document["BodyHash"], document["RetiredAt"]) == (
+        "ab" * 32,
+        "2026-09-01T00:00:00.000000Z",
+    )
+    assert StateRecord.from_document(document) == record
+    del document["BodyHash"], document["RetiredAt"]
+    older = StateRecord.from_document(document)
+    assert (older.body_hash, older.retired_at) == (None, None)
+
+
 def test_unknown_schema_version_is_refused_c7() -> None:
     document = a_record().to_document()
     document["SchemaVersion"] = 2
