@@ -276,10 +276,15 @@ def console(command_run: CommandRun) -> Iterator[str]:
 def test_make_console_serves_the_console_over_the_demos_orders(
     console: str, command_run: CommandRun
 ) -> None:
-    base, key = console.split("?code=")
+    base, keys = console.split("?code=")
+    key, operator_key = keys.split("#key=")
     assert base.endswith("/api/console")
     with urllib.request.urlopen(
-        f"{base}/orders?state=Processed&pageSize=50&code={key}", timeout=30
+        urllib.request.Request(
+            f"{base}/orders?state=Processed&pageSize=50&code={key}",
+            headers={"X-Console-Key": operator_key},
+        ),
+        timeout=30,
     ) as answer:
         listed = json.loads(answer.read())
     report = json.loads(command_run.report.read_text(encoding="utf-8"))
