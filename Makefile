@@ -84,7 +84,8 @@ chaos: setup
 	$(BIN)/python -m tools.chaos --orders 2000 --report chaos.json $(ARGS)
 
 # The operator console over the last `make demo`'s orders and dead letters (SQLite store):
-# prints its URL with the function key (http://127.0.0.1:7071/api/console?code=...); Ctrl-C stops.
+# prints its URL with the function key and the act key (.../api/console?code=...#key=...);
+# Ctrl-C stops.
 console: setup
 	$(BIN)/python -m tools.demo.console --work-dir $(DEMO_DIR)
 

@@ -14,6 +14,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
+from domain.operator_access import (
+    AUTH_EASYAUTH,
+    AUTH_KEYS,
+    OperatorKey,
+    OperatorKeysError,
+    parse_keys,
+)
 from domain.policies import (
     AGENT_TRANSPORT_ACTIVITY,
     AGENT_TRANSPORT_SERVICEBUS,
@@ -107,6 +114,13 @@ def _step_names(value: str, name: str) -> tuple[str, ...]:
     try:
         return tuple(step.name for step in step_list(names))
     except UnknownStep as error:
+        raise SettingsError(f"{name}: {error}") from None
+
+
+def _operator_keys(value: str, name: str) -> tuple[OperatorKey, ...]:
+    try:
+        return parse_keys(value)
+    except OperatorKeysError as error:
         raise SettingsError(f"{name}: {error}") from None
 
 
@@ -416,6 +430,21 @@ class Settings:
         "it: longer than an activity's store retries, so the relay rarely repeats a delivery "
         "still under way; a message owed goes out within this plus one SUPERVISOR_SCHEDULE "
         "interval (C6)",
+    )
+    console_auth: str = _setting(
+        "CONSOLE_AUTH",
+        AUTH_KEYS,
+        _one_of(AUTH_KEYS, AUTH_EASYAUTH),
+        "how the operator console knows its caller: named keys (CONSOLE_KEYS), or the "
+        "principal and app roles of App Service authentication, only when it is in front (E8)",
+    )
+    console_keys: tuple[OperatorKey, ...] = _setting(
+        "CONSOLE_KEYS",
+        (),
+        _operator_keys,
+        "the operator console's named keys: comma-separated name:role:sha256 entries, role "
+        "read or act, the SHA-256 of the key in hex, never the key (E8)",
+        blank_is_default=True,
     )
     blocking_call_threads: int = _setting(
         "BLOCKING_CALL_THREADS",

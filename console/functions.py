@@ -1,8 +1,10 @@
 """The operator console's HTTP functions (E8, C2, C4): a thin face over `services.operator`
 and `services.dead_letters`.
 
-Function-key auth, JSON in and out, under ``api/console/...`` (Azure reserves routes that
-start with ``admin``); the service layer's refusals become 400, 404, 409 or 503 (`_answer`).
+Function-key auth, then the caller's role (`domain.operator_access`: read to look, act to
+change; 401 or 403 otherwise, and every action's log line names who acted); JSON in and out,
+under ``api/console/...`` (Azure reserves routes that start with ``admin``); the service
+layer's refusals become 400, 404, 409 or 503 (`_answer`).
 An action that starts a compensation answers 202 with the instance it started, which runs
 the order's own workflow version (C7). Routes and answers: docs/console.md.
 """
@@ -13,6 +15,7 @@ import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import azure.durable_functions as df
 import azure.functions as func
@@ -22,6 +25,7 @@ from activities.replies import deliver_owed
 from adapters import blocking_calls
 from domain.contracts import text_problem
 from domain.dead_letters import DeadLetter
+from domain.operator_access import Caller, Denied, Role, authorise
 from domain.ports import (
     DeadLetterBusy,
     InvalidContinuation,
@@ -73,10 +77,25 @@ def _error(status: int, message: str) -> func.HttpResponse:
     return _json({"error": message}, status)
 
 
+def _caller(req: func.HttpRequest, needed: Role) -> Caller:
+    """Who calls, if they hold `needed`; `Denied` otherwise."""
+    settings = bootstrap.services().settings
+    headers = {name.lower(): value for name, value in req.headers.items()}
+    try:
+        return authorise(headers, needed, mode=settings.console_auth, keys=settings.console_keys)
+    except Denied as denied:
+        log.warning(
+            "console call refused", status=denied.status, by=denied.who, path=urlsplit(req.url).path
+        )
+        raise
+
+
 async def _answer(action: Callable[[], Awaitable[func.HttpResponse]]) -> func.HttpResponse:
-    """Run `action`, mapping the service layer's refusals to HTTP statuses."""
+    """Run `action`, mapping the caller's and the service layer's refusals to HTTP statuses."""
     try:
         return await action()
+    except Denied as denied:
+        return _error(denied.status, denied.reason)
     except (RecordNotFound, dead_letters.UnknownQueue) as error:
         return _error(404, str(error))
     except (PreconditionFailed, IllegalTransition, DeadLetterBusy) as error:
@@ -126,6 +145,7 @@ def console_page(req: func.HttpRequest) -> func.HttpResponse:
 @bp.route(route="console/orders", methods=["GET"], auth_level=AUTH)
 async def console_list_orders(req: func.HttpRequest) -> func.HttpResponse:
     async def act() -> func.HttpResponse:
+        _caller(req, Role.READ)
         text = req.params.get("state") or ProcessState.ERROR.value
         try:
             state = ProcessState(text)
@@ -158,6 +178,7 @@ async def console_show_order(
     req: func.HttpRequest, client: df.DurableOrchestrationClient
 ) -> func.HttpResponse:
     async def act() -> func.HttpResponse:
+        _caller(req, Role.READ)
         order_id = req.route_params["order_id"]
         timeline = await blocking_calls.run(
             operator.order_timeline, bootstrap.services().states, order_id
@@ -205,6 +226,7 @@ async def _orchestration(
 @bp.route(route="console/orders/{order_id}/resubmit", methods=["POST"], auth_level=AUTH)
 async def console_resubmit(req: func.HttpRequest) -> func.HttpResponse:
     async def act() -> func.HttpResponse:
+        caller = _caller(req, Role.ACT)
         order_id = req.route_params["order_id"]
         app = bootstrap.services()
         record = await blocking_calls.run(
@@ -214,7 +236,9 @@ async def console_resubmit(req: func.HttpRequest) -> func.HttpResponse:
             bootstrap.now(),
             expected_etag=_etag(_body(req)),
         )
-        log.info("operator resubmitted", order_id=order_id, resubmits=record.resubmits)
+        log.info(
+            "operator resubmitted", order_id=order_id, resubmits=record.resubmits, by=caller.name
+        )
         return _json({"record": operator.record_view(record)})
 
     return await _answer(act)
@@ -226,6 +250,7 @@ async def console_retry_compensation(
     req: func.HttpRequest, client: df.DurableOrchestrationClient
 ) -> func.HttpResponse:
     async def act() -> func.HttpResponse:
+        caller = _caller(req, Role.ACT)
         order_id = req.route_params["order_id"]
         app = bootstrap.services()
         request = await blocking_calls.run(
@@ -236,7 +261,7 @@ async def console_retry_compensation(
             timeouts=app.settings.timeouts,
             expected_etag=_etag(_body(req)),
         )
-        log.info("operator retried compensation", instance_id=request.instance)
+        log.info("operator retried compensation", instance_id=request.instance, by=caller.name)
         return await _start_compensation(client, request, terminate_superseded=False)
 
     return await _answer(act)
@@ -248,6 +273,7 @@ async def console_cancel(
     req: func.HttpRequest, client: df.DurableOrchestrationClient
 ) -> func.HttpResponse:
     async def act() -> func.HttpResponse:
+        caller = _caller(req, Role.ACT)
         order_id = req.route_params["order_id"]
         body = _body(req)
         reason = body.get("reason")
@@ -267,7 +293,12 @@ async def console_cancel(
             reason=reason.strip(),
             expected_etag=_etag(body),
         )
-        log.info("operator cancelled", instance_id=request.instance, superseded=request.superseded)
+        log.info(
+            "operator cancelled",
+            instance_id=request.instance,
+            superseded=request.superseded,
+            by=caller.name,
+        )
         return await _start_compensation(client, request, terminate_superseded=True)
 
     return await _answer(act)
@@ -328,13 +359,18 @@ def _whole(text: str | None, name: str, default: int) -> int:
 
 
 @bp.route(route="console/dead-letters", methods=["GET"], auth_level=AUTH)
-def console_dead_letter_queues(req: func.HttpRequest) -> func.HttpResponse:
-    return _json({"queues": list(bootstrap.services().settings.consumed_queues)})
+async def console_dead_letter_queues(req: func.HttpRequest) -> func.HttpResponse:
+    async def act() -> func.HttpResponse:
+        _caller(req, Role.READ)
+        return _json({"queues": list(bootstrap.services().settings.consumed_queues)})
+
+    return await _answer(act)
 
 
 @bp.route(route="console/dead-letters/{queue}", methods=["GET"], auth_level=AUTH)
 async def console_list_dead_letters(req: func.HttpRequest) -> func.HttpResponse:
     async def act() -> func.HttpResponse:
+        _caller(req, Role.READ)
         queue = req.route_params["queue"]
         after = _whole(req.params.get("after"), "after", 0)
         count = _whole(req.params.get("max"), "max", DEFAULT_PAGE_SIZE)
@@ -359,6 +395,7 @@ async def console_list_dead_letters(req: func.HttpRequest) -> func.HttpResponse:
 )
 async def console_act_on_dead_letter(req: func.HttpRequest) -> func.HttpResponse:
     async def act() -> func.HttpResponse:
+        caller = _caller(req, Role.ACT)
         queue, action = req.route_params["queue"], req.route_params["action"]
         sequence = _whole(req.route_params["sequence"], "sequence", 0)
         chosen = {
@@ -379,7 +416,13 @@ async def console_act_on_dead_letter(req: func.HttpRequest) -> func.HttpResponse
                 f"dead letter {sequence} of {queue!r} is gone: another operator resubmitted "
                 f"or discarded it",
             )
-        log.info("operator acted on dead letter", action=action, queue=queue, sequence=sequence)
+        log.info(
+            "operator acted on dead letter",
+            action=action,
+            queue=queue,
+            sequence=sequence,
+            by=caller.name,
+        )
         return _json({"queue": queue, "sequenceNumber": sequence, "action": action, "done": True})
 
     return await _answer(act)

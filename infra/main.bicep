@@ -89,6 +89,9 @@ param consoleOperatorsGroupId string = ''
 @description('Object ids of further users or service principals that may use the operator console, separated by commas (with consoleAuthClientId).')
 param consoleOperatorPrincipalIds string = ''
 
+@description('The operator console\'s named keys when consoleAuthClientId is empty: comma-separated name:role:sha256 entries, role read or act, the SHA-256 of each key (docs/console.md). Hashes only, never keys.')
+param consoleKeys string = ''
+
 @minValue(1)
 @description('Active messages on a queue the app consumes above which the consumer-lag alert fires.')
 param consumerLagAlertMessages int = 1000
@@ -265,6 +268,7 @@ module functionApp 'app/function.bicep' = {
     consoleAuthClientId: consoleAuthClientId
     consoleOperatorGroupIds: consoleOperatorGroupIds
     consoleOperatorPrincipalIds: consoleOperatorPrincipalIdList
+    consoleKeys: consoleKeys
   }
 }
 

@@ -47,6 +47,8 @@ param consoleAuthClientId string = ''
 param consoleOperatorGroupIds array = []
 @description('Object ids of the users or service principals that may call the console.')
 param consoleOperatorPrincipalIds array = []
+@description('The console\'s named operator keys without App Service authentication: name:role:sha256 entries (CONSOLE_KEYS); hashes, never keys.')
+param consoleKeys string = ''
 
 // The app's Service Bus-triggered functions, each its own scale group on Flex Consumption.
 var serviceBusFunctions = [
@@ -76,6 +78,10 @@ var declaredSettings = loadJsonContent('../app-settings.json')
 var deploymentSettings = {
   STATE_STORE: 'cosmos'
   REPLY_QUEUES: replyQueues
+  // The console trusts App Service authentication's principal header only when it is in
+  // front; otherwise any client could write that header (domain/operator_access.py).
+  CONSOLE_AUTH: consoleAuthEnabled ? 'easyauth' : 'keys'
+  CONSOLE_KEYS: consoleKeys
   STOCK_SERVICE_URL: stockServiceUrl
   PAYMENT_SERVICE_URL: paymentServiceUrl
   SHIPPING_SERVICE_URL: shippingServiceUrl

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from devhost.function_keys import FunctionKeys
 from devhost.testing import eventually_true
 
@@ -31,6 +33,7 @@ from tests.e2e.e2e_helpers import (
     running_pipeline,
     side_effects_against_compensation,
 )
+from tools.console_keys import LocalKeys, local_keys
 from tools.demo.pipeline import REPOSITORY
 from tools.simulators.services import FaultKind, FaultPlan, FaultRule
 
@@ -60,11 +63,25 @@ def function_key(e2e: E2E) -> str:
     return keys.function
 
 
+def operator_keys(e2e: E2E) -> LocalKeys:
+    """The run's read and act keys of the console (tools/console_keys.py)."""
+    return local_keys(e2e.pipeline.host.options.data_dir)
+
+
 async def console(
-    e2e: E2E, method: str, path: str, body: Any = None, *, key: str | None = ""
+    e2e: E2E,
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    key: str | None = "",
+    operator: str | None = "",
 ) -> tuple[int, Any]:
-    """One call to ``api/console{path}``; `key` "" means the devhost's function key."""
+    """One call to ``api/console{path}``; `key` "" means the devhost's function key, `operator`
+    "" the run's act key; None sends no such key."""
     headers = {} if key is None else {"x-functions-key": key or function_key(e2e)}
+    if operator is not None:
+        headers["X-Console-Key"] = operator or operator_keys(e2e).act
     async with (
         aiohttp.ClientSession(timeout=HTTP_TIMEOUT) as session,
         session.request(
@@ -165,6 +182,52 @@ async def test_e8_the_console_lists_shows_and_resubmits_and_a_second_operator_ge
         )
         assert deliveries(timeline)[1:] == ["sent"] * 5
         assert "resubmitted 1 time(s)" in timeline["statusMessages"]["note"]
+
+
+async def test_e8_a_read_key_looks_but_may_not_act_and_the_audit_names_the_key_that_acted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reading and acting take different keys: the read key lists, shows and lists dead
+    letters and gets 403 with the reason on every action; the act key resubmits, and the
+    action's log line names the act key (not the key itself)."""
+    caplog.set_level(logging.INFO, logger="app.console")
+    order = "o-roles"
+    async with running_pipeline(tmp_path, service_faults=refused_once(order)) as e2e:
+        await in_error(e2e, order)
+        keys = operator_keys(e2e)
+        for method, path in (("GET", "/orders?state=Error"), ("POST", f"/orders/{order}/resubmit")):
+            assert (await console(e2e, method, path, operator=None))[0] == 401, path
+            assert (await console(e2e, method, path, operator="guess"))[0] == 401, path
+
+        status, listed = await console(e2e, "GET", "/orders?state=Error", operator=keys.read)
+        assert status == 200
+        assert [r["OrderID"] for r in listed["orders"]] == [order]
+        assert (await console(e2e, "GET", f"/orders/{order}", operator=keys.read))[0] == 200
+        assert (await console(e2e, "GET", "/dead-letters/orders", operator=keys.read))[0] == 200
+        for path, body in (
+            (f"/orders/{order}/resubmit", {}),
+            (f"/orders/{order}/cancel", {"reason": "not wanted"}),
+            (f"/orders/{order}/retry-compensation", {}),
+            ("/dead-letters/orders/1/discard", None),
+        ):
+            status, refused = await console(e2e, "POST", path, body, operator=keys.read)
+            assert status == 403, path
+            assert "local-read holds the read role" in refused["error"], path
+        assert (await e2e.record(order)).process_state is ProcessState.ERROR  # type: ignore[union-attr]
+
+        status, answer = await console(e2e, "POST", f"/orders/{order}/resubmit", operator=keys.act)
+        assert status == 200
+        assert answer["record"]["ProcessState"] == "Pending"
+
+    audit = [r for r in caplog.records if r.getMessage().startswith("operator resubmitted")]
+    assert [(r.by, r.getMessage().endswith("by=local-act")) for r in audit] == [  # type: ignore[attr-defined]
+        ("local-act", True)
+    ]
+    assert not any(
+        keys.act in r.getMessage() or keys.read in r.getMessage() for r in caplog.records
+    )
+    refusals = [r for r in caplog.records if r.getMessage().startswith("console call refused")]
+    assert {r.by for r in refusals} >= {"local-read", None}  # type: ignore[attr-defined]
 
 
 async def test_c1_an_operator_cancels_a_running_order_and_it_compensates(tmp_path: Path) -> None:
@@ -319,6 +382,10 @@ async def test_e8_the_cli_lists_shows_and_resubmits_with_the_devhost_keys_file(
         code, _, err = await run_cli(*common, "show", "o-nobody")
         assert code == 4
 
+        read_key = operator_keys(e2e).read
+        code, _, err = await run_cli(*common, "--operator-key", read_key, "resubmit", order)
+        assert code == 1
+        assert "forbidden" in err
         code, out, _ = await run_cli(*common, "resubmit", order)
         assert code == 0
         assert json.loads(out)["record"]["ProcessState"] == "Pending"

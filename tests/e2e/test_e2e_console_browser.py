@@ -1,9 +1,9 @@
 """The operator console's page in a real browser against the devhost (E8).
 
 Headless Chromium (Debian's ``chromium``, driven by ``playwright-core`` from npm through
-``console_browser.mjs``) opens ``api/console?code=<function key>`` of a devhost running the
-app, lists the orders in Error, opens one, clicks Resubmit and sees its state change (the
-order then completes), and discards a dead letter of the orders queue. ``make setup``
+``console_browser.mjs``) opens ``api/console?code=<function key>#key=<act key>`` of a devhost
+running the app, lists the orders in Error, opens one, clicks Resubmit and sees its state
+change (the order then completes), and discards a dead letter of the orders queue. ``make setup``
 installs chromium; under CI (CI=true) a missing browser fails the test rather than skipping.
 """
 
@@ -17,6 +17,7 @@ from devhost.testing import eventually_true
 from domain.records import ProcessState
 from tests.e2e.e2e_helpers import ORDERS, order_body, running_pipeline
 from tests.support.browser import chromium_path, run_browser_script
+from tools.console_keys import local_keys
 from tools.simulators.services import FaultKind, FaultPlan, FaultRule
 
 SCRIPT = Path(__file__).with_name("console_browser.mjs")
@@ -53,7 +54,10 @@ async def test_e8_an_operator_resubmits_an_order_from_the_page_and_sees_it_chang
         host = e2e.pipeline.host
         assert host.http is not None
         assert host.keys is not None
-        page_url = f"http://127.0.0.1:{host.http.port}/api/console?code={host.keys.function}"
+        act_key = local_keys(host.options.data_dir).act
+        page_url = (
+            f"http://127.0.0.1:{host.http.port}/api/console?code={host.keys.function}#key={act_key}"
+        )
         profile = tmp_path / "chromium-profile"
         profile.mkdir()
 

@@ -233,13 +233,14 @@ def test_the_command_without_faults_processes_every_order_and_exits_zero(
         f"Traces and metrics (OTLP JSON lines) written to {command_run.telemetry}"
     )
     key = json.loads((command_run.work_dir / "devhost" / "keys.json").read_text())["function"]
+    act = json.loads((command_run.work_dir / "devhost" / "console-keys.json").read_text())["act"]
     makefile = (REPOSITORY / "Makefile").read_text(encoding="utf-8")
     assert "--work-dir $(DEMO_DIR)" in makefile
     assert "\t$(BIN)/python -m tools.demo.console --work-dir $(DEMO_DIR)\n" in makefile
     assert last[1] == (
         "Operator console over this run's orders: `make console` (or python -m tools.demo.console "
         f"--work-dir {command_run.work_dir}), then open "
-        f"http://127.0.0.1:7071/api/console?code={key}"
+        f"http://127.0.0.1:7071/api/console?code={key}#key={act}"
     )
 
 
@@ -276,10 +277,15 @@ def console(command_run: CommandRun) -> Iterator[str]:
 def test_make_console_serves_the_console_over_the_demos_orders(
     console: str, command_run: CommandRun
 ) -> None:
-    base, key = console.split("?code=")
+    base, keys = console.split("?code=")
+    key, operator_key = keys.split("#key=")
     assert base.endswith("/api/console")
     with urllib.request.urlopen(
-        f"{base}/orders?state=Processed&pageSize=50&code={key}", timeout=30
+        urllib.request.Request(
+            f"{base}/orders?state=Processed&pageSize=50&code={key}",
+            headers={"X-Console-Key": operator_key},
+        ),
+        timeout=30,
     ) as answer:
         listed = json.loads(answer.read())
     report = json.loads(command_run.report.read_text(encoding="utf-8"))

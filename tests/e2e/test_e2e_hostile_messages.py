@@ -27,6 +27,7 @@ from tests.property.strategies import (
     submissions,
     valid_documents,
 )
+from tools.console_keys import local_keys
 
 HTTP_TIMEOUT = aiohttp.ClientTimeout(total=30)
 READ_REASONS = {"InvalidMessage", "OrderConflict"}
@@ -126,7 +127,10 @@ async def console_dead_letters(e2e: E2E) -> tuple[int, Any]:
     assert e2e.pipeline.host.http is not None
     assert e2e.pipeline.host.keys is not None
     url = f"http://127.0.0.1:{e2e.pipeline.host.http.port}/api/console/dead-letters/orders"
-    headers = {"x-functions-key": e2e.pipeline.host.keys.function}
+    headers = {
+        "x-functions-key": e2e.pipeline.host.keys.function,
+        "X-Console-Key": local_keys(e2e.pipeline.host.options.data_dir).read,
+    }
     async with (
         aiohttp.ClientSession(timeout=HTTP_TIMEOUT) as session,
         session.get(url, params={"max": "100"}, headers=headers) as response,

@@ -26,6 +26,8 @@ SET_BY_BICEP = frozenset(
         "STOCK_SERVICE_URL",
         "PAYMENT_SERVICE_URL",
         "SHIPPING_SERVICE_URL",
+        "CONSOLE_AUTH",  # easyauth exactly when App Service authentication is deployed
+        "CONSOLE_KEYS",  # from the consoleKeys parameter
     }
 )
 """Declared settings whose Azure value comes from a Bicep parameter or resource."""

@@ -140,3 +140,22 @@ def test_the_function_key_is_still_required_behind_entra_id():
     routes = http_routes()
     assert {route for route in routes if route.startswith("console")} == set(routes)
     assert set(routes.values()) == {"AUTH"}, routes
+
+
+def test_e8_the_app_trusts_the_principal_header_only_where_easy_auth_is_deployed():
+    """CONSOLE_AUTH is easyauth exactly when authsettingsV2 is deployed: without App Service
+    authentication in front, any client could write X-MS-CLIENT-PRINCIPAL. The named keys
+    come from the consoleKeys parameter, hashes only."""
+    doc = module("function")
+    settings = resolve(doc, "deploymentSettings")
+    chosen = settings["CONSOLE_AUTH"]["operator"]
+    assert chosen["type"] == "conditional"
+    assert chosen["operands"]["condition"] == "consoleAuthEnabled"
+    assert chosen["operands"]["true_value"] == "easyauth"
+    assert chosen["operands"]["false_value"] == "keys"
+    assert settings["CONSOLE_KEYS"] == "consoleKeys"
+    main = module("main")
+    assert body(main["modules"]["functionApp"])["params"]["consoleKeys"] == "consoleKeys"
+    assert main["parameters"]["consoleKeys"]["default"] == ""
+    document = json.loads((INFRA / "main.parameters.json").read_text(encoding="utf-8"))
+    assert document["parameters"]["consoleKeys"] == {"value": "${CONSOLE_KEYS}"}

@@ -31,10 +31,13 @@ def test_a_sqlite_run_keeps_its_settings_but_not_its_broker_telemetry_or_keys(
     (tmp_path / "devhost" / "keys.json").write_text(
         json.dumps({"function": "fkey", "master": "mkey"}), encoding="utf-8"
     )
+    (tmp_path / "devhost" / "console-keys.json").write_text(
+        json.dumps({"read": "rkey", "act": "akey"}), encoding="utf-8"
+    )
     assert where_to_open(tmp_path) == [
         "Operator console over this run's orders: `make console` (or python -m tools.demo.console "
         f"--work-dir {tmp_path}), then open "
-        "http://127.0.0.1:7071/api/console?code=fkey"
+        "http://127.0.0.1:7071/api/console?code=fkey#key=akey"
     ]
 
 

@@ -1,7 +1,7 @@
 """``python -m tools.console_cli``: the operator console from a terminal, over its HTTP functions.
 
-    python -m tools.console_cli [--url URL] [--key KEY | --keys-file FILE] [--bearer-token TOKEN]
-                      COMMAND ...
+    python -m tools.console_cli [--url URL] [--key KEY | --keys-file FILE]
+                      [--operator-key KEY] [--bearer-token TOKEN] COMMAND ...
 
     list [--state Error] [--page-size 50] [--continuation TOKEN]
     show ORDER_ID
@@ -15,14 +15,18 @@
 
 The URL is the app's (``--url``, else CONSOLE_URL, else http://localhost:7071); the function
 key comes from ``--key``, else CONSOLE_FUNCTION_KEY, else the devhost's keys file
-(``--keys-file``, default ``.devhost/keys.json``). On Azure, where App Service authentication
-with Entra ID stands in front of the app, pass an access token for it too (``--bearer-token``
-or CONSOLE_BEARER_TOKEN, e.g. from ``az account get-access-token --resource <app id URI>``).
-It calls the same endpoints as the page,
-prints the JSON answer, and exits 0 when the call succeeded, 3 on a conflict (409: another
-operator or the pipeline acted first, the order's state does not allow the action, or the
-dead letter is gone), 4 for an unknown order or queue, 1 on any other failure. Only the
-standard library: no Azure SDK, no app code.
+(``--keys-file``, default ``.devhost/keys.json``). The operator key, which names the caller
+and carries the read or act role, comes from ``--operator-key``, else CONSOLE_OPERATOR_KEY,
+else ``console-keys.json`` next to the keys file (``tools.console_keys``): its read key for
+the commands that look, its act key for those that change something. On Azure, where App
+Service authentication with Entra ID stands in front of the app, pass an access token for it
+too (``--bearer-token`` or CONSOLE_BEARER_TOKEN, e.g. from ``az account get-access-token
+--resource <app id URI>``); the app then takes the caller and role from the token, and no
+operator key is needed. It calls the same endpoints as the page, prints the JSON answer,
+and exits 0 when the call succeeded, 3 on a conflict (409: another operator or the pipeline
+acted first, the order's state does not allow the action, or the dead letter is gone), 4 for
+an unknown order or queue, 1 on any other failure (401 without a known key, 403 when the
+key's role does not allow the command). Only the standard library: no Azure SDK, no app code.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from typing import Any
 
 DEFAULT_URL = "http://localhost:7071"
 DEFAULT_KEYS_FILE = ".devhost/keys.json"
+OPERATOR_KEYS_FILE = "console-keys.json"
 TIMEOUT_SECONDS = 30.0
 EXIT_FAILED, EXIT_CONFLICT, EXIT_NOT_FOUND = 1, 3, 4
 
@@ -51,6 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--url", default=os.environ.get("CONSOLE_URL", DEFAULT_URL))
     parser.add_argument("--key", default=os.environ.get("CONSOLE_FUNCTION_KEY"))
     parser.add_argument("--keys-file", default=DEFAULT_KEYS_FILE)
+    parser.add_argument("--operator-key", default=os.environ.get("CONSOLE_OPERATOR_KEY"))
     parser.add_argument("--bearer-token", default=os.environ.get("CONSOLE_BEARER_TOKEN"))
     commands = parser.add_subparsers(dest="command", required=True)
     listing = commands.add_parser("list", help="one page of the orders in a state")
@@ -94,6 +100,18 @@ def _key(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _operator_key(args: argparse.Namespace, method: str) -> str | None:
+    """The key of the least role the call needs: read to look (GET), act to change."""
+    if args.operator_key:
+        return str(args.operator_key)
+    path = Path(args.keys_file).with_name(OPERATOR_KEYS_FILE)
+    if path.exists():
+        return str(
+            json.loads(path.read_text(encoding="utf-8"))["read" if method == "GET" else "act"]
+        )
+    return None
+
+
 def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]:
     """The method, path and JSON body of the command."""
     quote = urllib.parse.quote
@@ -123,12 +141,20 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]
 
 
 def call(
-    url: str, key: str | None, method: str, path: str, body: Any, bearer: str | None = None
+    url: str,
+    key: str | None,
+    method: str,
+    path: str,
+    body: Any,
+    bearer: str | None = None,
+    operator_key: str | None = None,
 ) -> tuple[int, Any]:
     """One call to the console's HTTP functions: the status and the decoded JSON (or text)."""
     headers = {"Accept": "application/json"}
     if key:
         headers["x-functions-key"] = key
+    if operator_key:
+        headers["X-Console-Key"] = operator_key
     if bearer:
         headers["Authorization"] = f"Bearer {bearer}"
     data = None
@@ -153,7 +179,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     method, path, body = _request(args)
     try:
-        status, answer = call(args.url, _key(args), method, path, body, args.bearer_token)
+        status, answer = call(
+            args.url,
+            _key(args),
+            method,
+            path,
+            body,
+            args.bearer_token,
+            _operator_key(args, method),
+        )
     except OSError as error:
         print(f"console: cannot reach {args.url}: {error}", file=sys.stderr)
         return EXIT_FAILED
@@ -161,8 +195,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(answer, indent=2))
         return 0
     why = answer.get("error") if isinstance(answer, dict) else answer
-    label = {401: "unauthorized (a wrong or missing function key)", 409: "conflict"}.get(
-        status, f"HTTP {status}"
-    )
+    label = {
+        401: "unauthorized (a wrong or missing function key or operator key)",
+        403: "forbidden (the operator key's role does not allow this)",
+        409: "conflict",
+    }.get(status, f"HTTP {status}")
     print(f"console: {label}: {why or ''}".rstrip(": "), file=sys.stderr)
     return {409: EXIT_CONFLICT, 404: EXIT_NOT_FOUND}.get(status, EXIT_FAILED)

@@ -40,8 +40,10 @@ NOT_KEPT = frozenset(
 )
 
 
-def console_url(port: int, key: str) -> str:
-    return f"http://127.0.0.1:{port}{CONSOLE_ROUTE}?code={key}"
+def console_url(port: int, key: str, operator_key: str) -> str:
+    """The page's URL: the function key in the query, the operator key in the fragment, which
+    the browser keeps to itself (the page sends it as a header)."""
+    return f"http://127.0.0.1:{port}{CONSOLE_ROUTE}?code={key}#key={operator_key}"
 
 
 def keep_settings(work_dir: Path, values: Mapping[str, str]) -> bool:
@@ -75,13 +77,16 @@ def where_to_open(work_dir: Path | None, port: int = DEFAULT_HTTP_PORT) -> list[
         ]
     from devhost.function_keys import FunctionKeys
 
+    from tools.console_keys import local_keys
     from tools.demo.pipeline import HOST_DATA_DIR
 
     values = json.loads(settings_path.read_text(encoding="utf-8"))
     keys = FunctionKeys.load(work_dir / HOST_DATA_DIR, values)
+    operator = local_keys(work_dir / HOST_DATA_DIR)
     return [
         f"Operator console over this run's orders: `make console` "
-        f"(or {command_line(work_dir, port)}), then open {console_url(port, keys.function)}"
+        f"(or {command_line(work_dir, port)}), then open "
+        f"{console_url(port, keys.function, operator.act)}"
     ]
 
 
@@ -136,8 +141,10 @@ async def _serve(work_dir: Path, port: int, values: dict[str, str]) -> int:
     from devhost.settings import AppSettings
     from devhost.start_command import SERVICE_BUS_CONNECTION, serve_until_stopped
 
+    from tools.console_keys import local_keys
     from tools.demo.pipeline import BROKER_CONFIG, HOST_DATA_DIR, REPOSITORY, STORES_DIR
 
+    operator = local_keys(work_dir / HOST_DATA_DIR)
     broker = ServiceBusBroker(load_config(BROKER_CONFIG), data_path=work_dir / BROKER_JOURNAL)
     broker.start()
     try:
@@ -153,6 +160,7 @@ async def _serve(work_dir: Path, port: int, values: dict[str, str]) -> int:
                 **values,
                 "SQLITE_DIRECTORY": str(work_dir / STORES_DIR),
                 SERVICE_BUS_CONNECTION: broker.connection_string,
+                "CONSOLE_KEYS": operator.setting,
             }
         )
         host = DevHost(options, settings)
@@ -162,7 +170,7 @@ async def _serve(work_dir: Path, port: int, values: dict[str, str]) -> int:
             assert host.keys is not None
             print(
                 f"operator console over the demo in {work_dir}: "
-                f"{console_url(host.http.port, host.keys.function)}",
+                f"{console_url(host.http.port, host.keys.function, operator.act)}",
                 flush=True,
             )
 

@@ -41,6 +41,7 @@ import bootstrap
 from adapters.cosmos_connection import CONNECTION_SETTING, connect
 from config import Settings, SettingsError
 from domain.ports import StoreError
+from tools.console_keys import local_keys
 from tools.simulators.services import FaultPlan, SimulatedServices
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -207,6 +208,8 @@ async def local_pipeline(
             "PAYMENT_SERVICE_URL": services.url("payment"),
             "SHIPPING_SERVICE_URL": services.url("shipping"),
             "SQLITE_DIRECTORY": str(work_dir / STORES_DIR),
+            # The operator console's read and act keys of this run, next to its function keys.
+            "CONSOLE_KEYS": local_keys(work_dir / HOST_DATA_DIR).setting,
             **chosen,
         }
         if scratch_database is not None:

@@ -36,10 +36,11 @@ from devhost.telemetry import CONSOLE, EXPORT_SETTING
 import bootstrap
 from domain.ports import StoreMetrics
 from domain.records import StateRecord
+from tools.console_keys import local_keys
 from tools.demo import metrics
 from tools.demo.client import Workload
 from tools.demo.client_process import ClientOutcome, ClientProcess, ClientSpec
-from tools.demo.console import BROKER_JOURNAL, keep_settings
+from tools.demo.console import BROKER_JOURNAL, console_url, keep_settings
 from tools.demo.evidence import ServiceLedger, gather
 from tools.demo.pipeline import DEMO_REPLY_QUEUE, Pipeline, local_pipeline
 from tools.demo.progress import ProgressLine
@@ -116,9 +117,10 @@ async def _run(
 ) -> DemoReport:
     host = pipeline.host
     if host.http is not None and host.keys is not None:
+        act_key = local_keys(host.options.data_dir).act
         print(
             "operator console, while the demo runs: "
-            f"http://127.0.0.1:{host.http.port}/api/console?code={host.keys.function}",
+            f"{console_url(host.http.port, host.keys.function, act_key)}",
             file=sys.stderr,
             flush=True,
         )
