@@ -13,7 +13,6 @@ started after the order began compensating.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -40,7 +39,6 @@ from tests.e2e.e2e_helpers import (
     scheduled_activities,
     side_effects_against_compensation,
 )
-from tests.support.cosmos_server import CosmosServer
 from tools.simulators.services import FaultKind, FaultPlan, FaultRule, SideEffectKind
 
 pytestmark = pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
@@ -53,21 +51,6 @@ LATE_CALL_TIMEOUT_SECONDS = 10.0
 # How an attempt ends when its step outlives the deadline: the timer first, or the agent's
 # "gave up" answer first (E6); either way it writes nothing.
 ENDED_WITHOUT_WRITING = {"timed-out", "gave-up"}
-
-
-@pytest.fixture(scope="module")
-def cosmos_server() -> Iterator[CosmosServer]:
-    with CosmosServer() as server:
-        yield server
-
-
-@pytest.fixture(params=["sqlite", "cosmos"])
-def store_settings(request: pytest.FixtureRequest) -> dict[str, str]:
-    """The state store settings of a run: the embedded default, or a Cosmos API server."""
-    if request.param == "cosmos":
-        server: CosmosServer = request.getfixturevalue("cosmos_server")
-        return {"STATE_STORE": "cosmos", "CosmosConnection": server.connection_string}
-    return {"STATE_STORE": "sqlite"}
 
 
 def every_time(kind: FaultKind, order_id: str, operation: str) -> FaultPlan:

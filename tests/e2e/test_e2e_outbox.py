@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -38,27 +38,12 @@ from tests.e2e.e2e_helpers import (
     order_body,
     running_pipeline,
 )
-from tests.support.cosmos_server import CosmosServer
 from tools.simulators.services import FaultKind, FaultPlan, FaultRule
 
 pytestmark = pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
 
 GRACE_SECONDS = 20
 """OUTBOX_GRACE_SECONDS of these runs: longer than an activity's three tries."""
-
-
-@pytest.fixture(scope="module")
-def cosmos_server() -> Iterator[CosmosServer]:
-    with CosmosServer() as server:
-        yield server
-
-
-@pytest.fixture(params=["sqlite", "cosmos"])
-def store_settings(request: pytest.FixtureRequest) -> dict[str, str]:
-    if request.param == "cosmos":
-        server: CosmosServer = request.getfixturevalue("cosmos_server")
-        return {"STATE_STORE": "cosmos", "CosmosConnection": server.connection_string}
-    return {"STATE_STORE": "sqlite"}
 
 
 class UnreachableQueues:

@@ -9,7 +9,6 @@ a few real seconds.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -26,7 +25,6 @@ from tests.e2e.e2e_helpers import (
     order_body,
     running_pipeline,
 )
-from tests.support.cosmos_server import CosmosServer
 
 pytestmark = pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
 
@@ -38,21 +36,6 @@ RETENTION = {
     "STARTER_SCHEDULE": "*/10 * * * * *",
     "SUPERVISOR_SCHEDULE": "*/10 * * * * *",
 }
-
-
-@pytest.fixture(scope="module")
-def cosmos_server() -> Iterator[CosmosServer]:
-    with CosmosServer() as server:
-        yield server
-
-
-@pytest.fixture(params=["sqlite", "cosmos"])
-def store_settings(request: pytest.FixtureRequest) -> dict[str, str]:
-    """The state store settings of a run: the embedded default, or a Cosmos API server."""
-    if request.param == "cosmos":
-        server: CosmosServer = request.getfixturevalue("cosmos_server")
-        return {"STATE_STORE": "cosmos", "CosmosConnection": server.connection_string}
-    return {"STATE_STORE": "sqlite"}
 
 
 def side_effects(e2e: E2E, order_id: str) -> dict[str, list[tuple[str, int]]]:
