@@ -227,7 +227,10 @@ def stale_writes(journal_path: Path) -> list[str]:
     for number, event in LedgerJournal(journal_path).events():
         key = (str(event["service"]), str(event["orderId"]))
         attempt = int(event["attempt"])
-        if event["event"] not in ("fence", "tombstone", "dispatch") and attempt < fences[key]:
+        if (
+            event["event"] not in ("fence", "tombstone", "decline", "dispatch")
+            and attempt < fences[key]
+        ):
             found.append(
                 f"{key[1]}: {key[0]} performed {event['event']} for attempt {attempt} after "
                 f"attempt {fences[key]} (journal line {number})"
