@@ -20,7 +20,7 @@ from devhost.testing import eventually
 
 import bootstrap
 from adapters.codec import to_json
-from domain.agent_messages import AgentOutcome, AgentResponse
+from domain.agent_messages import AgentOutcome, AgentRequest, AgentResponse
 from domain.records import ProcessState, StepState, format_utc
 from orchestrators.order_workflow import (
     BEGIN_STEP,
@@ -36,6 +36,7 @@ from tests.e2e.e2e_helpers import (
     QUICK_RECOVERY,
     REPLIES,
     STEP_SERVICES,
+    STOCK_REQUESTS,
     order_body,
     raised_events,
     running_pipeline,
@@ -62,6 +63,47 @@ def _effects(e2e: E2E, service: str, order_id: str) -> list[tuple[SideEffectKind
 
 def _requests(e2e: E2E, service: str) -> int:
     return int(e2e.pipeline.services.stats(service)["requests"])
+
+
+async def test_e8_e7_a_declined_first_step_delivered_again_after_error_reserves_nothing(
+    tmp_path: Path,
+) -> None:
+    """E8, E7: the stock service declines the first step once and the order ends in Error at
+    once, with no undo. The same agent request (its attempt, key and fencing token) is then
+    delivered again while the service plans no fault; it is sent under a new MessageId, as one
+    past the broker's duplicate detection arrives. The service declines it again from its
+    ledger, so the stock ledger holds no reservation for the order in Error."""
+    stock = faults_for(
+        FaultRule(FaultKind.PERMANENT, order_id="o-again", operation="reserve", times=1)
+    )
+    async with running_pipeline(
+        tmp_path, service_faults={"stock": stock}, settings=QUICK_RECOVERY, virtual_time=True
+    ) as e2e:
+        await e2e.submit(order_body("o-again"), message_id="o-again")
+        await e2e.statuses("o-again", "failed")
+        in_error = await e2e.record("o-again")
+        assert in_error is not None
+        assert in_error.process_state is ProcessState.ERROR
+        order = await e2e.stored_order("o-again")
+        assert order is not None
+        request = AgentRequest(
+            instance_id="o-again:1",
+            step="reserve-stock",
+            order=order,
+            deadline=bootstrap.now() + timedelta(minutes=5),
+        )
+
+        await e2e.send(
+            STOCK_REQUESTS,
+            to_json(request),
+            message_id=f"{request.message_id}:again",
+            correlation_id="o-again",
+        )
+
+        await eventually(lambda: _requests(e2e, "stock") == 2, "the request delivered again")
+        assert _effects(e2e, "stock", "o-again") == [], "a reservation for an order in Error"
+        assert e2e.pipeline.services.stats("stock")["declines_replayed"] == 1
+        assert await e2e.record("o-again") == in_error
 
 
 async def test_e8_a_permanent_failure_ends_in_error_without_retries(

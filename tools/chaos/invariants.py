@@ -8,8 +8,8 @@ reused as they are.
   without a final state when the settle time ran out (C10, U4).
 - ``side_effect_at_most_once``: at every service, per order, at most one action and at most
   one compensation performed (E7, C8).
-- ``compensated_net_zero``: a ``Compensated`` order, or one a give-up's compensation ended in
-  ``Error``, left nothing behind (C1, U4).
+- ``compensated_net_zero``: a ``Compensated`` order, and every order in ``Error`` (its first
+  step declined, or a give-up, compensated or not), left nothing behind (C1, U4, E8).
 - ``no_side_effect_after_compensation_began`` (C1, E7).
 - ``no_stale_fence_write_accepted``: replaying each service's journal in order, no side effect
   was performed by an attempt lower than the order's fence at that moment; and in the
@@ -227,7 +227,10 @@ def stale_writes(journal_path: Path) -> list[str]:
     for number, event in LedgerJournal(journal_path).events():
         key = (str(event["service"]), str(event["orderId"]))
         attempt = int(event["attempt"])
-        if event["event"] not in ("fence", "tombstone", "dispatch") and attempt < fences[key]:
+        if (
+            event["event"] not in ("fence", "tombstone", "decline", "dispatch")
+            and attempt < fences[key]
+        ):
             found.append(
                 f"{key[1]}: {key[0]} performed {event['event']} for attempt {attempt} after "
                 f"attempt {fences[key]} (journal line {number})"

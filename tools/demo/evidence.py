@@ -5,10 +5,12 @@ performed (its ledger of side effects, with their times), never from the app's o
 counters: the report proves the invariants with the evidence a user or an auditor would
 have.
 
-- Net effects (C1, U4): for an order that ended ``Compensated``, or in ``Error`` by its
-  compensation (a give-up that undid its step in doubt, CompensationEndsIn), every side effect
-  a service performed for it was undone: actions minus compensations is zero at every
-  service. (``CompensationFailed`` is the state that says something may be left.)
+- Net effects (C1, U4, E8): for an order that ended ``Compensated`` or in ``Error``, every
+  side effect a service performed for it was undone: actions minus compensations is zero at
+  every service. Error comes only with nothing left: its first step declined (the service
+  performs nothing for that request, however often it is delivered), a give-up before any
+  step, or a give-up's compensation that undid its step in doubt (CompensationEndsIn).
+  (``CompensationFailed`` is the state that says something may be left.)
 - Steps after compensation (C1, E7): once an order began compensating, no service performs
   another action for it. It began at its record's CompensationStartedAt, set by the write
   that moved it to Compensating (a step failing for good, or the supervisor giving up) and
@@ -154,16 +156,12 @@ def _unbalanced(
 
 
 def _left_nothing(records: Mapping[str, StateRecord]) -> list[str]:
-    """The orders whose compensation undid everything: Compensated, or Error by the
-    compensation of a give-up (C1, U4)."""
+    """The orders that must have left nothing behind: Compensated, and every order in Error,
+    whichever way it got there (C1, U4, E8)."""
     return sorted(
         order_id
         for order_id, record in records.items()
-        if record.process_state is ProcessState.COMPENSATED
-        or (
-            record.process_state is ProcessState.ERROR
-            and record.compensation_ends_in is ProcessState.ERROR
-        )
+        if record.process_state in (ProcessState.COMPENSATED, ProcessState.ERROR)
     )
 
 

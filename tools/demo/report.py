@@ -6,8 +6,8 @@ and the simulated services' ledgers (`demo.evidence`), never on the app's own co
   admission control, C5) or ``stuck`` (no final state when the settle time ran out);
 - no side effect happened twice (``double_side_effects``: an action performed more than
   once for one order, at any service);
-- every order that ended ``Compensated`` left nothing behind (``net_effects``: actions minus
-  compensations per service is zero);
+- every order that ended ``Compensated`` or in ``Error`` left nothing behind (``net_effects``:
+  actions minus compensations per service is zero);
 - no service performed an action for an order after it began compensating
   (``steps_after_compensation``).
 Any broken invariant fails the run (``broken_invariants``, exit code 1).
@@ -93,7 +93,9 @@ class DemoReport:
         if doubled:
             broken.append(f"{doubled} double side effects")
         if self.net_effect_orders:
-            broken.append(f"{len(self.net_effect_orders)} compensated orders left side effects")
+            broken.append(
+                f"{len(self.net_effect_orders)} compensated or failed orders left side effects"
+            )
         if self.steps_after_compensation:
             broken.append(f"{len(self.steps_after_compensation)} steps after compensation")
         return broken

@@ -193,6 +193,29 @@ def test_an_order_its_give_up_compensated_into_error_that_left_a_side_effect_bre
     assert found.steps_after_compensation == []
 
 
+def test_an_order_in_error_by_a_declined_first_step_that_left_a_side_effect_breaks_net_zero_e8(
+    clock: Clock,
+) -> None:
+    """A declined first step ends the order in Error at once, with no undo: that is right only
+    while the service performs nothing for the declined request, however often it is
+    delivered again. A reservation made for such an order is named, one declined for good
+    is not."""
+    books = ledgers(clock)
+    clock.at(1)
+    books["stock"].perform("o-left", 1, ITEMS, "o-left/reserve-stock")
+    books["stock"].perform("o-declined", 1, ITEMS, "o-declined/reserve-stock", decline=True)
+    books["stock"].perform("o-declined", 1, ITEMS, "o-declined/reserve-stock")
+    records = {
+        "o-left": record("o-left", ProcessState.ERROR),
+        "o-declined": record("o-declined", ProcessState.ERROR),
+    }
+
+    found = evidence(records, books)
+
+    assert found.net_effect_orders == ["o-left: {'stock': 1}"]
+    assert found.net_effects["stock"] == {"reserved": 1, "released": 0, "net": 1}
+
+
 def test_supervisor_work_is_read_from_the_records_u4_c2(clock: Clock) -> None:
     records = {
         "retried": record("retried", ProcessState.PROCESSED, failure_count=1),
@@ -257,7 +280,7 @@ def kept_report() -> DemoReport:
         ({"double_side_effects": {"payment": 1}}, "1 double side effects"),
         (
             {"net_effect_orders": ["o-1: {'stock': 1}"]},
-            "1 compensated orders left side effects",
+            "1 compensated or failed orders left side effects",
         ),
         ({"steps_after_compensation": ["o-1: ..."]}, "1 steps after compensation"),
     ],

@@ -7,6 +7,7 @@ keeps."""
 import asyncio
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -19,6 +20,7 @@ from tests.integration.simulators.service_calls import (
     get_json,
     post_action,
     post_compensation,
+    post_compensation_by_key,
     put_faults,
 )
 from tools.simulators.services import (
@@ -48,7 +50,6 @@ def injected(services: SimulatedServices, step: ServiceDeclaration, kind: FaultK
     ("kind", "status", "error", "message", "performed"),
     [
         (FaultKind.TRANSIENT, 503, "transient", "with the same Idempotency-Key", 0),
-        (FaultKind.PERMANENT, 422, "permanent", "order o-1 cannot be", 0),
         (FaultKind.LOST_RESPONSE, 503, "transient", "with the same Idempotency-Key", 1),
         (FaultKind.LATENCY, 201, None, None, 1),
     ],
@@ -145,7 +146,11 @@ async def test_rules_fail_the_first_calls_of_an_order_then_let_them_through(
         },
     )
 
-    statuses = [(await post_action(session, services.base_url, STOCK, "o-1"))[0] for _ in range(5)]
+    statuses = [(await post_action(session, services.base_url, STOCK, "o-1"))[0] for _ in range(3)]
+    statuses += [
+        (await post_action(session, services.base_url, STOCK, "o-1", key="o-1:b"))[0]
+        for _ in range(2)
+    ]
 
     assert statuses == [503, 503, 422, 201, 200]
 
@@ -178,6 +183,76 @@ async def test_an_action_whose_answer_was_lost_is_replayed_never_declined_c8_e8(
     assert (other[0], other[1]["error"]) == (422, "permanent")
     assert len(services.ledger_entries(STOCK.name, "o-1")) == 1
     assert injected(services, STOCK, FaultKind.PERMANENT) == 1, "only the decline delivered"
+
+
+@by_name
+async def test_a_declined_request_delivered_again_is_declined_again_and_performs_nothing_e8_e7(
+    services: SimulatedServices, session: aiohttp.ClientSession, step: ServiceDeclaration
+) -> None:
+    """The same request gets the same answer: once the service declined an action (a
+    permanent fault), that request delivered again (its key and attempt), with no fault
+    planned, is declined again and performs nothing, so an order the decline ended in Error
+    has nothing left at the service. A newer attempt (an operator's resubmit) gets a fresh
+    answer, after which the declined attempt is stale; the key stays the order's."""
+    services.replace_fault_plan(
+        step.name,
+        FaultPlan(rules=(FaultRule(FaultKind.PERMANENT, operation=step.action, times=1),)),
+    )
+
+    declined = await post_action(session, services.base_url, step, "o-1")
+    again = [await post_action(session, services.base_url, step, "o-1") for _ in range(2)]
+    other_order = await post_action(
+        session, services.base_url, step, "o-2", key=f"o-1:{step.action}"
+    )
+    performed_before_resubmit = len(services.ledger_entries(step.name))
+    resubmitted = await post_action(session, services.base_url, step, "o-1", attempt=2)
+    stale = await post_action(session, services.base_url, step, "o-1", attempt=1)
+
+    assert (declined[0], declined[1]["error"]) == (422, "permanent")
+    assert again == [declined, declined]
+    assert (other_order[0], other_order[1]["error"]) == (422, "idempotency-key-reuse")
+    assert performed_before_resubmit == 0
+    assert (resubmitted[0], resubmitted[1]["attempt"]) == (201, 2)
+    assert (stale[0], stale[1]["error"], stale[1]["currentAttempt"]) == (409, "stale-attempt", 2)
+    assert len(services.ledger_entries(step.name)) == 1
+    stats = services.stats(step.name)
+    assert (stats["declines"], stats["declines_replayed"]) == (1, 2)
+    assert injected(services, step, FaultKind.PERMANENT) == 1
+
+
+async def test_a_declined_request_stays_declined_after_a_restart_on_the_same_ledger_file_e8_e7(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
+    """A decline is journaled like every ledger fact: the services restarted on the same
+    file decline the request again, perform nothing, and a compensation by its key (a
+    cancel's, under a newer attempt) finds nothing to undo."""
+    ledger = tmp_path / "ledger.jsonl"
+    before = SimulatedServices(
+        {STOCK.name: FaultPlan(rules=(FaultRule(FaultKind.PERMANENT, times=1),))},
+        ledger_path=ledger,
+    )
+    await before.start()
+    try:
+        declined = await post_action(session, before.base_url, STOCK, "o-1")
+    finally:
+        await before.stop()
+
+    after = SimulatedServices(ledger_path=ledger)
+    await after.start()
+    try:
+        again = await post_action(session, after.base_url, STOCK, "o-1")
+        undo = await post_compensation_by_key(session, after.base_url, STOCK, "o-1", 2)
+        entries = after.ledger_entries(STOCK.name)
+        stats = after.stats(STOCK.name)
+    finally:
+        await after.stop()
+
+    assert (declined[0], declined[1]["error"]) == (422, "permanent")
+    assert again == declined
+    assert (undo[0], undo[1]["undone"], undo[1]["status"]) == (200, False, "nothing-to-undo")
+    assert entries == []
+    assert (stats["declines"], stats["declines_replayed"]) == (1, 1)
+    assert stats["faults_injected"]["permanent"] == 0
 
 
 async def test_a_rule_for_every_call_of_matching_orders_leaves_other_orders_alone(
@@ -495,6 +570,8 @@ async def test_stats_of_a_step_service_count_its_side_effects_refusals_and_fault
         "replays": 1,
         "tombstones": 0,
         "actions_refused_after_undo": 0,
+        "declines": 0,
+        "declines_replayed": 0,
         "dispatched": 1,
         "cancellations_refused": 1,
         "faults_injected": {

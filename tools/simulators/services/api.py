@@ -21,6 +21,12 @@ currency):
 - 409 ``{"error": "compensated", "idempotencyKey", "orderId", "attempt", "undoneByAttempt",
   "undoneAt"}``: the key was undone by key before any action with it was performed (below);
   nothing is performed, now or ever, whichever attempt asks.
+- 422 ``{"error": "permanent", "message", "orderId", "attempt"}``: declined (a business
+  failure, injected as a ``permanent`` fault), nothing performed. The decline is kept with
+  the key and attempt (and journaled): every later action with the key from that attempt,
+  also after a restart, is declined the same way and performs nothing (the same request gets
+  the same answer); it raises the fence, so an older attempt is stale, and only a newer
+  attempt (a resubmit, a supervisor's retry) gets a fresh answer.
 - 422 ``{"error": "idempotency-key-reuse", ...}``: the key was used for another request.
 - 400 ``missing-idempotency-key`` / ``invalid-request``.
 
@@ -46,7 +52,8 @@ happened, that would perform it after compensation began.
 - 200, same body with ``"replayed": true``: it was compensated already, by id or by key;
   nothing more is performed.
 - 200 ``{"idempotencyKey", "orderId", "attempt", "undone": false, "replayed": false,
-  "status": "nothing-to-undo"}``: no action with that key was performed, and none is. The key
+  "status": "nothing-to-undo"}``: no action with that key was performed (a declined one
+  included), and none is. The key
   is now undone for good (a tombstone): every later action with it answers 409 ``compensated``,
   so a request still in flight from an expired attempt performs nothing. Repeats answer the
   same with ``"replayed": true``; ``attempt`` is the first undo's.
@@ -59,7 +66,8 @@ are told apart by status and body, never by a 404 that any missing route also an
 Faults (see `simulators.services.faults`) are decided before anything is performed, per
 operation (a compensation by key is the compensation's operation: ``release``, ``refund``,
 ``cancel``): 503 ``{"error": "transient"}`` with ``Retry-After`` (transient, lost-response), 422
-``{"error": "permanent"}``, a delay, or no answer at all (hang).
+``{"error": "permanent"}`` (for an action, a decline the ledger keeps; never for a key already
+performed or declined: the ledger answers those), a delay, or no answer at all (hang).
 
 Inspection and control, never faulted, under the same prefix:
 - ``GET /ledger[?orderId=X]`` → ``{"entries": [{"sequence", "kind", "orderId", "attempt",
@@ -75,9 +83,10 @@ Inspection and control, never faulted, under the same prefix:
 - ``GET /stats`` → ``{"requests", "reservations", "releases", "side_effects_per_order":
   {orderId: {"reservation": n, "release": n}}, "double_side_effects",
   "stale_writes_refused", "idempotency_key_reuse_refused", "replays", "tombstones",
-  "actions_refused_after_undo", "faults_injected": {kind: n}, "faults_injected_by_operation":
-  {operation: {kind: n}}, "faults_injected_times": [{"at", "kind", "count"}, ...],
-  "latency_delays": {operation: [seconds, ...]}, "requests_per_order": {orderId: n}}``,
+  "actions_refused_after_undo", "declines", "declines_replayed", "faults_injected": {kind:
+  n}, "faults_injected_by_operation": {operation: {kind: n}}, "faults_injected_times":
+  [{"at", "kind", "count"}, ...], "latency_delays": {operation: [seconds, ...]},
+  "requests_per_order": {orderId: n}}``,
   with the service's side-effect names (payment: ``payments``, ``refunds``, ``{"payment": n,
   "refund": n}``); shipping adds ``dispatched`` and ``cancellations_refused`` (cancels
   refused as already dispatched). ``requests`` counts action and compensation calls, refused
@@ -86,7 +95,8 @@ Inspection and control, never faulted, under the same prefix:
   the number of orders whose action was performed more than once. A compensation by key that
   undid an action counts as a compensation (and is one ledger entry); ``tombstones`` counts
   the keys undone with nothing to undo and ``actions_refused_after_undo`` the actions refused
-  as ``compensated``.
+  as ``compensated``; ``declines`` counts the keys declined and ``declines_replayed`` the
+  later actions with them, declined again from the ledger (no fault is injected for them).
   ``faults_injected_by_operation`` splits ``faults_injected`` between the service's action and
   its compensation (both always listed, every kind with them); ``faults_injected_times`` are
   the same faults per wall-clock second and kind, oldest first: ``at`` the epoch seconds (UTC)
@@ -190,20 +200,23 @@ class ServiceApi:
         except InvalidRequest as invalid:
             return error(400, "invalid-request", str(invalid))
         fault = self.faults.decide(
-            self.service.action, order_id, attempt, declinable=not self.ledger.performed(key)
-        )
-        refusal = await self._before_side_effect(
-            fault,
+            self.service.action,
             order_id,
             attempt,
-            request.path,
-            f"order {order_id} cannot be {self.service.performed_status} (simulated business "
-            "failure); retrying will not help",
+            declinable=not self.ledger.answered(key, attempt),
         )
+        refusal = await self._before_side_effect(fault, order_id, attempt, request.path, None)
         if refusal is not None:
             return refusal
+        # The ledger declines, so that the key keeps its answer (a concurrent request that
+        # performed it first wins: that key is then answered as performed).
         result = self.ledger.perform(
-            order_id, attempt, payload, key, dispatch=_is(fault, FaultKind.DISPATCHED)
+            order_id,
+            attempt,
+            payload,
+            key,
+            dispatch=_is(fault, FaultKind.DISPATCHED),
+            decline=_is(fault, FaultKind.PERMANENT),
         )
         response = self._answer(result, order_id, attempt, key)
         return self._after_side_effect(fault, response)
@@ -310,9 +323,11 @@ class ServiceApi:
         return web.json_response(plan.to_json())
 
     async def _before_side_effect(
-        self, fault: Fault | None, order_id: str, attempt: int, path: str, permanent: str
+        self, fault: Fault | None, order_id: str, attempt: int, path: str, permanent: str | None
     ) -> web.Response | None:
-        """Apply the faults that come before the side effect; a response means: stop here."""
+        """Apply the faults that come before the side effect; a response means: stop here.
+        ``permanent`` is the message of a permanent fault's 422; None when the ledger answers
+        it (an action's decline)."""
         if fault is None or fault.kind is FaultKind.LOST_RESPONSE:
             return None
         log.info(
@@ -328,6 +343,8 @@ class ServiceApi:
         if fault.kind is FaultKind.TRANSIENT:
             return self._unavailable()
         if fault.kind is FaultKind.PERMANENT:
+            if permanent is None:
+                return None
             return error(422, "permanent", permanent, orderId=order_id, attempt=attempt)
         # Hangs wait for shutdown only: a client that gives up disconnects, and the server
         # cancels this handler then (handler cancellation is on).
@@ -399,7 +416,20 @@ class ServiceApi:
             )
         if result.tombstone is not None:
             return self._tombstone_answer(result, result.tombstone, order_id, attempt, key)
-        assert result.resource is not None, "only stale calls and tombstones come without one"
+        if result.decline is not None:
+            if result.outcome is Outcome.KEY_REUSE:
+                return self._key_reuse(key, result.decline.order_id)
+            return error(
+                422,
+                "permanent",
+                f"order {order_id} cannot be {self.service.performed_status} (simulated "
+                "business failure); retrying will not help",
+                orderId=order_id,
+                attempt=attempt,
+            )
+        assert result.resource is not None, (
+            "only stale calls, tombstones and declines come without one"
+        )
         if result.outcome is Outcome.KEY_REUSE:
             return self._key_reuse(key, result.resource.order_id)
         context = {"idempotencyKey": key} if by_key else {}

@@ -84,8 +84,9 @@ class FaultInjector:
     ) -> Fault | None:
         """The fault of the next request for `operation` of `order_id`, if any. A request the
         service must not decline (`declinable` False: its idempotency key was performed
-        already, and a decline would deny a side effect that exists) gets no permanent
-        fault; the draw is made all the same, so later requests draw as they would."""
+        already, and a decline would deny a side effect that exists, or this attempt's was
+        declined already, and the ledger repeats that answer) gets no permanent fault; the
+        draw is made all the same, so later requests draw as they would."""
         with self._lock:
             self._requests_per_order[operation, order_id] += 1
             position = self._requests_per_order[operation, order_id]

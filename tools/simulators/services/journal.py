@@ -1,10 +1,11 @@
 """The ledgers' optional JSON-lines file, so restarted services keep idempotency and fences.
 
 Each line is one fact a service's ledger learnt (a side effect, a raised fence, a dispatch, a
-key undone with nothing to undo), tagged with the service's name and written and flushed
-before the client hears about it: a process killed at any point (even ``kill -9``) leaves
-either the whole fact or nothing, so a retry after a restart replays instead of performing the
-side effect twice, and an undone key stays undone (E7, C1, C8). A line cut short by the kill is
+key undone with nothing to undo, a decline), tagged with the service's name and written and
+flushed before the client hears about it: a process killed at any point (even ``kill -9``)
+leaves either the whole fact or nothing, so a retry after a restart replays instead of
+performing the side effect twice, an undone key stays undone and a declined request stays
+declined (E7, E8, C1, C8). A line cut short by the kill is
 dropped on load. The services of one process share one file.
 """
 

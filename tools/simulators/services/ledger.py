@@ -11,6 +11,13 @@ the demo assert on:
 - Fencing (E7): the ledger remembers the highest attempt that touched each order. A call with a
   lower attempt is refused and counted (``stale_writes_refused``); a higher attempt raises the
   fence; the same attempt's retries pass. Actions and compensations are fenced alike.
+- Declines (E8, E7): an action the service declines (a business failure, 422) is recorded
+  with its key and attempt, so the same request gets the same answer: a later action with
+  the key from that attempt replays the decline (counted, ``declines_replayed``) and performs
+  nothing, also after a restart. An order ended in Error by a declined first step has
+  nothing performed there, however often its request is delivered again. The decline raises
+  the fence, so an older attempt is refused as stale; only a newer attempt, which an
+  operator's resubmit or the supervisor's retry starts, gets a fresh answer.
 - Compensation (C1): a resource is compensated at most once, whoever asks and however often;
   the repeats replay. With the dispatch rule (C2), a dispatched resource is never compensated.
 - Compensation by idempotency key (C1, E7), for a step whose outcome is in doubt: when an
@@ -56,6 +63,7 @@ class Outcome(StrEnum):
     ALREADY_DISPATCHED = "already-dispatched"
     NOTHING_TO_UNDO = "nothing-to-undo"
     COMPENSATED = "compensated"
+    DECLINED = "declined"
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,18 @@ class Tombstone:
 
 
 @dataclass(frozen=True)
+class Decline:
+    """An action the service declined: every later action with its key from ``attempt`` is
+    declined too. ``attempt`` and ``at`` are the latest decline's."""
+
+    idempotency_key: str
+    order_id: str
+    attempt: int
+    payload: Mapping[str, Any]
+    at: str
+
+
+@dataclass(frozen=True)
 class SideEffect:
     sequence: int
     kind: SideEffectKind
@@ -119,7 +139,9 @@ class LedgerResult:
     ``fence`` is the order's highest attempt afterwards; ``status`` the resource's status
     (empty when the call came without a resource); ``dispatched_at`` when it was dispatched;
     ``tombstone`` the key's tombstone when the call met one (outcome ``nothing-to-undo``,
-    ``compensated``, a replay of an undo that found nothing, or key reuse of an undone key).
+    ``compensated``, a replay of an undo that found nothing, or key reuse of an undone key);
+    ``decline`` the key's decline when it was declined (outcome ``declined``, or key reuse of
+    a declined key).
     """
 
     outcome: Outcome
@@ -128,6 +150,7 @@ class LedgerResult:
     status: str = ""
     dispatched_at: str | None = None
     tombstone: Tombstone | None = None
+    decline: Decline | None = None
 
 
 def utc_now() -> dt.datetime:
@@ -151,6 +174,8 @@ class Ledger:
         self._compensated: set[str] = set()
         self._dispatched: dict[str, str] = {}
         self._tombstones: dict[str, Tombstone] = {}
+        self._declines: dict[str, Decline] = {}
+        self._declines_replayed = 0
         self._fences: dict[str, int] = {}
         self._effects_per_order: dict[str, Counter[SideEffectKind]] = {}
         self._refusals: Counter[Outcome] = Counter()
@@ -164,11 +189,14 @@ class Ledger:
         idempotency_key: str,
         *,
         dispatch: bool = False,
+        decline: bool = False,
     ) -> LedgerResult:
-        """The action, once per key; ``dispatch`` dispatches the resource it performs.
+        """The action, once per key; ``dispatch`` dispatches the resource it performs,
+        ``decline`` declines it (``declined``) unless an action with the key was performed.
 
         Refused (``compensated``) when the key was undone before any action with it, whatever
-        the attempt: that refusal is final, so it is the one given and counted.
+        the attempt: that refusal is final, so it is the one given and counted. A key declined
+        for this attempt is declined again (``declined``) and nothing is performed.
         """
         with self._lock:
             fence = self._fences.get(order_id, 0)
@@ -179,12 +207,39 @@ class Ledger:
             if attempt < fence:
                 self._refusals[Outcome.STALE_ATTEMPT] += 1
                 return LedgerResult(Outcome.STALE_ATTEMPT, None, fence)
+            declined = self._declines.get(idempotency_key)
+            if declined is not None and declined.attempt >= attempt:
+                if (declined.order_id, declined.payload) != (order_id, payload):
+                    self._refusals[Outcome.KEY_REUSE] += 1
+                    return LedgerResult(Outcome.KEY_REUSE, None, fence, decline=declined)
+                self._raise_fence(order_id, attempt)
+                self._declines_replayed += 1
+                return LedgerResult(
+                    Outcome.DECLINED, None, self._fences[order_id], decline=declined
+                )
             existing = self._by_key.get(idempotency_key)
             if existing is not None:
                 if (existing.order_id, existing.payload) != (order_id, payload):
                     self._refusals[Outcome.KEY_REUSE] += 1
                     return LedgerResult(Outcome.KEY_REUSE, existing, fence)
                 return self._replay(existing, attempt)
+            if decline:
+                self._record(
+                    {
+                        "event": "decline",
+                        "orderId": order_id,
+                        "attempt": attempt,
+                        "idempotencyKey": idempotency_key,
+                        **payload,
+                        "at": self._timestamp(),
+                    }
+                )
+                return LedgerResult(
+                    Outcome.DECLINED,
+                    None,
+                    self._fences[order_id],
+                    decline=self._declines[idempotency_key],
+                )
             resource_id = f"{self.service.id_prefix}-{len(self._resources) + 1:06d}"
             at = self._timestamp()
             self._record(
@@ -278,11 +333,15 @@ class Ledger:
                 tombstone=self._tombstones[idempotency_key],
             )
 
-    def performed(self, idempotency_key: str) -> bool:
-        """Whether an action with the key was performed: a request with it is answered from
-        the ledger (a replay, or a refusal of another order's key), never declined anew."""
+    def answered(self, idempotency_key: str, attempt: int) -> bool:
+        """Whether an action with the key was performed, or declined for ``attempt``: a
+        request with it is answered from the ledger (a replay of either, or a refusal of
+        another order's key), never declined anew."""
         with self._lock:
-            return idempotency_key in self._by_key
+            declined = self._declines.get(idempotency_key)
+            return idempotency_key in self._by_key or (
+                declined is not None and declined.attempt >= attempt
+            )
 
     def find(self, resource_id: str) -> Resource | None:
         with self._lock:
@@ -318,6 +377,8 @@ class Ledger:
                 "replays": self._replays,
                 "tombstones": len(self._tombstones),
                 "actions_refused_after_undo": self._refusals[Outcome.COMPENSATED],
+                "declines": len(self._declines),
+                "declines_replayed": self._declines_replayed,
             }
             if self.service.dispatchable:
                 stats[DISPATCHED_STATUS] = len(self._dispatched)
@@ -419,6 +480,13 @@ class Ledger:
         if name == "tombstone":
             undone_key: str = event["idempotencyKey"]
             self._tombstones[undone_key] = Tombstone(undone_key, order_id, attempt, event["at"])
+            return
+        if name == "decline":
+            declined_key: str = event["idempotencyKey"]
+            declined_payload = {field: event[field] for field in self.service.payload.fields}
+            self._declines[declined_key] = Decline(
+                declined_key, order_id, attempt, declined_payload, event["at"]
+            )
             return
         resource_id: str = event[self.service.id_field]
         if name == "dispatch":
