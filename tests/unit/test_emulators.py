@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -274,3 +275,26 @@ def test_the_profile_is_the_sample_with_only_the_emulator_settings_changed(
     assert changed <= set(EMULATOR_SETTINGS)
     assert profile["STATE_STORE"] == "cosmos"
     assert profile["CosmosConnection"].startswith("AccountEndpoint=http://localhost:8081/;")
+
+
+def test_make_emulators_prints_each_step_with_files_that_exist() -> None:
+    """Without ACCEPT_EULA=Y it starts nothing and prints every command, in order."""
+    make = shutil.which("make")
+    assert make is not None
+    environment = {name: value for name, value in os.environ.items() if name != "ACCEPT_EULA"}
+    printed = subprocess.run(
+        [make, "-s", "emulators"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=environment,
+        timeout=PARSE_BOUND_SECONDS,
+        check=True,
+    ).stdout
+    steps = [line.split(" ", 1)[1] for line in printed.splitlines() if re.match(r"\d\. ", line)]
+    assert steps[0] == f"ACCEPT_EULA=Y docker compose -f {COMPOSE_FILE.relative_to(ROOT)} up -d"
+    assert steps[1] == f"cp {EMULATOR_PROFILE.relative_to(ROOT)} local.settings.json"
+    assert "tools.simulators.services --port 7072" in steps[2]
+    assert steps[3] == "func start"
+    assert "messages expire after 1 hour" in printed
+    assert "duplicates detected over 5 minutes" in printed
