@@ -81,11 +81,10 @@ MAX_DELIVERY_COUNT = range(1, 11)
 
 @dataclass(frozen=True)
 class EmulatorSetting:
-    """A connection setting of the profile: its value and the compose service it reaches."""
+    """A setting the profile changes: its value and the compose service it concerns."""
 
     value: str
     service: str
-    ports: tuple[int, ...]
 
 
 # The emulators' well-known local credentials, as their documentation publishes them: Azurite's
@@ -106,25 +105,22 @@ EMULATOR_SETTINGS: Mapping[str, EmulatorSetting] = {
         "QueueEndpoint=http://127.0.0.1:10001/devstoreaccount1;"
         "TableEndpoint=http://127.0.0.1:10002/devstoreaccount1;",
         "azurite",
-        (10000, 10001, 10002),
     ),
     "ServiceBusConnection": EmulatorSetting(
         "Endpoint=sb://localhost;SharedAccessKeyName=RootManageSharedAccessKey;"
         "SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;",
         "servicebus",
-        (5672,),
     ),
     "DURABLE_TASK_SCHEDULER_CONNECTION_STRING": EmulatorSetting(
-        "Endpoint=http://localhost:8080;Authentication=None", "dts", (8080,)
+        "Endpoint=http://localhost:8080;Authentication=None", "dts"
     ),
     # The emulator serves the hubs DTS_TASK_HUB_NAMES names (compose.yaml), else only `default`.
-    "TASKHUB_NAME": EmulatorSetting(TASK_HUB, "dts", ()),
-    "STATE_STORE": EmulatorSetting("cosmos", "cosmos", ()),
+    "TASKHUB_NAME": EmulatorSetting(TASK_HUB, "dts"),
+    "STATE_STORE": EmulatorSetting("cosmos", "cosmos"),
     # http: the emulator's gateway speaks plain HTTP by default, so the SDK needs no certificate.
     "CosmosConnection": EmulatorSetting(
         f"AccountEndpoint=http://localhost:8081/;AccountKey={COSMOS_EMULATOR_KEY};",
         "cosmos",
-        (8081,),
     ),
 }
 
