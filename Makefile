@@ -10,7 +10,7 @@ DURABLE_SAMPLES := .devhost/sdk-sources/azure_functions_durable-$(DURABLE_VERSIO
 IAC_VENV := .venv-iac
 CHECKOV := checkov==3.3.30
 
-.PHONY: chromium setup test lint typecheck pytest bench bench-servicebus bench-pipeline demo chaos console servicebus clean
+.PHONY: chromium setup test lint typecheck pytest bench bench-servicebus bench-pipeline demo chaos console servicebus emulators clean
 
 setup: $(VENV)/.installed node_modules/.installed $(IAC_VENV)/.installed chromium $(DURABLE_SAMPLES)
 
@@ -110,6 +110,23 @@ bench-pipeline: setup
 servicebus: setup
 	mkdir -p .devhost
 	$(BIN)/python -m devhost servicebus --port 5672 --config servicebus.config.json --data .devhost/servicebus.sqlite
+
+# `func start` on the official emulators (docs/deployment.md, "With Core Tools and the official
+# emulators"): starts emulators/compose.yaml when Docker Compose is installed and
+# ACCEPT_EULA=Y is set (the Service Bus emulator's and SQL Edge's licence terms), then prints
+# the steps that follow; otherwise prints every command.
+EMULATORS_COMPOSE := docker compose -f emulators/compose.yaml
+emulators:
+	@if docker compose version >/dev/null 2>&1 && [ "$$ACCEPT_EULA" = Y ]; then \
+		$(EMULATORS_COMPOSE) up -d || exit 1; \
+	else \
+		echo "1. ACCEPT_EULA=Y $(EMULATORS_COMPOSE) up -d"; \
+	fi
+	@echo "2. cp emulators/local.settings.emulators.json local.settings.json"
+	@echo "3. $(BIN)/python -m tools.simulators.services --port 7072   (the remote services)"
+	@echo "4. func start"
+	@echo "Stop: $(EMULATORS_COMPOSE) down. Queues: emulators/servicebus-emulator.json,"
+	@echo "made by python -m tools.emulators (messages expire after 1 hour, duplicates detected over 5 minutes)."
 
 clean:
 	rm -rf $(VENV) $(IAC_VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -28,7 +28,8 @@ HOST_SETTINGS: tuple[tuple[str, str], ...] = (
     ),
     (
         "AzureWebJobsStorage",
-        "the host's storage account: locally Azurite's `UseDevelopmentStorage=true` (the "
+        "the host's storage account: locally Azurite's `UseDevelopmentStorage=true` (or its "
+        "full connection string, as the emulators' profile has it; the "
         "devhost does not need it), on Azure `AzureWebJobsStorage__blobServiceUri` with "
         "`AzureWebJobsStorage__credential` = `managedidentity` and "
         "`AzureWebJobsStorage__clientId`.",
@@ -44,7 +45,8 @@ HOST_SETTINGS: tuple[tuple[str, str], ...] = (
     ("TASKHUB_NAME", "the task hub, host.json's `hubName` `%TASKHUB_NAME%`."),
     (
         "ServiceBusConnection",
-        "a connection string locally (the embedded broker's, or a namespace's); on Azure "
+        "a connection string locally (the embedded broker's, the Service Bus emulator's or a "
+        "namespace's); on Azure "
         "`ServiceBusConnection__fullyQualifiedNamespace` with `ServiceBusConnection__credential`"
         " = `managedidentity` and `ServiceBusConnection__clientId` (a user-assigned identity; "
         "without it the system-assigned one). The host's triggers and the app's publisher "
@@ -53,7 +55,8 @@ HOST_SETTINGS: tuple[tuple[str, str], ...] = (
     (
         "CosmosConnection",
         "with `STATE_STORE=cosmos`: a connection string with an account key locally "
-        "(`AccountEndpoint=https://…/;AccountKey=…;`), with which the app creates the database "
+        "(`AccountEndpoint=https://…/;AccountKey=…;`; the emulator's is `http://localhost:8081/`), "
+        "with which the app creates the database "
         "and its containers when missing; on Azure `CosmosConnection__accountEndpoint` with "
         "`CosmosConnection__credential` = `managedidentity` and `CosmosConnection__clientId`, "
         "and no key anywhere: the infrastructure creates the containers "
@@ -70,8 +73,12 @@ This page is generated from [config.py](../config.py) by `{COMMAND}`;
 setting's declaration in config.py, then run the command.
 
 Every setting is in [local.settings.sample.json](../local.settings.sample.json) with its
-local value. The devhost reads `local.settings.json`'s `Values` (copy the sample) and the
-environment, which wins; on Azure the function app's settings hold them, and
+local value, and in
+[emulators/local.settings.emulators.json](../emulators/local.settings.emulators.json) with
+its connections pointed at the official emulators
+([deployment.md](deployment.md#with-core-tools-and-the-official-emulators)). The devhost
+reads `local.settings.json`'s `Values` (copy the sample) and the environment, which wins; on
+Azure the function app's settings hold them, and
 [infra/app-settings.json](../infra/app-settings.json) sets each declared one to its default
 (`azd provision` puts the file's value back). The app reads each setting once, through
 `config.Settings`, and a bad value stops it at start-up with the setting's name and what it

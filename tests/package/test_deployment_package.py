@@ -94,7 +94,7 @@ def test_the_package_is_the_app_alone() -> None:
         "config.py",
     } <= files
     tops = {path.split("/")[0] for path in files}
-    for excluded in ("devhost", "tools", "tests", "docs", "infra"):
+    for excluded in ("devhost", "tools", "tests", "docs", "infra", "emulators"):
         assert excluded not in tops
     assert not any(path.endswith((".md", ".pyc")) or "local.settings" in path for path in files)
 

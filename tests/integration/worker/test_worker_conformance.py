@@ -19,6 +19,7 @@ import subprocess
 import sys
 import textwrap
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from devhost.settings import AppSettings
 
 from config import Settings, declarations
 from orchestrators.order_workflow import ACTIVITIES
+from tools.emulators import EMULATOR_PROFILE
 
 ROOT = Path(__file__).resolve().parents[3]
 WORKER_INDEX = ROOT / "tests" / "support" / "worker_index.py"
@@ -66,22 +68,23 @@ ORDER_APP_FUNCTIONS = {
 DEVHOST_TEST_APPS = sorted((ROOT / "devhost" / "tests").rglob("*_app.py"))
 
 
-def worker_index(script: Path) -> dict[str, Any]:
-    """What the worker answers the host's metadata request for the app in ``script``."""
+def worker_index(script: Path, settings: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What the worker answers the host's metadata request for the app in ``script``, with
+    ``settings`` as app settings (the environment the host gives the worker)."""
     result = subprocess.run(
         [sys.executable, str(WORKER_INDEX), str(script.parent), script.name],
         capture_output=True,
         text=True,
         timeout=INDEX_BOUND_SECONDS,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, **(settings or {}), "PYTHONPATH": str(ROOT)},
         check=True,
     )
     answer: dict[str, Any] = json.loads(result.stdout)
     return answer
 
 
-def loaded(script: Path) -> dict[str, dict[str, Any]]:
-    answer = worker_index(script)
+def loaded(script: Path, settings: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    answer = worker_index(script, settings)
     assert "error" not in answer, answer.get("error")
     return {function["name"]: function for function in answer["functions"]}
 
@@ -158,6 +161,17 @@ def test_the_host_accepts_the_order_app_with_the_sample_settings() -> None:
     devhost applies the host's rules to the worker's answer, with local.settings.sample.json."""
     sample = json.loads((ROOT / "local.settings.sample.json").read_text(encoding="utf-8"))
     functions = index_app(load_app("function_app:app", ROOT), AppSettings(sample["Values"]))
+    assert {f.name: f.trigger_type for f in functions} == ORDER_APP_FUNCTIONS
+
+
+def test_the_order_app_indexes_with_the_emulator_profile() -> None:
+    """`func start` with emulators/local.settings.emulators.json: the app's settings check
+    passes on import (STATE_STORE=cosmos, the emulators' connections), the worker loads every
+    function and the host resolves every %SETTING% expression from the profile."""
+    profile = json.loads(EMULATOR_PROFILE.read_text(encoding="utf-8"))["Values"]
+    by_worker = loaded(ROOT / "function_app.py", profile)
+    assert {name: trigger_of(f)["type"] for name, f in by_worker.items()} == ORDER_APP_FUNCTIONS
+    functions = index_app(load_app("function_app:app", ROOT), AppSettings(profile))
     assert {f.name: f.trigger_type for f in functions} == ORDER_APP_FUNCTIONS
 
 
