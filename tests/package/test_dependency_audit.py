@@ -26,7 +26,7 @@ SHOWN_UNCHECKED = 5
 # What pip-audit's traceback or error says when a service cannot be reached at all.
 UNREACHABLE = re.compile(
     r"ConnectionError|ConnectTimeout|ReadTimeout|NameResolutionError|ProxyError|SSLError"
-    r"|ServiceError|Max retries exceeded"
+    r"|ServiceError|Max retries exceeded|your network may be blocking this service"
 )
 
 pytestmark = pytest.mark.timeout(2 * AUDIT_TIMEOUT_SECONDS)
