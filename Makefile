@@ -4,26 +4,38 @@ VENV := .venv
 BIN := $(VENV)/bin
 # The source distribution of the pinned azure-functions-durable, whose samples-v2 the
 # devhost's tests run unchanged (devhost/tests/integration/samples); from PyPI, never committed.
-DURABLE_VERSION := $(shell sed -n 's/^azure-functions-durable==//p' requirements.txt)
+DURABLE_VERSION := $(shell sed -n 's/^azure-functions-durable==//p' requirements.in)
 DURABLE_SAMPLES := .devhost/sdk-sources/azure_functions_durable-$(DURABLE_VERSION).tar.gz
 # checkov runs in a venv of its own: its dependency pins conflict with the app's.
 IAC_VENV := .venv-iac
 CHECKOV := checkov==3.3.30
 
-.PHONY: chromium setup test lint typecheck pytest bench bench-servicebus bench-pipeline demo chaos console servicebus emulators clean
+.PHONY: chromium lock setup test lint typecheck pytest bench bench-servicebus bench-pipeline demo chaos console servicebus emulators clean
 
 setup: $(VENV)/.installed node_modules/.installed $(IAC_VENV)/.installed chromium $(DURABLE_SAMPLES)
 
+# The app's lock first, on its own: pip checks every hash of a file that has one, and the
+# editable devhost of requirements-dev.txt has none. The development packages then go on top;
+# tests/package checks that they left every locked version as it was.
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-worker.txt devhost/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet --require-hashes -r requirements.txt
 	$(BIN)/pip install --quiet -r requirements-dev.txt
 	$(BIN)/pip install --quiet --no-deps --ignore-requires-python -r requirements-worker.txt
 	touch $@
 
-$(DURABLE_SAMPLES): requirements.txt | $(VENV)/.installed
+$(DURABLE_SAMPLES): requirements.in | $(VENV)/.installed
 	$(BIN)/pip download --quiet --no-deps --no-binary :all: --dest $(dir $@) \
 		azure-functions-durable==$(DURABLE_VERSION)
+
+# requirements.txt, what the Functions remote build installs (Linux x86_64, Python 3.11): every
+# package requirements.in names and every package those pull in, pinned, with the hashes of its
+# files. Run after editing requirements.in; the lock changes only where the inputs did.
+lock: $(VENV)/.installed
+	$(BIN)/uv pip compile --quiet --generate-hashes --python-version 3.11 \
+		--python-platform x86_64-manylinux_2_28 --custom-compile-command "make lock" \
+		--output-file requirements.txt requirements.in
 
 # checkov, the IaC scanner tests/infra runs over infra/ (its pin: CHECKOV above).
 $(IAC_VENV)/.installed: Makefile

@@ -19,7 +19,34 @@ targetScope = 'subscription'
 @description('Name of the azd environment: part of every resource name, and a tag on each.')
 param environmentName string
 
+// The regions where all three services this deployment cannot do without exist, so that
+// provisioning never stops halfway on a resource its region lacks: the Flex Consumption plan
+// (the regions of Microsoft's Flex Consumption azd quickstart,
+// Azure-Samples/functions-quickstart-python-http-azd, which `az functionapp
+// list-flexconsumption-locations` lists; learn.microsoft.com/azure/azure-functions/
+// flex-consumption-how-to#view-currently-supported-regions), the Durable Task Scheduler (the
+// regions of Microsoft's Durable Task Scheduler samples, Azure-Samples/Durable-Task-Scheduler;
+// `az provider show --namespace Microsoft.DurableTask`, learn.microsoft.com/azure/durable-task/
+// scheduler/durable-task-scheduler#supported-regions) and serverless Cosmos DB
+// (learn.microsoft.com/azure/cosmos-db/serverless). Add a region once both commands list it.
 @minLength(1)
+@allowed([
+  'australiaeast'
+  'eastasia'
+  'eastus'
+  'eastus2'
+  'northeurope'
+  'southcentralus'
+  'southeastasia'
+  'swedencentral'
+  'uksouth'
+  'westus2'
+])
+@metadata({
+  azd: {
+    type: 'location'
+  }
+})
 @description('Region of every resource.')
 param location string
 

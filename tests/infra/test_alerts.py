@@ -175,7 +175,7 @@ def test_the_worker_exports_opentelemetry_to_application_insights_as_the_identit
 def test_the_app_code_uses_the_opentelemetry_api_and_the_worker_finds_the_distro() -> None:
     """The app records through the API alone; the SDK and exporter come from the distro the
     worker imports on Azure (PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY), pinned with the app."""
-    pins = (ROOT / "requirements.txt").read_text(encoding="utf-8")
+    pins = (ROOT / "requirements.in").read_text(encoding="utf-8")
     for package in ("opentelemetry-api", "azure-monitor-opentelemetry"):
         assert re.search(rf"^{package}==\S+$", pins, re.MULTILINE), package
     packages = "activities adapters console domain observability orchestrators order_agents"

@@ -13,6 +13,7 @@ from config import Settings
 from tests.infra.bicep import (
     APP,
     BICEP_FILES,
+    INFRA,
     Json,
     accessor_path,
     alternatives,
@@ -221,6 +222,33 @@ def test_deployer_roles_are_optional():
                 if array is not None:
                     assert [] in alternatives(doc, array), f"{symbol}: no empty branch"
                 assert body(each)["properties"]["principalId"] == "deployerPrincipalId"
+
+
+def test_the_deployer_s_principal_type_follows_the_identity_that_deploys():
+    """A service principal deploying (CI) gets its roles as a ServicePrincipal: ARM refuses a
+    role assignment whose principalType differs from the principal's. azd's
+    AZURE_PRINCIPAL_TYPE (User when unset) reaches every deployer assignment."""
+    document = json.loads((INFRA / "main.parameters.json").read_text(encoding="utf-8"))
+    assert document["parameters"]["principalId"] == {"value": "${AZURE_PRINCIPAL_ID}"}
+    assert document["parameters"]["principalType"] == {"value": "${AZURE_PRINCIPAL_TYPE=User}"}
+    declared = module("main")["parameters"]["principalType"]
+    (allowed,) = (d["argument"] for d in declared["decorators"] if d["type"] == "allowed")
+    assert {"User", "ServicePrincipal"} <= set(allowed)
+
+    typed = 0
+    for name in MODULES:
+        for symbol, each in assignments(name).items():
+            if "deployer" in symbol:
+                assert body(each)["properties"]["principalType"] == "deployerPrincipalType"
+                typed += 1
+    assert typed
+    for name, each in module("main")["modules"].items():
+        params = body(each)["params"]
+        if "deployerPrincipalId" in params and name != "cosmos":
+            assert params["deployerPrincipalType"] == "principalType", name
+    # A Cosmos DB SQL role assignment has no principalType: the service resolves it.
+    cosmos = module("cosmos")["resources"]["deployerDataAccess"]
+    assert "principalType" not in body(cosmos)["properties"]
 
 
 def test_the_deployer_reads_the_app_s_own_queues_and_no_other_r1():

@@ -115,6 +115,54 @@ def test_local_state_git_ignores_is_never_deployed(tmp_path: Path) -> None:
     assert [path.as_posix() for path in package_files(tmp_path)] == ["function_app.py"]
 
 
+# Local state that no .gitignore rule names, placed at the root and inside an app package:
+# what azd or func would have left out without a .funcignore (virtual environments, vendored
+# packages, .env secrets, Azurite's databases and blob, queue and table folders, caches).
+LOCAL_STATE = (
+    "venv/bin/python",
+    "venv311/pyvenv.cfg",
+    "env/lib/site.py",
+    ".venv/pyvenv.cfg",
+    ".python_packages/lib/site-packages/x.py",
+    ".env",
+    ".env.local",
+    "__azurite_db_blob__.json",
+    "__azurite_db_blob_extent__.json",
+    "__azurite_db_queue__.json",
+    "__azurite_db_table__.json",
+    "__blobstorage__/x",
+    "__queuestorage__/x",
+    "__tablestorage__/x",
+    ".azurite/x",
+    "__pycache__/x.cpython-311.pyc",
+    "x.pyo",
+    ".cache/x",
+    ".mypy_cache/x",
+    ".pytest_cache/x",
+    ".ruff_cache/x",
+    ".hypothesis/x",
+)
+
+
+def test_virtual_environments_env_files_azurite_files_and_caches_never_deploy(
+    tmp_path: Path,
+) -> None:
+    """.funcignore replaces the exclusions azd and func apply without one, so it must name the
+    local state they would have kept out: a deployment from a working tree that has a venv, a
+    .env with secrets or Azurite's files ships the app alone."""
+    shutil.copy2(ROOT / ".funcignore", tmp_path / ".funcignore")
+    kept = ["function_app.py", "domain/records.py"]
+    for name in kept:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("", encoding="utf-8")
+    for sample in LOCAL_STATE:
+        for place in (tmp_path, tmp_path / "domain"):
+            (place / sample).parent.mkdir(parents=True, exist_ok=True)
+            (place / sample).write_text("local", encoding="utf-8")
+
+    assert sorted(path.as_posix() for path in package_files(tmp_path)) == sorted(kept)
+
+
 def test_the_deployment_page_states_the_package_size() -> None:
     """docs/deployment.md's figure of the deployed package (files, KB) is within 15% of the
     package these rules build: a figure that drifted further misleads a user sizing the
