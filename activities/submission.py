@@ -68,8 +68,12 @@ async def _receive_order(
             budget=app.settings.budget,
         )
     if isinstance(result, DeadLetter):
+        # The description names fields and problems, never values (C3), so it is safe to log.
         log.warning(
-            "submission dead-lettered", message_id=str(message.message_id), reason=result.reason
+            "submission dead-lettered",
+            message_id=str(message.message_id),
+            reason=result.reason,
+            description=result.description,
         )
         await send_alert(result.alert)
         await dead_letter(
