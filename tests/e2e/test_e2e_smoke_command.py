@@ -96,3 +96,19 @@ async def test_when_messages_cannot_be_completed_the_smoke_test_says_settlement_
 
     assert verdict.cause is Cause.SETTLEMENT_UNAVAILABLE, "\n".join(verdict.report())
     assert verdict.report()[-1].startswith("smoke test FAILED: settlement unavailable on the plan")
+
+
+async def test_a_reply_queue_that_does_not_exist_is_a_failed_service_bus_call() -> None:
+    broker = ServiceBusBroker(load_config(BROKER_CONFIG))
+    await asyncio.to_thread(broker.start)
+    try:
+        args = parser({}).parse_args(
+            [*options(broker.connection_string, NO_APP_BOUND_SECONDS), "--reply-queue", "nowhere"]
+        )
+        verdict = await within(
+            smoke(args), "the smoke test", NO_APP_BOUND_SECONDS + _OVERALL_SLACK_SECONDS
+        )
+    finally:
+        await asyncio.to_thread(broker.stop)
+
+    assert verdict.cause is Cause.SERVICE_BUS_FAILED, "\n".join(verdict.report())

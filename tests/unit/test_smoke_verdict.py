@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from azure.identity import CredentialUnavailableError
+from azure.servicebus.exceptions import ServiceBusAuthorizationError, ServiceBusConnectionError
+
+from tools.smoke.probe import is_auth_error
 from tools.smoke.verdict import (
     MAX_DELIVERY_COUNT_EXCEEDED,
     Cause,
@@ -92,3 +96,20 @@ def test_a_failed_order_is_named_with_its_reason() -> None:
 def test_a_status_in_the_reply_dead_letter_queue_fails() -> None:
     verdict = judge(seen(statuses=ALL, reply_dead_letters=1))
     assert verdict.cause is Cause.STATUS_DEAD_LETTERED
+
+
+def test_an_auth_error_is_recognised_through_the_errors_that_wrap_it() -> None:
+    """The SDK can raise its own error from the credential's: either names the deployer's
+    identity, and an error of another kind does not."""
+    wrapped = ServiceBusConnectionError(message="could not open the link")
+    wrapped.__cause__ = CredentialUnavailableError("no az login")
+    assert is_auth_error(wrapped)
+    assert is_auth_error(ServiceBusAuthorizationError(message="Unauthorized access"))
+    assert not is_auth_error(ServiceBusConnectionError(message="connection refused"))
+    assert not is_auth_error(TimeoutError())
+
+
+def test_another_service_bus_error_is_named_as_such() -> None:
+    verdict = judge(seen(service_error="MessagingEntityNotFoundError: no such queue"))
+    assert verdict.cause is Cause.SERVICE_BUS_FAILED
+    assert "no such queue" in verdict.report()[-1]

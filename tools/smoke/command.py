@@ -64,17 +64,20 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     return parse
 
 
-def _client_factory(args: argparse.Namespace) -> Callable[[], ServiceBusClient]:
-    if args.connection_string:
-        return lambda: ServiceBusClient.from_connection_string(args.connection_string)
-    return lambda: ServiceBusClient(args.namespace, DefaultAzureCredential())
-
-
 async def smoke(args: argparse.Namespace) -> Verdict:
     """Run the smoke test the parsed options describe."""
     steps = tuple(step.strip() for step in args.steps.split(",") if step.strip())
-    target = Target(_client_factory(args), args.orders_queue, args.reply_queue, steps)
-    return judge(await probe(target, args.bound))
+
+    def target(client: Callable[[], ServiceBusClient]) -> Target:
+        return Target(client, args.orders_queue, args.reply_queue, steps)
+
+    if args.connection_string:
+        connection_string: str = args.connection_string
+        clients = target(lambda: ServiceBusClient.from_connection_string(connection_string))
+        return judge(await probe(clients, args.bound))
+    async with DefaultAzureCredential() as credential:
+        clients = target(lambda: ServiceBusClient(args.namespace, credential))
+        return judge(await probe(clients, args.bound))
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from azure.core.exceptions import ClientAuthenticationError
+from azure.core.exceptions import AzureError, ClientAuthenticationError
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusReceiveMode
 from azure.servicebus import ServiceBusSubQueue as SubQueue
 from azure.servicebus.aio import ServiceBusClient
@@ -88,10 +88,11 @@ async def probe(target: Target, bound: float, order_id: str | None = None) -> Ob
             replies_dead = await _count(
                 client, target.reply_queue, True, lambda m: m.correlation_id == order_id
             )
-    except AUTH_ERRORS as error:
-        return Observation(
-            order_id, target.steps, auth_error=f"{type(error).__name__}: {_first_line(error)}"
-        )
+    except (AzureError, TimeoutError) as error:
+        named = f"{type(error).__name__}: {_first_line(error)}"
+        if is_auth_error(error):
+            return Observation(order_id, target.steps, auth_error=named)
+        return Observation(order_id, target.steps, service_error=named)
     return Observation(
         order_id,
         target.steps,
@@ -104,8 +105,21 @@ async def probe(target: Target, bound: float, order_id: str | None = None) -> Ob
     )
 
 
-def _first_line(error: Exception) -> str:
-    return (str(error).splitlines() or [""])[0][:300]
+def is_auth_error(error: BaseException) -> bool:
+    """Whether `error`, or an error it was raised from, refused the identity or its rights:
+    the SDK may wrap the credential's own error in one of its own."""
+    seen: BaseException | None = error
+    for _ in range(10):
+        if seen is None:
+            return False
+        if isinstance(seen, AUTH_ERRORS):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).splitlines() or [type(error).__name__])[0][:300]
 
 
 async def _send(client: ServiceBusClient, queue: str, reply_queue: str, order_id: str) -> None:

@@ -52,6 +52,11 @@ class Cause(enum.Enum):
         "a status for the smoke order reached the reply queue's dead-letter queue: check the"
         " reply queue's properties and the app's sender role on it",
     )
+    SERVICE_BUS_FAILED = (
+        "Service Bus call failed",
+        "a send, receive or peek failed or got no answer in time: check the namespace, that"
+        " both queues exist, and the network path to the namespace",
+    )
     TIMEOUT = (
         "timeout",
         "the order did not finish within the bound: run the smoke test again with a longer"
@@ -103,6 +108,8 @@ class Observation:
     reply_dead_letters: int = 0
     auth_error: str | None = None
     """The SDK's authentication or authorization error, when one stopped the probe."""
+    service_error: str | None = None
+    """Any other Service Bus error or call timeout that stopped the probe."""
 
 
 @dataclass(frozen=True)
@@ -148,6 +155,12 @@ def judge(seen: Observation) -> Verdict:
             ((False, f"authorized: {seen.auth_error}"),),
             Cause.IDENTITY_OR_ROLE_MISSING,
             seen.auth_error,
+        )
+    if seen.service_error is not None:
+        return Verdict(
+            ((False, f"Service Bus answered: {seen.service_error}"),),
+            Cause.SERVICE_BUS_FAILED,
+            seen.service_error,
         )
     checks: list[tuple[bool, str]] = []
     arrived = {(s.status, s.step) for s in seen.statuses}
