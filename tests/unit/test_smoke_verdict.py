@@ -113,3 +113,12 @@ def test_another_service_bus_error_is_named_as_such() -> None:
     verdict = judge(seen(service_error="MessagingEntityNotFoundError: no such queue"))
     assert verdict.cause is Cause.SERVICE_BUS_FAILED
     assert "no such queue" in verdict.report()[-1]
+
+
+def test_an_order_the_app_still_holds_on_its_first_delivery_is_a_timeout_not_settlement() -> None:
+    """A locked message already counts its delivery: one delivery is the app's first try."""
+    verdict = judge(seen(orders_message=OrdersMessage.DELIVERED, delivery_count=1))
+    assert verdict.cause is Cause.TIMEOUT
+    assert "last status seen: none" in verdict.detail
+    assert "the app holds the order" in verdict.detail
+    assert "PASS the orders message was delivered once at most" in verdict.report()

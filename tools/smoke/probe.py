@@ -189,7 +189,14 @@ async def _orders_message(
     if not waiting:
         return OrdersMessage.GONE, 0, None, None
     deliveries = waiting[-1].delivery_count or 0
-    where = OrdersMessage.REDELIVERED if deliveries > 0 else OrdersMessage.WAITING
+    # A message counts its delivery while locked: 1 may be the app's first try, still running.
+    where = (
+        OrdersMessage.WAITING
+        if deliveries == 0
+        else OrdersMessage.DELIVERED
+        if deliveries == 1
+        else OrdersMessage.REDELIVERED
+    )
     return where, deliveries, None, None
 
 

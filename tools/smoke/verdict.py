@@ -20,46 +20,47 @@ class Cause(enum.Enum):
 
     SETTLEMENT_UNAVAILABLE = (
         "settlement unavailable on the plan",
-        "the orders message was redelivered: the function ran but could not settle it (or could"
-        " not be invoked with its settlement binding). Messages are redelivered and dead-lettered"
-        " after MaxDeliveryCount; read the host's logs for 'settlement', and redeploy on a plan"
-        " where it works (docs/deployment.md, 'After azd up: the smoke test')",
+        "The app took the order but could not settle its message (or could not be invoked with"
+        " its settlement binding): messages are redelivered, then dead-lettered after"
+        " MaxDeliveryCount, never lost. Read the host's logs for 'settlement', roll back to the"
+        " last deployment whose smoke test passed, then resubmit the dead letters from the"
+        " console (docs/deployment.md, 'After azd up: the smoke test')",
     )
     NO_FUNCTIONS_INDEXED = (
         "no functions indexed",
-        "the orders message was never delivered to the app: check that the deployment succeeded"
+        "The orders message was never delivered to the app: check that the deployment succeeded"
         " and that the functions are listed (az functionapp function list), then read the host's"
         " startup logs for indexing errors",
     )
     IDENTITY_OR_ROLE_MISSING = (
         "identity or role missing",
-        "sign in (az login / azd auth login) as the deployer, and check that it has Azure Service"
+        "Sign in (az login / azd auth login) as the deployer, and check that it has Azure Service"
         " Bus Data Sender on the orders queue and Data Receiver on the reply queue; a new role"
         " assignment can take minutes to apply",
     )
     ORDER_REFUSED = (
         "order refused",
-        "the app dead-lettered the smoke order: the reason says what it refused (a reply queue"
+        "The app dead-lettered the smoke order: the reason says what it refused (a reply queue"
         " missing from REPLY_QUEUES is the usual one)",
     )
     ORDER_FAILED = (
         "order failed",
-        "the workflow ran but did not complete the order: read its reason, and the order's"
+        "The workflow ran but did not complete the order: read its reason, and the order's"
         " record in the operator console",
     )
     STATUS_DEAD_LETTERED = (
         "status dead-lettered",
-        "a status for the smoke order reached the reply queue's dead-letter queue: check the"
+        "A status for the smoke order reached the reply queue's dead-letter queue: check the"
         " reply queue's properties and the app's sender role on it",
     )
     SERVICE_BUS_FAILED = (
         "Service Bus call failed",
-        "a send, receive or peek failed or got no answer in time: check the namespace, that"
+        "A send, receive or peek failed or got no answer in time: check the namespace, that"
         " both queues exist, and the network path to the namespace",
     )
     TIMEOUT = (
         "timeout",
-        "the order did not finish within the bound: run the smoke test again with a longer"
+        "The order did not finish within the bound: run the smoke test again with a longer"
         " --bound (a cold start on Flex Consumption can take minutes), then read the order's"
         " record and the host's logs",
     )
@@ -80,8 +81,10 @@ class OrdersMessage(enum.Enum):
     """Neither on the orders queue nor in its dead-letter queue: the app settled it."""
     WAITING = "waiting"
     """On the orders queue, never delivered."""
+    DELIVERED = "delivered"
+    """On the orders queue, delivered once: the app holds it, or put it back once."""
     REDELIVERED = "redelivered"
-    """On the orders queue, delivered at least once and put back."""
+    """On the orders queue, delivered more than once."""
     DEAD_LETTERED = "dead-lettered"
 
 
@@ -183,7 +186,7 @@ def judge(seen: Observation) -> Verdict:
         if seen.reply_dead_letters
         else (True, "no dead letter on the reply queue")
     )
-    if seen.orders_message is not OrdersMessage.REDELIVERED and seen.delivery_count <= 1:
+    if seen.delivery_count <= 1:
         checks.append((True, "the orders message was delivered once at most"))
     else:
         checks.append((False, f"the orders message was delivered {seen.delivery_count} times"))
@@ -213,5 +216,13 @@ def _cause(seen: Observation) -> tuple[Cause | None, str]:
     ]
     if missing:
         last = _name(seen.statuses[-1]) if seen.statuses else "none"
-        return Cause.TIMEOUT, f"last status seen: {last}; missing: {', '.join(missing)}"
+        where = {
+            OrdersMessage.GONE: "the order left the orders queue",
+            OrdersMessage.WAITING: "the order waits on the orders queue",
+            OrdersMessage.DELIVERED: "the app holds the order",
+        }.get(seen.orders_message, "")
+        return (
+            Cause.TIMEOUT,
+            f"last status seen: {last}; missing: {', '.join(missing)}; {where}",
+        )
     return None, ""
