@@ -5,6 +5,7 @@ complete messages, the verdict names the cause (S1, R1, R2, C8)."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from devhost.servicebus.server import ServiceBusBroker
 from devhost.triggers.settlement import SettlementService
 
 from tests.e2e.e2e_helpers import ORDERS, REPLIES, running_pipeline, within
-from tools.demo.pipeline import BROKER_CONFIG
+from tools.demo.pipeline import BROKER_CONFIG, REPOSITORY
 from tools.smoke.command import parser, smoke
 from tools.smoke.verdict import Cause
 
@@ -58,20 +59,36 @@ async def test_the_smoke_test_passes_on_the_running_pipeline_r2(tmp_path: Path) 
     ]
 
 
-async def test_with_no_function_listening_the_smoke_test_says_no_functions_indexed() -> None:
+async def test_with_no_function_listening_the_command_exits_1_saying_no_functions_indexed() -> None:
+    """`python -m tools.smoke` itself, as the postdeploy hook runs it, against a broker that no
+    app listens to: the order waits on `orders`, never delivered."""
     broker = ServiceBusBroker(load_config(BROKER_CONFIG))
     await asyncio.to_thread(broker.start)
     try:
-        args = parser({}).parse_args(options(broker.connection_string, NO_APP_BOUND_SECONDS))
-        verdict = await within(
-            smoke(args), "the smoke test", NO_APP_BOUND_SECONDS + _OVERALL_SLACK_SECONDS
+        command = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tools.smoke",
+            *options(broker.connection_string, NO_APP_BOUND_SECONDS),
+            cwd=REPOSITORY,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
         )
+        try:
+            out, err = await asyncio.wait_for(
+                command.communicate(), NO_APP_BOUND_SECONDS + _OVERALL_SLACK_SECONDS
+            )
+        finally:
+            if command.returncode is None:
+                command.kill()
+                await command.wait()
     finally:
         await asyncio.to_thread(broker.stop)
 
-    assert verdict.cause is Cause.NO_FUNCTIONS_INDEXED
-    assert "FAIL received" in verdict.report()
-    assert verdict.report()[-1].startswith("smoke test FAILED: no functions indexed")
+    lines = out.decode().splitlines()
+    assert command.returncode == 1, err.decode()
+    assert "FAIL received" in lines
+    assert lines[-1].startswith("smoke test FAILED: no functions indexed"), lines
 
 
 async def test_when_messages_cannot_be_completed_the_smoke_test_says_settlement_unavailable(
