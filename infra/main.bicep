@@ -132,8 +132,14 @@ var functionAppName = '${abbrs.webSitesFunctions}api-${resourceToken}'
 var deploymentContainerName = 'app-package-${resourceToken}'
 var useDts = durableBackend == 'dts'
 
-// "name=principalObjectId,name=principalObjectId" -> one entry per client app (R1).
-var clientAppEntries = filter(split(clientApps, ','), entry => !empty(trim(entry)))
+// "name=principalObjectId,name=principalObjectId" -> one entry per client app (R1). The
+// deployer, when given, is one more client named smokeClientName: the postdeploy smoke test
+// (tools/smoke) sends its order as the deployer and reads the statuses from a reply queue of
+// its own, so it needs Data Sender on the orders queue and Data Receiver on that queue only.
+var smokeClientName = 'smoke'
+var declaredClientAppEntries = filter(split(clientApps, ','), entry => !empty(trim(entry)))
+var smokeClientEntries = empty(principalId) ? [] : ['${smokeClientName}=${principalId}']
+var clientAppEntries = concat(declaredClientAppEntries, smokeClientEntries)
 var clientAppList = [
   for entry in clientAppEntries: {
     name: trim(split(entry, '=')[0])
@@ -307,6 +313,8 @@ output SERVICE_API_NAME string = functionApp.outputs.name
 output SERVICEBUS_FULLY_QUALIFIED_NAMESPACE string = serviceBus.outputs.fullyQualifiedNamespace
 output ORDERS_QUEUE string = serviceBus.outputs.ordersQueue
 output CLIENT_REPLY_QUEUES string = join(replyQueueNames, ',')
+// The reply queue of the postdeploy smoke test, empty without a deployer (azure.yaml).
+output SMOKE_REPLY_QUEUE string = empty(principalId) ? '' : '${smokeClientName}-replies'
 output COSMOS_ENDPOINT string = cosmos.outputs.endpoint
 // The app's URL, as the console's CLI takes it (CONSOLE_URL); the page is <url>/api/console.
 output CONSOLE_URL string = 'https://${functionApp.outputs.defaultHostName}'

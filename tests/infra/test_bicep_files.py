@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.infra.bicep import APP, BICEP_FILES, INFRA, ROOT, body, module, parse
+from tools.smoke.command import parser
 
 
 def test_the_layout_is_the_quickstarts():
@@ -63,3 +64,28 @@ def test_azure_yaml_deploys_this_folder_to_the_site_tagged_api():
     site = body(module("function")["resources"]["site"])
     assert site["tags"]["function"]["parameters"]["arg_2"] == {"'azd-service-name'": "api"}
     assert (ROOT / fields["project"] / "requirements.txt").is_file()  # remote build needs it
+
+
+def test_azure_yaml_runs_the_smoke_test_after_every_deployment_with_the_outputs_it_reads():
+    """The postdeploy hook runs `python -m tools.smoke` on either shell, and the command finds
+    the namespace, the orders queue and its reply queue in main.bicep's outputs, which azd
+    hands to its hooks as environment variables."""
+    text = (ROOT / "azure.yaml").read_text(encoding="utf-8")
+    hook = re.search(r"^hooks:\n  postdeploy:\n((?:    .*\n)+)", text, re.MULTILINE)
+    assert hook is not None
+    shells = re.findall(
+        r"^    (posix|windows):\n      shell: (\w+)\n      run: \|\n((?:        .*\n)+)",
+        hook.group(1),
+        re.MULTILINE,
+    )
+    assert {(os, shell) for os, shell, _ in shells} == {("posix", "sh"), ("windows", "pwsh")}
+    for _, _, run in shells:
+        assert "-m tools.smoke" in run
+
+    # Each output's value stands for its name: the options that took their default from the
+    # deployment's outputs show which output they read.
+    outputs = {name: name for name in module("main")["outputs"]}
+    args = parser(outputs).parse_args([])
+    assert args.namespace == "SERVICEBUS_FULLY_QUALIFIED_NAMESPACE"
+    assert args.reply_queue == "SMOKE_REPLY_QUEUE"
+    assert args.orders_queue == "ORDERS_QUEUE"

@@ -356,3 +356,26 @@ def test_no_owner_or_contributor_anywhere():
         text = path.read_text(encoding="utf-8").lower()
         assert "8e3af657-a8ff-443c-a75c-2fe8c4bcb635" not in text, f"{path}: Owner"
         assert "b24988ac-6180-42a0-ab88-20f7382dd24c" not in text, f"{path}: Contributor"
+
+
+def test_the_deployer_is_the_smoke_test_s_client_with_a_reply_queue_of_its_own_r1():
+    """The postdeploy smoke test runs as the deployer: main.bicep adds it, when given, as one
+    more client app, so it gets Data Sender on the orders queue and Data Receiver on its own
+    reply queue (which REPLY_QUEUES lists), and no other client's reply queue (R1). The
+    deployment outputs that queue for azure.yaml's hook."""
+    main = module("main")
+    entries = function_call(resolve(main, "clientAppEntries"), "concat")
+    assert set(entries.values()) == {"declaredClientAppEntries", "smokeClientEntries"}
+    assert sorted(alternatives(main, "smokeClientEntries"), key=len) == [
+        [],
+        ["${smokeClientName}=${principalId}"],
+    ]
+    smoke = resolve(main, "smokeClientName")
+    assert smoke == "smoke"
+    reply_queue = f"{smoke}{reply_queue_suffix()}"
+    output = main["outputs"]["SMOKE_REPLY_QUEUE"]["value"]["operator"]["operands"]
+    assert function_call(output["condition"], "empty") == {"item_to_test": "principalId"}
+    assert output["true_value"] == ""
+    assert str(output["false_value"]).replace("${smokeClientName}", smoke) == reply_queue
+    # Every entry, the smoke test's among them, becomes a client app with its two roles.
+    assert resolve(main, "clientAppList")["loop_type"]["detail"]["array_name"] == "clientAppEntries"

@@ -1,0 +1,7 @@
+"""``python -m tools.smoke``: see ``tools.smoke.command``."""
+
+import sys
+
+from tools.smoke.command import main
+
+sys.exit(main())
