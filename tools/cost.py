@@ -6,8 +6,8 @@ and what its orchestration histories show (`HistoryCounts`); `cost_of_orders` pr
 per 1,000 orders with ``tools/prices.json`` (a dated table a user edits, each price with its
 source), one line per meter. `at_rest` prices a month without orders under the defaults of
 ``infra/app-settings.json``: the timers' executions at their schedules, plus the fixed
-monthly charges. A count the local run cannot measure as Azure would is an estimate, and its
-line says so.
+monthly charges. A count the local run cannot take as Azure would is an estimate, or is not
+measured at all, and its line says so.
 """
 
 from __future__ import annotations
