@@ -26,6 +26,7 @@ from config import STATE_STORES
 from tools.chaos.report_page import write_page
 from tools.chaos.run import ChaosOptions, run_chaos, write_report
 from tools.chaos.schedule import CrashKind
+from tools.cost import load_prices
 from tools.simulators.services import FaultKind
 
 pytestmark = [
@@ -84,6 +85,16 @@ async def test_a_seeded_chaos_run_loses_doubles_and_leaves_half_undone_nothing(
     past = report.answers_past_deadline()
     assert sum(past["agent-response-late"].values()) > 0, past
     assert sum(past["latency"].values()) > 0, past
+    # The cost of 1,000 orders: what the histories the hosts left show is counted and priced,
+    # what died with the hosts is said to be unmeasured (tools.cost).
+    priced = {line["meter"]: line for line in report.to_json()["cost"]["orders"]["lines"]}
+    prices = load_prices()["per_order"]
+    for meter in ("dts_actions", "function_executions"):
+        assert priced[prices[meter]["meter"]]["quantity"] > 0, priced
+    for meter in ("cosmos_request_units", "servicebus_operations"):
+        assert priced[prices[meter]["meter"]]["basis"].startswith("not measured"), priced
+    assert "Azure cost of 1,000 orders (" in report.render()
+    assert "Cost at rest per month of the defaults (" in report.render()
     timeline = report.to_json()["timeline"]
     assert timeline["series"][-1]["finished"] == sum(report.final_states.values())
     assert {event["kind"] for event in timeline["events"]} >= {k.value for k in CrashKind}

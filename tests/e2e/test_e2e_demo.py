@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from devhost import child_process
 
+from tools import cost
 from tools.demo.client import Workload
 from tools.demo.run import DemoOptions, run_demo
 from tools.demo.showcase import SCRIPTED_PATHS
@@ -191,6 +192,38 @@ def command_run(tmp_path_factory: pytest.TempPathFactory) -> CommandRun:
         check=False,
     )
     return CommandRun(completed, work_dir, report, telemetry, (began, time.monotonic()))
+
+
+def test_the_command_prints_the_cost_of_1000_orders_from_the_runs_counts_and_the_cost_at_rest(
+    command_run: CommandRun,
+) -> None:
+    completed = command_run.completed
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    section = json.loads(command_run.report.read_text(encoding="utf-8"))["cost"]
+    prices = cost.load_prices()
+    orders = {line["meter"]: line for line in section["orders"]["lines"]}
+    assert set(orders) == {meter["meter"] for meter in prices["per_order"].values()}
+    counted = {line["meter"] for line in orders.values() if line["quantity"] is not None}
+    assert counted == {
+        prices["per_order"][key]["meter"]
+        for key in (
+            "cosmos_request_units",
+            "servicebus_operations",
+            "function_executions",
+            "dts_actions",
+        )
+    }
+    assert all(orders[meter]["quantity"] > 0 for meter in counted), orders
+    # A fault-free three-step order: its start, each of its four activities scheduled and
+    # answered, and each step's answer raised as an event, from the run's histories.
+    dts = orders[prices["per_order"]["dts_actions"]["meter"]]
+    assert dts["quantity"] >= 1000 * (1 + 4 * 2 + 3)
+    assert section["orders"]["total"] > 0
+    assert section["orders"]["pricesAsOf"] == prices["as_of"]
+    at_rest = {line["meter"] for line in section["atRest"]["lines"]}
+    assert all(any(meter.endswith(name) for meter in at_rest) for name in cost.default_schedules())
+    assert "Azure cost of 1,000 orders (" in completed.stdout
+    assert "Cost at rest per month of the defaults (" in completed.stdout
 
 
 def test_the_command_without_faults_processes_every_order_and_exits_zero(

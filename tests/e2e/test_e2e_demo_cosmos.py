@@ -95,6 +95,10 @@ def test_backend_cosmos_runs_every_path_of_the_demo_on_a_cosmos_server_it_starts
     assert report["status_messages"]["received"] == 8
     assert sum(report["in_progress_by_step"].values()) == report["status_messages"]["in-progress"]
     assert report["per_order"]["request_charge"] > 0
+    # The cost estimates request units from reads and writes and shows what the server said.
+    request_units = report["cost"]["orders"]["lines"][0]
+    assert request_units["quantity"] > 0
+    assert "the run's store answered" in request_units["basis"]
     assert "request units" in completed.stdout
     assert "Result: passed" in completed.stdout
 

@@ -48,12 +48,13 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from config import STATE_STORES
 from domain.policies import AGENT_TRANSPORT_ACTIVITY, AGENT_TRANSPORT_SERVICEBUS
+from tools import cost
 from tools.bench.figures import REPO_ROOT, Spread, machine, markdown_table, verdict
 from tools.bench.process_tree import TreeUsage, wait_with_usage
 
@@ -118,6 +119,8 @@ class PipelineRun:
     ran (the report's `measured_window`): without start-up, shutdown and report."""
     gave_up: dict[str, int]
     """Valid orders that ended in another final state than Processed, by state."""
+    cost: dict[str, Any] = field(default_factory=dict)
+    """The run's report's cost section (`tools.cost`)."""
 
     @property
     def gave_up_total(self) -> int:
@@ -300,6 +303,7 @@ def _run_from_report(report: dict[str, Any], usage: TreeUsage) -> PipelineRun:
             for state, count in sorted((report.get("final_states") or {}).items())
             if state != PROCESSED and count
         },
+        cost=report.get("cost") or {},
     )
 
 
@@ -389,6 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = DemoSettings(args.seed, args.backend, args.settle_seconds)
     sets = [(shape, workflow) for shape in shapes for workflow in workflows]
     summaries: list[SetSummary] = []
+    costs: dict[str, dict[str, Any]] = {}
     try:
         for orders in args.sizes:
             runs: dict[tuple[str, str], list[PipelineRun]] = {
@@ -401,6 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     )
                     result = run_once(workflow, shape, orders, settings, label)
                     runs[(shape, workflow.name)].append(result)
+                    costs[f"{workflow.name}, agents {shape}, {orders:,} orders"] = result.cost
                     print(f"  {label}: {describe(result)}", flush=True)
             summaries += [SetSummary.of(w, a, runs[(a, w.name)]) for a, w in sets]
     except BenchError as exc:
@@ -408,6 +414,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print()
     print(summary(summaries))
+    for label, section in costs.items():
+        if section:
+            print(f"\n{label}, its last run:")
+            print("\n".join(cost.render_section(section)))
     gave_up = [s for s in summaries if s.gave_up]
     if gave_up:
         print(

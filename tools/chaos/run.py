@@ -17,8 +17,9 @@ follows the seeded crash schedule: it kills and restarts the devhosts, the broke
 services (C10) and plays a starter that dies between claim and start (D3, U4). It samples the
 state store every ``SAMPLE_SECONDS`` (the time series of submitted, in-flight and finished
 orders) and, once every order is final and owes no message (C6) or the settle time has passed,
-stops the devhosts and the services and checks the invariants (`chaos.invariants`) on the
-ledgers, the state store and the queues.
+stops the devhosts and the services, checks the invariants (`chaos.invariants`) on the
+ledgers, the state store and the queues, and prices the run's orders from the counts its
+histories give (`tools.cost`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import json
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -37,8 +38,6 @@ from typing import Any
 
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient
-from devhost.durable.history import HistoryEvent
-from devhost.durable.store import DurableStore
 from devhost.servicebus.process import BrokerProcess
 
 import bootstrap
@@ -47,6 +46,7 @@ from domain.agent_messages import AgentOperation
 from domain.ports import StoreMetrics
 from domain.records import ProcessState, StateRecord, parse_utc
 from services.starter import claim_pending
+from tools import cost
 from tools.chaos.invariants import (
     FINAL_STATUS,
     Findings,
@@ -102,6 +102,11 @@ DEFAULT_CRASHES: dict[CrashKind, int] = {
 ABANDONED_CLAIMS = 5
 CLAIM_RACE_SECONDS = 20.0
 CLAIM_RACE_PAUSE_SECONDS = 0.01
+# The app's store and message counters live in the devhost processes the run kills; the
+# histories outlive them in the work directory.
+UNMEASURED = (
+    "the app's counters die with the devhost processes this run kills (make demo measures it)"
+)
 UNFINISHED = (ProcessState.PENDING, ProcessState.PROCESSING, ProcessState.COMPENSATING)
 
 
@@ -180,6 +185,8 @@ class ChaosReport:
     """The timeout of a step's action (``do``, STEP_TIMEOUT_SECONDS) and of its compensation
     (``undo``, COMPENSATION_TIMEOUT_SECONDS): each request's deadline is that long after the
     write that sent it (E2, C2)."""
+    cost: dict[str, Any] = field(default_factory=dict)
+    """The Azure cost of 1,000 orders like the run's and the cost at rest (`tools.cost`)."""
 
     @property
     def failed(self) -> bool:
@@ -286,6 +293,7 @@ class ChaosReport:
             },
             "duration_seconds": round(self.duration_seconds, 1),
             "settings": self.settings,
+            "cost": self.cost,
             "result": "failed" if self.failed else "passed",
         }
 
@@ -316,8 +324,10 @@ class ChaosReport:
             f"Compensations: {_pairs(self.findings.evidence.compensations)}; supervisor: "
             f"{_pairs(self.findings.evidence.supervisor)}",
             f"Duration: {self.duration_seconds:.1f} s",
-            "Invariants:",
         ]
+        if self.cost:
+            lines += cost.render_section(self.cost)
+        lines.append("Invariants:")
         for name, found in self.findings.invariants.items():
             lines.append(
                 f"  {'ok  ' if not found else 'FAIL'} {name}" + (f": {len(found)}" if found else "")
@@ -683,7 +693,7 @@ class Run:
         for event in self.crashes:
             event.recover(finished)
         histories = await asyncio.to_thread(
-            orchestration_histories, [self.work_dir / role for role in self.hosts]
+            cost.orchestration_histories, [self.work_dir / role for role in self.hosts]
         )
         findings = check(
             records,
@@ -733,6 +743,13 @@ class Run:
             service_fault_events=self.service_fault_events,
             claims_abandoned=self.claims_abandoned,
             duration_seconds=duration,
+            cost=cost.section(
+                cost.RunCounts(
+                    orders=self.options.orders,
+                    history=cost.HistoryCounts.of(histories.values()),
+                    unmeasured=UNMEASURED,
+                )
+            ),
             settings={
                 "rate": self.options.rate,
                 "settle_seconds": self.options.settle_seconds,
@@ -812,22 +829,3 @@ def write_report(report: ChaosReport, path: Path | None) -> None:
     if path is not None:
         path.write_text(json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8")
         print(f"Report written to {path}")
-
-
-def orchestration_histories(data_dirs: Iterable[Path]) -> dict[str, list[HistoryEvent]]:
-    """Every orchestration history the hosts' Durable stores (``<data>/durable.sqlite``) hold,
-    read once the hosts stopped."""
-    histories: dict[str, list[HistoryEvent]] = {}
-    for data_dir in data_dirs:
-        path = data_dir / "durable.sqlite"
-        if not path.exists():
-            continue
-        store = DurableStore(str(path))
-        try:
-            for record in store.query_instances(None, None, None):
-                histories.setdefault(record.instance_id, []).extend(
-                    store.history(record.instance_id)
-                )
-        finally:
-            store.close()
-    return histories

@@ -32,8 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Start the embedded broker, the simulated remote services and the devhost with the "
             "app, submit orders from a client app with its own reply queue, and report final "
-            "states, retries, compensations, dead letters, status messages, latency, cost per "
-            "order and the invariants, checked on the services' ledgers and the state store."
+            "states, retries, compensations, dead letters, status messages, latency, the Azure "
+            "cost of 1,000 orders and at rest (priced from tools/prices.json) and the "
+            "invariants, checked on the services' ledgers and the state store."
         ),
     )
     parser.add_argument("--orders", type=int, default=200, help="valid orders to submit")

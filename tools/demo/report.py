@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tools import cost as cost_model
+
 FINAL_STATES = frozenset({"Processed", "Error", "Compensated", "CompensationFailed"})
 
 
@@ -74,6 +76,10 @@ class DemoReport:
     """`start` and `end` of what `duration_seconds` measures, on the system's monotonic clock
     (one clock for every process on the machine), for tools that sample the run."""
     """Per queue: the most and the last active messages the broker counted during the run."""
+    cost: dict[str, Any] = field(default_factory=dict)
+    """The Azure cost of 1,000 orders like the run's and the cost at rest (`tools.cost`)."""
+    run_counts: cost_model.RunCounts | None = None
+    """The counts `cost` is computed from (its histories' once the host stopped)."""
     metrics: dict[str, Any] = field(default_factory=dict)
     """The app's metrics merged from the run's telemetry file (`demo.metrics.section`);
     empty without one. Counters only: never evidence for an invariant."""
@@ -160,6 +166,7 @@ class DemoReport:
             "consumer_lag": self.consumer_lag,
             "measured_window": self.measured_window,
             "metrics": self.metrics,
+            "cost": self.cost,
             "broken_invariants": self.broken_invariants,
             "result": "failed" if self.failed else "passed",
         }
@@ -200,6 +207,8 @@ class DemoReport:
             f"Duration: {self.duration_seconds:.1f} s",
         ]
         lines += _lag_lines(self.consumer_lag)
+        if self.cost:
+            lines += cost_model.render_section(self.cost)
         lines += _metrics_lines(self.metrics)
         if self.scripted_paths:
             lines.append("Scripted paths:")

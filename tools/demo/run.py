@@ -20,6 +20,7 @@ console over them).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sys
 import tempfile
@@ -36,13 +37,14 @@ from devhost.telemetry import CONSOLE, EXPORT_SETTING
 import bootstrap
 from domain.ports import StoreMetrics
 from domain.records import StateRecord
+from tools import cost
 from tools.console_keys import local_keys
 from tools.demo import metrics
 from tools.demo.client import Workload
 from tools.demo.client_process import ClientOutcome, ClientProcess, ClientSpec
 from tools.demo.console import BROKER_JOURNAL, console_url, keep_settings
 from tools.demo.evidence import ServiceLedger, gather
-from tools.demo.pipeline import DEMO_REPLY_QUEUE, Pipeline, local_pipeline
+from tools.demo.pipeline import DEMO_REPLY_QUEUE, HOST_DATA_DIR, Pipeline, local_pipeline
 from tools.demo.progress import ProgressLine
 from tools.demo.report import FINAL_STATES, DemoReport, lost_orders, percentile
 from tools.demo.showcase import STEP_SERVICES, FaultMix, fault_mix
@@ -105,6 +107,15 @@ async def run_demo(options: DemoOptions) -> DemoReport:
             if options.work_dir is not None:
                 await asyncio.to_thread(keep_settings, work_dir, pipeline.host.settings.values)
             report = await _run(pipeline, workload, mix, options)
+        # Read once the host stopped: the histories of every orchestration the run started.
+        histories = await asyncio.to_thread(
+            cost.orchestration_histories, [work_dir / HOST_DATA_DIR]
+        )
+    if report.run_counts is not None:
+        report.run_counts = dataclasses.replace(
+            report.run_counts, history=cost.HistoryCounts.of(histories.values())
+        )
+        report.cost = cost.section(report.run_counts)
     # Every process flushed its last metrics when the pipeline stopped.
     if options.telemetry_export not in (None, CONSOLE):
         run_metrics = await asyncio.to_thread(metrics.read, Path(options.telemetry_export))
@@ -248,8 +259,12 @@ async def _report(
         steps=app.settings.order_steps,
     )
     usage = await pipeline.app_usage()
-    cost = usage.store
+    store = usage.store
     messages = client.sent + sum(usage.messages_sent.values())
+    # Each message sent to a queue the app consumes runs one execution of its trigger.
+    triggered = client.sent + sum(
+        usage.messages_sent.get(queue, 0) for queue in app.settings.consumed_queues
+    )
     valid = max(1, len(workload.order_ids))
     latencies = client.log.latencies_ms()
     reasons, alerts = await _queues(pipeline.connection_string)
@@ -269,7 +284,7 @@ async def _report(
         },
         stale_writes_refused={
             **{service: int(stats[service]["stale_writes_refused"]) for service in STEP_SERVICES},
-            "state_store": cost.refused,
+            "state_store": store.refused,
         },
         actions_refused_after_undo=sum(
             int(stats[service]["actions_refused_after_undo"]) for service in STEP_SERVICES
@@ -287,11 +302,20 @@ async def _report(
         latency_ms={"p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95)},
         step_latency_ms=evidence.step_latency_ms,
         per_order={
-            "store_reads": round(cost.reads / valid, 2),
-            "store_writes": round(cost.writes / valid, 2),
+            "store_reads": round(store.reads / valid, 2),
+            "store_writes": round(store.writes / valid, 2),
             "messages": round(messages / valid, 2),
-            "request_charge": round(cost.request_charge / valid, 2),
+            "request_charge": round(store.request_charge / valid, 2),
         },
+        run_counts=cost.RunCounts(
+            orders=len(workload.order_ids),
+            history=cost.HistoryCounts(),
+            store_reads=store.reads,
+            store_writes=store.writes,
+            messages_sent=messages,
+            triggered=triggered,
+            request_units=store.request_charge or None,
+        ),
         supervisor=evidence.supervisor,
         scripted_paths=[
             {
