@@ -15,7 +15,6 @@ import collections
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from azure.functions.timer import TimerRequest
@@ -25,7 +24,7 @@ from devhost.testing import eventually_true
 import bootstrap
 from adapters.servicebus_publisher import ServiceBusPublisher
 from domain.outgoing_messages import OutgoingMessage
-from domain.ports import StateStore, StoreUnavailable
+from domain.ports import StoreUnavailable
 from domain.records import ProcessState
 from services.operator import resubmit_order
 from services.supervisor import sweep
@@ -38,6 +37,7 @@ from tests.e2e.e2e_helpers import (
     order_body,
     running_pipeline,
 )
+from tests.support.failing_stores import FailsFromPage
 from tools.simulators.services import FaultKind, FaultPlan, FaultRule
 
 pytestmark = pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
@@ -65,24 +65,6 @@ class UnreachableQueues:
 
     def lifted(self) -> None:
         self.refuses = lambda message: False
-
-
-class FailsFromPage:
-    """The app's state store, whose expired-records query fails from its `page`th call on:
-    a store error in the middle of a sweep's scan."""
-
-    def __init__(self, states: StateStore, page: int) -> None:
-        self._states = states
-        self._left = page - 1
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._states, name)
-
-    def query_expired(self, **arguments: Any) -> Any:
-        if self._left <= 0:
-            raise StoreUnavailable("the store went away in the middle of the scan")
-        self._left -= 1
-        return self._states.query_expired(**arguments)
 
 
 def ids(messages: list[Delivered], order_id: str) -> list[str]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 
@@ -31,6 +30,7 @@ from services.starter import claim_pending
 from services.steps import Written
 from services.supervisor import RecoveryKind, SweepReport, catch_up, sweep
 from tests.integration.stores.store_backends import StoreFactory
+from tests.support.failing_stores import FailsFromPage
 
 T0 = datetime(2026, 9, 1, 10, 0, tzinfo=UTC)
 STEPS = ("reserve-stock", "charge-payment", "ship-order")
@@ -110,24 +110,6 @@ def never_begun(states: StateStore, order_id: str) -> None:
     """`order_id` claimed with no step begun, its claim passing at T0 + 30 s: a give-up
     leaves no step in doubt, so it ends in Error at once (U4)."""
     claimed(states, order_id, now=T0 - timedelta(seconds=TIMEOUTS.claim_seconds - 30))
-
-
-class FailsFromPage:
-    """A real state store whose expired-records query fails from its `page`th call on: a
-    store error later in a sweep's scan."""
-
-    def __init__(self, states: StateStore, page: int) -> None:
-        self._states = states
-        self._left = page - 1
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._states, name)
-
-    def query_expired(self, **arguments: Any) -> Any:
-        if self._left <= 0:
-            raise StoreUnavailable("the store went away in the middle of the scan")
-        self._left -= 1
-        return self._states.query_expired(**arguments)
 
 
 # --- what a recovery owes is committed with it (C6, U4, C1, C2) --------------------------
