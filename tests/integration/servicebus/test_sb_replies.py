@@ -30,6 +30,9 @@ NOW = datetime(2026, 9, 1, 10, 0, tzinfo=UTC)
 @pytest.fixture
 async def app_on_a_broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
     """The app's settings point at a broker with two reply queues, one of them allowed."""
+    # The app's services are built once per process from the settings: drop any an earlier
+    # test of this worker left, so these settings are the ones the app reads.
+    await asyncio.wait_for(bootstrap.shutdown(), TIMEOUT_SECONDS)
     with running_broker([queue("replies-a"), queue("replies-gone")]) as broker:
         monkeypatch.setenv("ServiceBusConnection", broker.connection_string)
         monkeypatch.setenv("REPLY_QUEUES", "replies-a")
