@@ -183,16 +183,10 @@ def finish_undo(
     if ends_in is ProcessState.COMPENSATED:
         owed: tuple[OwedMessage, ...] = (_status(instance, OrderStatus.COMPENSATED, now),)
     else:
-        # The give-up's reason is in the record, which a blind write does not know: this
-        # rare path reads it first, as undo_failed does. Only this attempt writes it while
-        # the fence holds, so the read plus the change is what the write makes.
-        before = states.get(instance.order_id)
+        # The give-up's reason is in the record, which a blind write does not know.
+        before, after = _read_around(states, instance, change)
         reason = (before.last_error if before is not None else None) or "the order was given up"
-        left = (
-            f"; {left_to_undo(change.apply(before))}"
-            if before is not None and change.holds_for(before)
-            else ""
-        )
+        left = "" if after is None else f"; {left_to_undo(after)}"
         owed = (
             _status(instance, OrderStatus.FAILED, now, reason=reason),
             owed_alert(
@@ -213,15 +207,9 @@ def undo_failed(
     an operator alert that names the step and why (C2)."""
     change = transitions.undo_failed(instance, undo, reason=reason, now=now)
     why = f"undoing {undo.name} failed: {reason}"
-    # The alert names what is left to undo, which the record after this write tells: a blind
-    # write does not know it, so this failure path reads the record first. Only this attempt
-    # writes it while the fence holds, so the read plus the change is what the write makes.
-    before = states.get(instance.order_id)
-    left = (
-        left_to_undo(change.apply(before))
-        if before is not None and change.holds_for(before)
-        else None
-    )
+    # The alert names what is left to undo, which the record after this write tells.
+    _, after = _read_around(states, instance, change)
+    left = None if after is None else left_to_undo(after)
     owed = (
         _status(instance, OrderStatus.COMPENSATION_FAILED, now, reason=why),
         owed_alert(
@@ -277,6 +265,19 @@ def _refused(instance: InstanceId, write: Callable[..., Written], step: str | No
 def _undone(instance: InstanceId, undone: Step | None) -> None:
     if undone is not None:
         log.info("undo finished", instance_id=instance, step=undone.name)
+
+
+def _read_around(
+    states: StateStore, instance: InstanceId, change: FencedChange
+) -> tuple[StateRecord | None, StateRecord | None]:
+    """The record before a rare failure path's blind write and after it (None when the fence
+    does not hold), for what the write owes to name. A read first, since a blind write does
+    not know the record; only this attempt writes it while the fence holds, so the read plus
+    the change is what the write makes."""
+    before = states.get(instance.order_id)
+    if before is None or not change.holds_for(before):
+        return before, None
+    return before, change.apply(before)
 
 
 def _written_or_reached(
