@@ -46,20 +46,24 @@ def always_down(*calls: tuple[str, str]) -> FaultPlan:
 
 
 async def until(e2e: E2E, order_id: str, state: ProcessState, why: str) -> StateRecord:
-    """The order's record once it reached `state` with `why` in its last error."""
+    """The order's record once it reached `state` with `why` in its last error, and its writer
+    cleared what it owed: an operator acting before the clear would race that write."""
     return await e2e.wait_for_record(
         order_id,
-        lambda r: r.process_state is state and why in (r.last_error or ""),
+        lambda r: r.process_state is state and why in (r.last_error or "") and r.owed is None,
         f"{state} because {why!r}",
         bound=BOUND,
     )
 
 
 async def run_ended(e2e: E2E, order_id: str, resubmits: int) -> StateRecord:
-    """The order's record once its run after `resubmits` resubmits ended in Error."""
+    """The order's record once its run after `resubmits` resubmits ended in Error and its
+    outbox was cleared."""
     return await e2e.wait_for_record(
         order_id,
-        lambda r: r.process_state is ProcessState.ERROR and r.resubmits == resubmits,
+        lambda r: (
+            r.process_state is ProcessState.ERROR and r.resubmits == resubmits and r.owed is None
+        ),
         f"Error after {resubmits} resubmits",
         bound=BOUND,
     )
