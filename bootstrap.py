@@ -48,6 +48,9 @@ class AppServices:
     metrics: StoreMetrics
     admission: BacklogGate
     """This process's view of the backlog against MAX_BACKLOG_ORDERS (C5)."""
+    running: BacklogGate
+    """This process's view of the running orders against MAX_RUNNING_ORDERS, which a
+    submission checks before it starts the order it accepted (C5)."""
     breakers: dict[str, CircuitBreaker] = field(default_factory=dict)
     """One circuit breaker per remote service, shared by the agents of this process (E9)."""
 
@@ -177,7 +180,14 @@ def services() -> AppServices:
 def _build(settings: Settings) -> AppServices:
     metrics = StoreMetrics()
     states, orders = open_stores(settings, metrics)
-    return AppServices(settings, states, orders, metrics, backlog_gate(settings, states))
+    return AppServices(
+        settings,
+        states,
+        orders,
+        metrics,
+        backlog_gate(settings, states),
+        running_gate(settings, states),
+    )
 
 
 def backlog_gate(settings: Settings, states: StateStore) -> BacklogGate:
@@ -186,6 +196,18 @@ def backlog_gate(settings: Settings, states: StateStore) -> BacklogGate:
         lambda at_most: states.count_backlog(at_most=at_most),
         bound=settings.max_backlog_orders,
         recount_seconds=settings.backlog_recount_seconds,
+    )
+
+
+def running_gate(settings: Settings, states: StateStore) -> BacklogGate:
+    """The running cap a submission checks before it starts its order (C5): counted like
+    the backlog, at most once per BACKLOG_RECOUNT_SECONDS, so a submission costs no query;
+    the starter counts for itself and sets the gauges."""
+    return BacklogGate(
+        lambda at_most: states.count_running(at_most=at_most),
+        bound=settings.max_running_orders,
+        recount_seconds=settings.backlog_recount_seconds,
+        observe=lambda running: None,
     )
 
 

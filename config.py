@@ -42,6 +42,10 @@ STATE_STORES = ("sqlite", "cosmos")
 # Enough for host.json's 32 activities and 32 Service Bus messages of one listener in flight
 # at once, each waiting on one blocking call (adapters/blocking_calls.py).
 DEFAULT_BLOCKING_CALL_THREADS = 64
+IDLE_TICK = "0 */10 * * * *"
+"""The timers' cadence on Azure: all at the same moments, ten minutes apart, so that at rest a
+Flex Consumption instance stays idle long enough to scale in (docs/deployment.md, "What it
+costs"); local runs tick faster (local.settings.sample.json)."""
 Parser = Callable[[str, str], T]
 """Turns the text of the setting named by its second argument into a value, or raises."""
 
@@ -285,13 +289,19 @@ class Settings:
         blank_is_default=True,
     )
     starter_schedule: str = _setting(
-        "STARTER_SCHEDULE", "*/2 * * * * *", _ncrontab, "NCRONTAB cadence of the starter (U7)"
+        "STARTER_SCHEDULE",
+        IDLE_TICK,
+        _ncrontab,
+        "NCRONTAB cadence of the starter, the backstop for the orders a submission did not "
+        "start: past the running cap, waiting out a retry delay, or whose start failed (D1, "
+        "C5, U7)",
     )
     supervisor_schedule: str = _setting(
         "SUPERVISOR_SCHEDULE",
-        "*/15 * * * * *",
+        IDLE_TICK,
         _ncrontab,
-        "NCRONTAB cadence of the supervisor (U7)",
+        "NCRONTAB cadence of the supervisor; an expired deadline is recovered within one "
+        "interval (U1, U7)",
     )
     supervisor_catchup_schedule: str = _setting(
         "SUPERVISOR_CATCHUP_SCHEDULE",
@@ -302,7 +312,7 @@ class Settings:
     )
     deadletter_watch_schedule: str = _setting(
         "DEADLETTER_WATCH_SCHEDULE",
-        "30 * * * * *",
+        IDLE_TICK,
         _ncrontab,
         "NCRONTAB cadence of the dead-letter watcher, which alerts once per new dead letter of "
         "every queue the app consumes (S3, E8)",

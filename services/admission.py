@@ -4,7 +4,8 @@ The gate counts the unfinished orders at most once per BACKLOG_RECOUNT_SECONDS, 
 counts what it admitted itself, and answers `Full` at MAX_BACKLOG_ORDERS. An admission is a
 `Reservation` the submission settles with whether it stored a new record, so a resend, a
 conflict or a message of another kind gives its place back. Each count also sets the
-sas.backlog.unfinished gauge (C9).
+sas.backlog.unfinished gauge (C9). The same gate over the running orders, at
+MAX_RUNNING_ORDERS, is the running cap a submission checks before it starts its order (C5).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ class BacklogGate:
     """One instance's view of the backlog against its bound; safe to share between threads.
 
     `count_backlog(at_most)` counts the unfinished records up to `at_most`
-    (`StateStore.count_backlog`); `clock` is a monotonic clock in seconds.
+    (`StateStore.count_backlog`; `StateStore.count_running` for the running cap); `observe`
+    is given each estimate; `clock` is a monotonic clock in seconds.
     """
 
     def __init__(
@@ -46,6 +48,7 @@ class BacklogGate:
         *,
         bound: int,
         recount_seconds: float,
+        observe: Callable[[int], None] = metrics.backlog_counted,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if bound < 1:
@@ -53,6 +56,7 @@ class BacklogGate:
         self._count_backlog = count_backlog
         self.bound = bound
         self._recount_seconds = recount_seconds
+        self._observe = observe
         self._clock = clock
         self._lock = threading.Lock()
         self._counted: int | None = None
@@ -72,7 +76,7 @@ class BacklogGate:
                 self._counted_at = now
                 self._admitted_since = self._in_flight
             backlog = self._counted + self._admitted_since
-            metrics.backlog_counted(backlog)
+            self._observe(backlog)
             if backlog >= self.bound:
                 return Full(backlog=min(backlog, self.bound), bound=self.bound)
             self._admitted_since += 1

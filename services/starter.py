@@ -1,9 +1,11 @@
-"""The starter's claims (D1-D3, U5, C5): `claim_pending`.
+"""The claims of Pending records (D1-D3, U5, C5): `claim_pending`, `claim_accepted`.
 
-It pages through the claimable records (Pending, unlocked, past any retry delay) and claims
-each by a conditional replace on the etag it was read with (D3), no more than leave
-MAX_RUNNING_ORDERS running (C5). Only the claims it won are returned, for the caller to start
-once stored. Each run also sets the backlog gauges from counts it makes anyway (C9).
+`claim_pending`, the starter's, pages through the claimable records (Pending, unlocked, past
+any retry delay) and claims each by a conditional replace on the etag it was read with (D3),
+no more than leave MAX_RUNNING_ORDERS running (C5). `claim_accepted`, the submission's,
+claims the record it just created the same way (`claim_record`), when its running cap has
+room. Only won claims are returned, for the caller to start once stored. Each starter run
+also sets the backlog gauges from counts it makes anyway (C9).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from domain.ports import PreconditionFailed, StateStore, StoreError
 from domain.records import InstanceId, RecordFormatError, StateRecord
 from domain.transitions import claim, is_claimable, release_claim
 from observability import logs, metrics
+from services.admission import BacklogGate, Full
 from services.paging import BoundedScan, StopReason
 
 log = logs.get_logger("app.starter")
@@ -57,6 +60,42 @@ def release(states: StateStore, claim: Claim, now: datetime) -> bool:
     return True
 
 
+def claim_record(
+    states: StateStore, record: StateRecord, *, now: datetime, deadline: datetime
+) -> Claim:
+    """Claim `record` by a conditional replace on its etag, with the provisional CompleteBy
+    `deadline` (D2, D3); raises `PreconditionFailed` when it changed since it was read."""
+    stored = states.replace(claim(record, now=now, claim_deadline=deadline))
+    return Claim(InstanceId(stored.order_id, stored.attempt), stored)
+
+
+def claim_accepted(
+    states: StateStore,
+    record: StateRecord,
+    now: datetime,
+    *,
+    timeouts: Timeouts,
+    running: BacklogGate,
+) -> Claim | None:
+    """Claim the record a submission just stored, with the etag it was stored with (D3), when
+    it is due and `running` has room under MAX_RUNNING_ORDERS (C5); None leaves it to the
+    starter. A store error propagates; the record stays Pending or claimed, and either way the
+    starter or the supervisor takes it from there."""
+    if not is_claimable(record, now):
+        return None
+    place = running.reserve()
+    if isinstance(place, Full):
+        return None
+    won = True  # a write that failed may have landed: keep its place until the next count
+    try:
+        return claim_record(states, record, now=now, deadline=claim_deadline(now, timeouts))
+    except PreconditionFailed:
+        won = False
+        return None
+    finally:
+        running.settle(place, stored=won)
+
+
 def claim_pending(
     states: StateStore,
     now: datetime,
@@ -94,8 +133,7 @@ def claim_pending(
         if not is_claimable(record, now):
             continue
         try:
-            stored = states.replace(claim(record, now=now, claim_deadline=deadline))
-            claims.append(Claim(InstanceId(stored.order_id, stored.attempt), stored))
+            claims.append(claim_record(states, record, now=now, deadline=deadline))
         except PreconditionFailed:
             lost_races += 1
         except (RecordFormatError, StoreError) as error:

@@ -8,10 +8,13 @@ reference, docs/settings.md, is made from the declarations (tests/unit/test_sett
 
 from __future__ import annotations
 
+import datetime as dt
+import itertools
 import json
 from pathlib import Path
 
 import pytest
+from devhost.ncrontab import CronSchedule
 
 from config import Settings, SettingsError, declarations
 from domain.policies import AgentPolicy, ScanBounds, SupervisorPolicy, Timeouts
@@ -39,9 +42,14 @@ SET_FOR_THE_LOCAL_RUN = frozenset(
         "STOCK_SERVICE_URL",
         "PAYMENT_SERVICE_URL",
         "SHIPPING_SERVICE_URL",
+        "STARTER_SCHEDULE",
+        "SUPERVISOR_SCHEDULE",
+        "SUPERVISOR_CATCHUP_SCHEDULE",
+        "DEADLETTER_WATCH_SCHEDULE",
     }
 )
-"""Sample values that point the local pipeline at its own pieces instead of the default."""
+"""Sample values that point the local pipeline at its own pieces instead of the default, and
+the timers' local cadence, quicker than Azure's (which lets an idle instance scale in)."""
 
 CONTRACT_SETTINGS = frozenset(
     {
@@ -258,6 +266,28 @@ def test_every_default_is_a_value_its_setting_accepts() -> None:
         else:
             text = str(declared.default)
         assert declared.parse(text, declared.name) == declared.default, declared.name
+
+
+def test_at_rest_the_default_timers_leave_the_app_idle_ten_minutes_at_a_time_u7() -> None:
+    """On Azure (the defaults) every timer fires at the same moments, at least ten minutes
+    apart, so a Flex Consumption instance with no orders can scale in between (U7)."""
+    settings = Settings()
+    schedules = [
+        CronSchedule.parse(expression)
+        for expression in (
+            settings.starter_schedule,
+            settings.supervisor_schedule,
+            settings.supervisor_catchup_schedule,
+            settings.deadletter_watch_schedule,
+        )
+    ]
+    moment = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    wakes = []
+    for _ in range(50):
+        moment = min(schedule.next_after(moment) for schedule in schedules)
+        wakes.append(moment)
+    gaps = {later - earlier for earlier, later in itertools.pairwise(wakes)}
+    assert min(gaps) >= dt.timedelta(minutes=10), sorted(gaps)
 
 
 # --- the sample settings and the README ----------------------------------------------------

@@ -109,6 +109,9 @@ class PipelineRun:
     orders_per_second: float
     p50_ms: float
     p95_ms: float
+    start_p50_ms: float
+    start_p95_ms: float
+    """From an order's acceptance to the first agent request a service served."""
     store_reads: float
     store_writes: float
     messages: float
@@ -138,6 +141,8 @@ class SetSummary:
     throughput: Spread
     p50_ms: float
     p95_ms: float
+    start_p50_ms: float
+    start_p95_ms: float
     store_reads: float
     store_writes: float
     messages: float
@@ -160,6 +165,8 @@ class SetSummary:
             throughput=Spread.of([run.orders_per_second for run in runs]),
             p50_ms=median([run.p50_ms for run in runs]),
             p95_ms=median([run.p95_ms for run in runs]),
+            start_p50_ms=median([run.start_p50_ms for run in runs]),
+            start_p95_ms=median([run.start_p95_ms for run in runs]),
             store_reads=median([run.store_reads for run in runs]),
             store_writes=median([run.store_writes for run in runs]),
             messages=median([run.messages for run in runs]),
@@ -279,6 +286,7 @@ def check_correct(
 
 def _run_from_report(report: dict[str, Any], usage: TreeUsage) -> PipelineRun:
     latency = report["latency_ms"]
+    start = report["start_latency_ms"]
     per_order = report["per_order"]
     orders = max(1, int(report["orders"]))
     window = report["measured_window"]
@@ -287,6 +295,8 @@ def _run_from_report(report: dict[str, Any], usage: TreeUsage) -> PipelineRun:
         orders_per_second=report["orders"] / report["duration_seconds"],
         p50_ms=float(latency["p50"]),
         p95_ms=float(latency["p95"]),
+        start_p50_ms=float(start["p50"]),
+        start_p95_ms=float(start["p95"]),
         store_reads=float(per_order["store_reads"]),
         store_writes=float(per_order["store_writes"]),
         messages=float(per_order["messages"]),
@@ -436,7 +446,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def describe(run: PipelineRun) -> str:
     return (
         f"{run.orders_per_second:.1f} orders/s, p50 {run.p50_ms:,.0f} ms, "
-        f"p95 {run.p95_ms:,.0f} ms, per order {run.store_reads:.2f} reads, "
+        f"p95 {run.p95_ms:,.0f} ms, accepted to first agent request p50 "
+        f"{run.start_p50_ms:,.0f} ms, p95 {run.start_p95_ms:,.0f} ms, "
+        f"per order {run.store_reads:.2f} reads, "
         f"{run.store_writes:.2f} writes, {run.messages:.2f} messages, "
         f"peak RSS {run.peak_rss_mb:,.0f} MB, CPU {run.cpu_ms_per_order:.1f} ms/order"
         + (
@@ -460,6 +472,8 @@ def summary(summaries: Sequence[SetSummary]) -> str:
             f"{s.throughput.low:.1f}-{s.throughput.high:.1f}",
             f"{s.p50_ms:,.0f}",
             f"{s.p95_ms:,.0f}",
+            f"{s.start_p50_ms:,.0f}",
+            f"{s.start_p95_ms:,.0f}",
             f"{s.store_reads:.2f}",
             f"{s.store_writes:.2f}",
             f"{s.messages:.2f}",
@@ -478,6 +492,8 @@ def summary(summaries: Sequence[SetSummary]) -> str:
         "min-max",
         "p50 ms",
         "p95 ms",
+        "start p50 ms",
+        "start p95 ms",
         "reads/order",
         "writes/order",
         "messages/order",

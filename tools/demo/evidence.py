@@ -56,6 +56,9 @@ class Evidence:
     steps_after_compensation: list[str]
     step_latency_ms: dict[str, dict[str, float | None]]
     compensation_began: dict[str, str] = field(default_factory=dict)
+    start_latency_ms: dict[str, float | None] = field(default_factory=dict)
+    """From an order's acceptance (its record's CreatedAt) to the first side effect a service
+    performed for it, the first agent request that reached a service: p50 and p95."""
 
 
 def gather(
@@ -79,6 +82,7 @@ def gather(
         steps_after_compensation=_actions_after(began, entries),
         step_latency_ms=_step_latency(found.values(), steps),
         compensation_began={order_id: at.isoformat() for order_id, at in sorted(began.items())},
+        start_latency_ms=_start_latency(found, entries),
     )
 
 
@@ -189,6 +193,18 @@ def _supervisor(records: Iterable[StateRecord], max_failures: int) -> dict[str, 
         "compensations_resumed": resumed,
         "compensations_stalled": stalled,
     }
+
+
+def _start_latency(
+    records: Mapping[str, StateRecord], entries: Mapping[str, list[tuple[str, SideEffect]]]
+) -> dict[str, float | None]:
+    times = [
+        (min(_at(entry.at) for _, entry in entries[order_id]) - record.created_at).total_seconds()
+        * 1000
+        for order_id, record in records.items()
+        if entries.get(order_id)
+    ]
+    return {"p50": percentile(times, 0.5), "p95": percentile(times, 0.95)}
 
 
 def _step_latency(

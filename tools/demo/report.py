@@ -59,6 +59,8 @@ class DemoReport:
     duration_seconds: float
     in_progress_by_step: dict[str, int] = field(default_factory=dict)
     step_latency_ms: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    start_latency_ms: dict[str, float | None] = field(default_factory=dict)
+    """Acceptance to the first agent request a service served, p50 and p95."""
     agent_retries: int = 0
     compensations: dict[str, int] = field(default_factory=dict)
     net_effects: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -151,6 +153,7 @@ class DemoReport:
             "compensation_began": self.compensation_began,
             "latency_ms": self.latency_ms,
             "step_latency_ms": self.step_latency_ms,
+            "start_latency_ms": self.start_latency_ms,
             "per_order": self.per_order,
             "agent_retries": self.agent_retries,
             "supervisor_retries": self.supervisor_retries,
@@ -198,6 +201,11 @@ class DemoReport:
             f"  in-progress by step: {_pairs(self.in_progress_by_step)}",
             f"End-to-end latency: p50 {self.latency_ms['p50']} ms, p95 {self.latency_ms['p95']} ms",
         ]
+        if self.start_latency_ms:
+            lines.append(
+                f"  accepted to first agent request: p50 {self.start_latency_ms['p50']} ms, "
+                f"p95 {self.start_latency_ms['p95']} ms"
+            )
         for step, latency in self.step_latency_ms.items():
             lines.append(f"  {step}: p50 {latency['p50']} ms, p95 {latency['p95']} ms")
         lines += [

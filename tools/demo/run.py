@@ -301,6 +301,7 @@ async def _report(
         compensation_began=evidence.compensation_began,
         latency_ms={"p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95)},
         step_latency_ms=evidence.step_latency_ms,
+        start_latency_ms=evidence.start_latency_ms,
         per_order={
             "store_reads": round(store.reads / valid, 2),
             "store_writes": round(store.writes / valid, 2),

@@ -252,6 +252,27 @@ def test_step_latency_runs_from_the_step_before_it(clock: Clock) -> None:
     }
 
 
+def test_start_latency_runs_from_acceptance_to_the_first_request_a_service_served(
+    clock: Clock,
+) -> None:
+    books = ledgers(clock)
+    clock.at(0.5)
+    books["stock"].perform("o-1", 1, ITEMS, "o-1/reserve-stock")
+    clock.at(2)
+    books["payment"].perform("o-1", 1, MONEY, "o-1/charge-payment")
+    clock.at(1.5)
+    books["stock"].perform("o-2", 1, ITEMS, "o-2/reserve-stock")
+    records = {
+        "o-1": record("o-1", ProcessState.PROCESSED),
+        "o-2": record("o-2", ProcessState.PROCESSED),
+        "o-3": record("o-3", ProcessState.PENDING),
+    }
+
+    found = evidence(records, books)
+
+    assert found.start_latency_ms == {"p50": 500.0, "p95": 1500.0}
+
+
 def kept_report() -> DemoReport:
     return DemoReport(
         orders=1,

@@ -27,6 +27,7 @@ from domain import transitions
 from domain.contracts import AlertKind, Order
 from domain.policies import compensation_deadline, step_deadline
 from domain.ports import (
+    OperationCost,
     OperationKind,
     OrderStore,
     Page,
@@ -51,7 +52,7 @@ from services.admission import BacklogGate
 from services.operator import cancel_order, load_order, resubmit_order
 from services.paging import StopReason
 from services.retention import RetirementReport, retire_finished
-from services.starter import StarterRun, claim_pending
+from services.starter import StarterRun, claim_accepted, claim_pending
 from services.status import reply_queue_allowed
 from services.steps import Written
 from services.submission import (
@@ -483,6 +484,40 @@ def test_the_starter_claims_each_pending_order_once_with_attempt_ids_d1_d2_d3(
         assert record.locked_by == str(claim.instance_id)
         assert record.complete_by == T0 + timedelta(seconds=60)
     assert claims_at(states, T0).claims == ()
+
+
+def test_a_submission_claims_its_record_by_the_created_etag_within_the_running_cap_d3_c5(
+    stores: tuple[StateStore, OrderStore],
+) -> None:
+    """The submission's claim costs one write and no read (the create's etag), stops at the
+    running cap, and loses to a starter that claimed the record first."""
+    states, _ = stores
+    metrics: StoreMetrics = states.metrics  # type: ignore[attr-defined]
+    capped = Settings(max_running_orders=1, backlog_recount_seconds=3600)
+    running = bootstrap.running_gate(capped, states)
+    first = accepted(stores, "o-first")
+    before = metrics.snapshot()
+
+    claim = claim_accepted(states, first.record, T0, timeouts=TIMEOUTS, running=running)
+
+    assert claim is not None
+    assert str(claim.instance_id) == "o-first:1"
+    after = metrics.snapshot()
+    # The gate's count of the running orders is a query; the claim itself is one write.
+    point = [kind for kind in after if kind is not OperationKind.QUERY]
+    reads = sum(after[k].reads - before.get(k, OperationCost()).reads for k in point)
+    writes = sum(after[k].writes - before.get(k, OperationCost()).writes for k in point)
+    assert (reads, writes) == (0, 1), after
+    assert state_of(states, "o-first").locked_by == "o-first:1"
+
+    second = accepted(stores, "o-second")
+    assert claim_accepted(states, second.record, T0, timeouts=TIMEOUTS, running=running) is None
+    assert state_of(states, "o-second").process_state is ProcessState.PENDING
+
+    roomy = bootstrap.running_gate(SETTINGS, states)
+    assert [str(c.instance_id) for c in claims_at(states, T0).claims] == ["o-second:1"]
+    assert claim_accepted(states, second.record, T0, timeouts=TIMEOUTS, running=roomy) is None
+    assert state_of(states, "o-second").locked_by == "o-second:1"
 
 
 @pytest.mark.parametrize("order_id", [".", ".."])
