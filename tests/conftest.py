@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
+import bootstrap
 from observability import metrics
 
 
@@ -15,3 +16,16 @@ def fresh_gauges() -> Iterator[None]:
     metrics.reset_gauges()
     yield
     metrics.reset_gauges()
+
+
+@pytest.fixture(autouse=True)
+def no_services_left_built(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The app's services are built once per process from the settings of that moment; a test
+    that leaves them built hands its settings (stores, reply queues) to every later test of
+    its worker, which then fail far from the cause."""
+    yield
+    if bootstrap._services is not None:
+        pytest.fail(
+            f"{request.node.nodeid} left the app's services built: await bootstrap.shutdown() "
+            "in its teardown"
+        )

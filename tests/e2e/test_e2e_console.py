@@ -25,7 +25,6 @@ from domain.dead_letters import resubmitted_message_id
 from domain.records import ProcessState
 from tests.e2e.e2e_helpers import (
     E2E,
-    NEVER,
     ORDERS,
     Delivered,
     compensation_began_at,
@@ -463,10 +462,13 @@ async def test_bad_input_gets_a_4xx_with_a_reason_never_a_500(tmp_path: Path) ->
     reason with a lone surrogate, a continuation token it never gave out, and a dead letter
     another operator holds; nothing changes."""
     order = "o-bad-input"
-    async with running_pipeline(tmp_path, settings={"STARTER_SCHEDULE": NEVER}) as e2e:
+    async with running_pipeline(tmp_path) as e2e:
         await e2e.submit(order_body(order), message_id=order)
+        # Finished and its outbox cleared: no write of the app's own may change it any more.
         before = await e2e.wait_for_record(
-            order, lambda r: r.process_state is ProcessState.PENDING, "Pending"
+            order,
+            lambda r: r.process_state is ProcessState.PROCESSED and r.owed is None,
+            "Processed, outbox cleared",
         )
 
         status, answer = await console(

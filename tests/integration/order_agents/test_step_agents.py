@@ -155,7 +155,7 @@ async def test_an_agent_that_fails_inside_an_activity_gives_up_after_one_run_c4(
         raise RuntimeError("a bug in the agent")
 
     monkeypatch.setattr(agent_functions, "run_step_agent", broken)
-    req = request("charge-payment")
+    req = request("charge-payment", tries=TRIES)
 
     response = await agent_functions.run_step_agent_once(req)
 
