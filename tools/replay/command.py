@@ -1,0 +1,81 @@
+"""The replay gate's command line (C7): replay orchestration histories through the app's
+current code and say, per instance, whether it replays.
+
+    python -m tools.replay                          # the repository's recorded histories
+    python -m tools.replay --histories DIR [DIR...] # exported status files (showHistory=true)
+    python -m tools.replay --url URL --key KEY      # a running app's Running and Pending instances
+
+Exit 0 when every instance replays, 1 when one does not (non-deterministic, or of a version
+the code no longer serves), 2 when the gate cannot run (no app, an unreadable source, no
+history at all). docs/replay.md shows each verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from tools.replay.gate import judge, load
+from tools.replay.sources import (
+    RECORDED,
+    InstanceHistory,
+    SourceError,
+    from_app,
+    from_directory,
+)
+from tools.replay.verdicts import Kind
+
+CLEAN, BROKEN, CANNOT_RUN = 0, 1, 2
+
+
+def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
+    parse = argparse.ArgumentParser(
+        prog="python -m tools.replay",
+        description="Replay orchestration histories through the app's current code (C7).",
+    )
+    parse.add_argument("--app", default="function_app:app", help="module:attribute of the app")
+    parse.add_argument("--app-root", type=Path, default=Path("."), help="the app's folder")
+    source = parse.add_mutually_exclusive_group()
+    source.add_argument(
+        "--histories", type=Path, nargs="+", help="folders of exported status JSON files"
+    )
+    source.add_argument(
+        "--url",
+        default=environ.get("REPLAY_GATE_URL"),
+        help="a running app's base URL; its Running and Pending instances (env REPLAY_GATE_URL)",
+    )
+    parse.add_argument(
+        "--key",
+        default=environ.get("REPLAY_GATE_KEY"),
+        help="the Durable extension's system key for --url (env REPLAY_GATE_KEY)",
+    )
+    return parse
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.environ) -> int:
+    options = parser(environ).parse_args(argv)
+    try:
+        histories = asyncio.run(_histories(options))
+        if not histories and options.url is None:
+            raise SourceError("no history to replay")
+        app = load(options.app, options.app_root)
+        verdicts = asyncio.run(judge(app, histories))
+    except SourceError as error:
+        print(f"replay gate cannot run: {error}", file=sys.stderr)
+        return CANNOT_RUN
+    for verdict in verdicts:
+        print(verdict.line())
+    broken = [v for v in verdicts if v.kind is not Kind.CLEAN]
+    print(f"{len(verdicts) - len(broken)} of {len(verdicts)} instances replay")
+    return BROKEN if broken else CLEAN
+
+
+async def _histories(options: argparse.Namespace) -> list[InstanceHistory]:
+    if options.url is not None:
+        return await from_app(options.url, options.key)
+    folders = options.histories or [RECORDED]
+    return [history for folder in folders for history in from_directory(folder)]
