@@ -115,6 +115,7 @@ async def _get(session: aiohttp.ClientSession, url: str, params: Mapping[str, st
             raise SourceError(
                 f"{url}: refused ({response.status}): give the extension's system key"
             )
-        if response.status != 200:
+        # The extension answers 202 for an instance still running, 200 once it finished.
+        if response.status not in (200, 202):
             raise SourceError(f"{url}: answered {response.status}: {(await response.text())[:200]}")
         return await response.json()
