@@ -10,7 +10,7 @@ DURABLE_SAMPLES := .devhost/sdk-sources/azure_functions_durable-$(DURABLE_VERSIO
 IAC_VENV := .venv-iac
 CHECKOV := checkov==3.3.30
 
-.PHONY: chromium lock setup test lint typecheck pytest bench bench-servicebus bench-pipeline demo chaos console servicebus emulators clean
+.PHONY: chromium lock setup test lint typecheck pytest bench bench-servicebus bench-pipeline demo chaos console servicebus emulators replay record-histories clean
 
 setup: $(VENV)/.installed node_modules/.installed $(IAC_VENV)/.installed chromium $(DURABLE_SAMPLES)
 
@@ -117,6 +117,17 @@ bench-servicebus: setup
 
 bench-pipeline: setup
 	$(BIN)/python -m tools.bench pipeline $(ARGS)
+
+# The replay gate (docs/replay.md): histories through the current orchestrator code, exit 0
+# when all replay. Without ARGS the recorded ones; ARGS="--histories DIR" exported status
+# files; ARGS="--url URL" with REPLAY_GATE_KEY a running app's in-flight instances.
+replay: setup
+	$(BIN)/python -m tools.replay $(ARGS)
+
+# Records tests/replay_histories/v<WORKFLOW_VERSION>/ anew from two demo runs per agent shape
+# (about 2 minutes). Only when a workflow version is added: older versions' folders stay.
+record-histories: setup
+	$(BIN)/python -m tools.replay.record
 
 # The embedded broker on its own, with the app's queues; messages kept in .devhost/.
 servicebus: setup

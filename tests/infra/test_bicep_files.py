@@ -5,7 +5,10 @@ subscription scope, main.parameters.json, abbreviations.json, infra/app/*.bicep)
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import textwrap
 from importlib.metadata import version
 from pathlib import Path
 
@@ -89,3 +92,39 @@ def test_azure_yaml_runs_the_smoke_test_after_every_deployment_with_the_outputs_
     assert args.namespace == "SERVICEBUS_FULLY_QUALIFIED_NAMESPACE"
     assert args.reply_queue == "SMOKE_REPLY_QUEUE"
     assert args.orders_queue == "ORDERS_QUEUE"
+
+
+def test_azure_yaml_runs_the_replay_gate_before_every_deployment_unless_skipped_c7():
+    """The predeploy hook runs the replay gate on the recorded histories and stops the
+    deployment when it fails; SKIP_REPLAY_GATE=1 skips it and says what was not checked."""
+    text = (ROOT / "azure.yaml").read_text(encoding="utf-8")
+    hook = re.search(r"^  predeploy:\n((?:    .*\n)+)", text, re.MULTILINE)
+    assert hook is not None
+    shells = dict(
+        (os, run)
+        for os, run in re.findall(
+            r"^    (posix|windows):\n      shell: \w+\n      run: \|\n((?:        .*\n)+)",
+            hook.group(1),
+            re.MULTILINE,
+        )
+    )
+    assert set(shells) == {"posix", "windows"}
+    assert all("-m tools.replay" in run and "SKIP_REPLAY_GATE" in run for run in shells.values())
+
+    script = textwrap.dedent(shells["posix"])
+    environ = {k: v for k, v in os.environ.items() if k != "SKIP_REPLAY_GATE"}
+    ran = subprocess.run(
+        ["sh", "-c", script], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=300
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert " instances replay" in ran.stdout
+    skipped = subprocess.run(
+        ["sh", "-c", script],
+        cwd=ROOT,
+        env={**environ, "SKIP_REPLAY_GATE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert skipped.returncode == 0
+    assert "replay gate skipped" in skipped.stdout

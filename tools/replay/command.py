@@ -27,7 +27,7 @@ from tools.replay.sources import (
     from_app,
     from_directory,
 )
-from tools.replay.verdicts import Kind
+from tools.replay.verdicts import RULE, Kind
 
 CLEAN, BROKEN, CANNOT_RUN = 0, 1, 2
 
@@ -71,6 +71,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.envi
         print(verdict.line())
     broken = [v for v in verdicts if v.kind is not Kind.CLEAN]
     print(f"{len(verdicts) - len(broken)} of {len(verdicts)} instances replay")
+    if broken:
+        print(f"To ship this code without breaking them: {RULE}")
     return BROKEN if broken else CLEAN
 
 

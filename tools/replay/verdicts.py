@@ -47,7 +47,7 @@ def unserved(
         instance_id,
         Kind.UNSERVED,
         f"started as version {version!r}, which this code no longer serves (it serves "
-        f"{', '.join(sorted(served))}); {RULE}",
+        f"{', '.join(sorted(served))})",
         origin,
     )
 
@@ -57,14 +57,14 @@ def of_check(check: HistoryCheck, origin: str) -> Verdict:
         return Verdict(
             check.instance_id,
             Kind.NON_DETERMINISTIC,
-            f"{_first(str(check.mismatch))}; {RULE}",
+            _essence(str(check.mismatch)),
             origin,
         )
     if check.failure is not None:
         return Verdict(
             check.instance_id,
             Kind.NON_DETERMINISTIC,
-            f"the code raised where the recorded run went on: {check.failure}; {RULE}",
+            f"the code raised where the recorded run went on: {check.failure}",
             origin,
         )
     return Verdict(
@@ -72,6 +72,8 @@ def of_check(check: HistoryCheck, origin: str) -> Verdict:
     )
 
 
-def _first(message: str) -> str:
-    """The engine's message up to its own advice, which the rule replaces."""
-    return message.split(" The orchestrator code changed", 1)[0].rstrip(".")
+def _essence(message: str) -> str:
+    """The engine's message without the instance id the verdict shows already and without its
+    own advice, which RULE replaces."""
+    start = message.find("at sequence id")
+    return message[max(start, 0) :].split(" The orchestrator code changed", 1)[0].rstrip(".")

@@ -14,7 +14,7 @@ from tools.demo.showcase import SCRIPTED_PATHS
 from tools.replay.gate import judge, load
 from tools.replay.record import REDACTED, SHAPES
 from tools.replay.sources import RECORDED, InstanceHistory, from_directory
-from tools.replay.verdicts import Kind
+from tools.replay.verdicts import RULE, Kind
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -40,7 +40,7 @@ async def test_every_recorded_history_replays_at_every_episode_c7() -> None:
     verdicts = await judge(load("function_app:app", ROOT), histories)
 
     broken = [verdict.line() for verdict in verdicts if verdict.kind is not Kind.CLEAN]
-    assert not broken, "\n".join(["A recorded order in flight no longer replays:", *broken])
+    assert not broken, "\n".join(["Recorded orders in flight no longer replay:", *broken, RULE])
     assert len(verdicts) > len(recorded)
 
 

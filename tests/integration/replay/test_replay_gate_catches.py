@@ -78,7 +78,6 @@ async def test_a_renamed_activity_is_caught_at_its_first_call(
         assert verdict.kind is Kind.NON_DETERMINISTIC
         assert "the history has TASK_SCHEDULED 'begin_step'" in verdict.detail
         assert "the code now asks for activity 'start_step'" in verdict.detail
-        assert RULE in verdict.detail
 
 
 async def test_a_removed_step_is_caught_where_the_history_begins_it(
@@ -147,6 +146,7 @@ def test_dropping_the_old_version_leaves_its_orders_unserved(
     assert code == BROKEN
     assert "unserved version" in out
     assert "started as version '1.0', which this code no longer serves (it serves 2.0)" in out
+    assert out.rstrip().endswith(RULE)
 
 
 def test_the_exit_codes_say_clean_broken_or_cannot_run(
