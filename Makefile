@@ -120,7 +120,7 @@ bench-pipeline: setup
 
 # The replay gate (docs/replay.md): histories through the current orchestrator code, exit 0
 # when all replay. Without ARGS the recorded ones; ARGS="--histories DIR" exported status
-# files; ARGS="--url URL" with REPLAY_GATE_KEY a running app's in-flight instances.
+# files; ARGS="--scheduler ENDPOINT --task-hub HUB" a Durable Task Scheduler's in-flight ones.
 replay: setup
 	$(BIN)/python -m tools.replay $(ARGS)
 

@@ -316,6 +316,10 @@ output CLIENT_REPLY_QUEUES string = join(replyQueueNames, ',')
 // The reply queue of the postdeploy smoke test, empty without a deployer (azure.yaml).
 output SMOKE_REPLY_QUEUE string = empty(principalId) ? '' : '${smokeClientName}-replies'
 output COSMOS_ENDPOINT string = cosmos.outputs.endpoint
+// Where the predeploy replay gate reads the instances in flight (azure.yaml); empty on the
+// Azure Storage backend, whose histories the gate cannot read.
+output DURABLE_TASK_SCHEDULER_ENDPOINT string = useDts ? dts.outputs.endpoint : ''
+output TASKHUB_NAME string = useDts ? dts.outputs.taskHubName : ''
 // The app's URL, as the console's CLI takes it (CONSOLE_URL); the page is <url>/api/console.
 output CONSOLE_URL string = 'https://${functionApp.outputs.defaultHostName}'
 output CONSOLE_AUTH_ENABLED bool = functionApp.outputs.consoleAuthEnabled

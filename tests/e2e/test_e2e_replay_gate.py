@@ -1,46 +1,97 @@
-"""The replay gate on a running app (C7): the devhost's Durable HTTP API gives the gate the
-histories of the instances in flight, with the extension's system key, as a predeploy check
-reads a deployed app's."""
+"""The replay gate on a running app (C7): the histories of the instances in flight, read as a
+predeploy check reads a deployed app's: from its Durable Task Scheduler with Microsoft's
+``durabletask`` client, or through the Durable HTTP API with the extension's system key."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from domain.records import ProcessState
-from tests.e2e.e2e_helpers import order_body, running_pipeline
+from tests.e2e.e2e_helpers import E2E, order_body, running_pipeline
+from tests.infra.azure_yaml import hook
+from tests.infra.bicep import ROOT
 from tools.replay.command import CANNOT_RUN, CLEAN, main
 from tools.simulators.services import FaultKind, FaultPlan, FaultRule
 
 ORDER = "o-in-flight"
 
 
-async def test_c7_the_gate_replays_the_instances_a_running_app_has_in_flight(
+# The stock service never answers, so the order's first attempt stays in flight.
+HANGS = FaultPlan(rules=(FaultRule(FaultKind.HANG, order_id=ORDER, operation="reserve"),))
+
+
+async def in_flight(e2e: E2E) -> None:
+    await e2e.submit(order_body(ORDER), message_id=ORDER)
+    await e2e.wait_for_record(
+        ORDER,
+        lambda r: r.process_state is ProcessState.PROCESSING and r.current_step is not None,
+        "Processing, its first step begun",
+    )
+
+
+async def test_c7_the_gate_reads_the_instances_in_flight_from_the_scheduler(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The stock service never answers, so the order's first attempt stays in flight.
-    stock = FaultPlan(rules=(FaultRule(FaultKind.HANG, order_id=ORDER, operation="reserve"),))
-    async with running_pipeline(tmp_path, service_faults={"stock": stock}) as e2e:
-        await e2e.submit(order_body(ORDER), message_id=ORDER)
-        await e2e.wait_for_record(
-            ORDER,
-            lambda r: r.process_state is ProcessState.PROCESSING and r.current_step is not None,
-            "Processing, its first step begun",
+    async with running_pipeline(tmp_path, service_faults={"stock": HANGS}) as e2e:
+        await in_flight(e2e)
+        scheduler = e2e.pipeline.host.scheduler
+        assert scheduler is not None
+        hub = scheduler.task_hub
+
+        code = await asyncio.to_thread(main, ["--scheduler", scheduler.endpoint, "--task-hub", hub])
+        out, err = capsys.readouterr()
+        elsewhere = await asyncio.to_thread(
+            main, ["--scheduler", scheduler.endpoint, "--task-hub", "another-hub"]
         )
+        refusal = capsys.readouterr().err
+        # azd's predeploy hook, with the outputs a deployment gives it.
+        predeploy = await asyncio.to_thread(
+            subprocess.run,
+            ["sh", "-c", hook("predeploy")["posix"][1]],
+            cwd=ROOT,
+            env={
+                **os.environ,
+                "DURABLE_TASK_SCHEDULER_ENDPOINT": scheduler.endpoint,
+                "TASKHUB_NAME": hub,
+            },
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    assert code == CLEAN, out + err
+    assert f"replays           {ORDER}:1" in out
+    assert "1 of 1 instances replay" in out
+    assert elsewhere == CANNOT_RUN
+    assert "NOT_FOUND: task hub 'another-hub' does not exist here" in refusal
+    assert predeploy.returncode == 0, predeploy.stdout + predeploy.stderr
+    assert f"replays           {ORDER}:1" in predeploy.stdout
+
+
+async def test_c7_the_durable_http_api_shows_a_summary_the_gate_will_not_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As the Durable extension on Azure, the devhost's HTTP API shows a history's summary:
+    the gate refuses to guess from it and names the source to use instead."""
+    async with running_pipeline(tmp_path, service_faults={"stock": HANGS}) as e2e:
+        await in_flight(e2e)
         host = e2e.pipeline.host
         assert host.http is not None
         assert host.keys is not None
         url = f"http://127.0.0.1:{host.http.port}"
 
         code = await asyncio.to_thread(main, ["--url", url, f"--key={host.keys.durable_extension}"])
-        out, err = capsys.readouterr()
-        refused = await asyncio.to_thread(main, ["--url", url, "--key", "not-the-key"])
-        refusal = capsys.readouterr().err
+        summary = capsys.readouterr().err
+        refused = await asyncio.to_thread(main, ["--url", url, "--key=not-the-key"])
+        unauthorised = capsys.readouterr().err
 
-    assert code == CLEAN, out + err
-    assert f"replays           {ORDER}:1" in out
-    assert "1 of 1 instances replay" in out
+    assert code == CANNOT_RUN
+    assert f"{ORDER}:1 is a summarised history" in summary
+    assert "(--scheduler)" in summary
     assert refused == CANNOT_RUN
-    assert "give the extension's system key" in refusal
+    assert "give the extension's system key" in unauthorised

@@ -8,12 +8,12 @@ import json
 import os
 import re
 import subprocess
-import textwrap
 from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
+from tests.infra.azure_yaml import hook
 from tests.infra.bicep import APP, BICEP_FILES, INFRA, ROOT, body, module, parse
 from tools.smoke.command import parser
 
@@ -73,16 +73,12 @@ def test_azure_yaml_runs_the_smoke_test_after_every_deployment_with_the_outputs_
     """The postdeploy hook runs `python -m tools.smoke` on either shell, and the command finds
     the namespace, the orders queue and its reply queue in main.bicep's outputs, which azd
     hands to its hooks as environment variables."""
-    text = (ROOT / "azure.yaml").read_text(encoding="utf-8")
-    hook = re.search(r"^hooks:\n  postdeploy:\n((?:    .*\n)+)", text, re.MULTILINE)
-    assert hook is not None
-    shells = re.findall(
-        r"^    (posix|windows):\n      shell: (\w+)\n      run: \|\n((?:        .*\n)+)",
-        hook.group(1),
-        re.MULTILINE,
-    )
-    assert {(os, shell) for os, shell, _ in shells} == {("posix", "sh"), ("windows", "pwsh")}
-    for _, _, run in shells:
+    shells = hook("postdeploy")
+    assert {(os, shell) for os, (shell, _) in shells.items()} == {
+        ("posix", "sh"),
+        ("windows", "pwsh"),
+    }
+    for _, run in shells.values():
         assert "-m tools.smoke" in run
 
     # Each output's value stands for its name: the options that took their default from the
@@ -95,29 +91,33 @@ def test_azure_yaml_runs_the_smoke_test_after_every_deployment_with_the_outputs_
 
 
 def test_azure_yaml_runs_the_replay_gate_before_every_deployment_unless_skipped_c7():
-    """The predeploy hook runs the replay gate on the recorded histories and stops the
-    deployment when it fails; SKIP_REPLAY_GATE=1 skips it and says what was not checked."""
-    text = (ROOT / "azure.yaml").read_text(encoding="utf-8")
-    hook = re.search(r"^  predeploy:\n((?:    .*\n)+)", text, re.MULTILINE)
-    assert hook is not None
-    shells = dict(
-        (os, run)
-        for os, run in re.findall(
-            r"^    (posix|windows):\n      shell: \w+\n      run: \|\n((?:        .*\n)+)",
-            hook.group(1),
-            re.MULTILINE,
-        )
-    )
-    assert set(shells) == {"posix", "windows"}
-    assert all("-m tools.replay" in run and "SKIP_REPLAY_GATE" in run for run in shells.values())
+    """The predeploy hook runs the replay gate on the recorded histories, then on the instances
+    in flight when the deployment names a scheduler, and stops the deployment when it fails;
+    SKIP_REPLAY_GATE=1 skips it and says what was not checked. main.bicep outputs what the
+    hook reads."""
+    shells = hook("predeploy")
+    assert {(os, shell) for os, (shell, _) in shells.items()} == {
+        ("posix", "sh"),
+        ("windows", "pwsh"),
+    }
+    for _, run in shells.values():
+        assert "-m tools.replay" in run
+        assert "SKIP_REPLAY_GATE" in run
+    outputs = module("main")["outputs"]
+    assert {"DURABLE_TASK_SCHEDULER_ENDPOINT", "TASKHUB_NAME"} <= set(outputs)
 
-    script = textwrap.dedent(shells["posix"])
-    environ = {k: v for k, v in os.environ.items() if k != "SKIP_REPLAY_GATE"}
+    script = shells["posix"][1]
+    environ = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("SKIP_REPLAY_GATE", "DURABLE_TASK_SCHEDULER_ENDPOINT")
+    }
     ran = subprocess.run(
         ["sh", "-c", script], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=300
     )
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert " instances replay" in ran.stdout
+    assert "no instance in flight was read" in ran.stdout
     skipped = subprocess.run(
         ["sh", "-c", script],
         cwd=ROOT,

@@ -2,8 +2,10 @@
 current code and say, per instance, whether it replays.
 
     python -m tools.replay                          # the repository's recorded histories
-    python -m tools.replay --histories DIR [DIR...] # exported status files (showHistory=true)
-    python -m tools.replay --url URL --key KEY      # a running app's Running and Pending instances
+    python -m tools.replay --histories DIR [DIR...] # status files with whole events
+    python -m tools.replay --scheduler ENDPOINT --task-hub NAME   # a scheduler's in-flight ones
+    python -m tools.replay --url URL --key=KEY      # a running app's Durable HTTP API (a summary:
+                                                    # refused, see docs/replay.md)
 
 Exit 0 when every instance replays, 1 when one does not (non-deterministic, or of a version
 the code no longer serves), 2 when the gate cannot run (no app, an unreadable source, no
@@ -20,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tools.replay.gate import judge, load
+from tools.replay.scheduler import from_scheduler
 from tools.replay.sources import (
     RECORDED,
     InstanceHistory,
@@ -43,10 +46,16 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     source.add_argument(
         "--histories", type=Path, nargs="+", help="folders of exported status JSON files"
     )
+    source.add_argument("--url", help="a running app's base URL; its Running and Pending instances")
     source.add_argument(
-        "--url",
-        default=environ.get("REPLAY_GATE_URL"),
-        help="a running app's base URL; its Running and Pending instances (env REPLAY_GATE_URL)",
+        "--scheduler",
+        help="a Durable Task Scheduler's endpoint; its task hub's Running and Pending instances,"
+        " with DefaultAzureCredential over https",
+    )
+    parse.add_argument(
+        "--task-hub",
+        default=environ.get("TASKHUB_NAME"),
+        help="the task hub for --scheduler (env TASKHUB_NAME)",
     )
     parse.add_argument(
         "--key",
@@ -60,7 +69,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.envi
     options = parser(environ).parse_args(argv)
     try:
         histories = asyncio.run(_histories(options))
-        if not histories and options.url is None:
+        if not histories and options.url is None and options.scheduler is None:
             raise SourceError("no history to replay")
         app = load(options.app, options.app_root)
         verdicts = asyncio.run(judge(app, histories))
@@ -77,6 +86,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.envi
 
 
 async def _histories(options: argparse.Namespace) -> list[InstanceHistory]:
+    if options.scheduler is not None:
+        if not options.task_hub:
+            raise SourceError("--scheduler needs --task-hub (or TASKHUB_NAME)")
+        return await asyncio.to_thread(from_scheduler, options.scheduler, options.task_hub)
     if options.url is not None:
         return await from_app(options.url, options.key)
     folders = options.histories or [RECORDED]

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from devhost.durable.history import HistoryEvent, event_type_name
+from devhost.durable.history import DTFX_NAMES, EventType, HistoryEvent
 
 from domain.workflow import WORKFLOW_VERSION
 from tools import cost
@@ -52,7 +52,7 @@ def redacted(value: Any) -> Any:
 
 def redacted_event(event: HistoryEvent) -> dict[str, Any]:
     """The event as a status body shows it, its JSON payloads redacted."""
-    shown: dict[str, Any] = {**event, "EventType": event_type_name(event)}
+    shown: dict[str, Any] = {**event, "EventType": DTFX_NAMES[EventType(event["EventType"])]}
     for field in PAYLOAD_FIELDS:
         text = shown.get(field)
         if isinstance(text, str):

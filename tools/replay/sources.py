@@ -1,11 +1,12 @@
 """Where the gate's histories come from (C7): exported status files, a running app's Durable
 HTTP API, or the histories recorded in the repository (``RECORDED``).
 
-A history is read from a status body as the Durable HTTP API answers ``showHistory=true``
-(``instanceId``, ``historyEvents``), with its events whole: the devhost's API answers them so.
-The Durable extension's API on Azure answers a summary instead (no ``EventId``, scheduling
-events folded into their completions, event payloads and the version dropped), from which no
-replay can be made; such a history is refused with that reason, never guessed at.
+A history is read from a status body (``instanceId``, ``historyEvents``) with its events whole,
+as the recorder writes them. The Durable extension's HTTP API (``showHistory=true``), on Azure
+as under the devhost, answers a summary instead (no ``EventId``, scheduling events folded into
+their completions, event payloads and the version dropped), from which no replay can be made;
+such a history is refused with that reason, never guessed at. Full histories of an app's
+instances in flight come from its scheduler (``tools/replay/scheduler.py``).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def from_status(body: Any, origin: str) -> InstanceHistory:
         raise SourceError(
             f"{origin}: {instance_id} is a summarised history (events without EventId, as the "
             "Durable extension's HTTP API shows them): it drops the scheduling events and the "
-            "event payloads a replay needs"
+            "event payloads a replay needs; read the app's scheduler instead (--scheduler)"
         )
     try:
         stored = [as_stored(dict(event)) for event in events]

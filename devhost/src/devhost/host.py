@@ -31,6 +31,7 @@ from devhost import telemetry
 from devhost.clock import Clock, RealClock, VirtualClock
 from devhost.durable import DurableEngine
 from devhost.durable.management_http import ManagementApi
+from devhost.durable.scheduler_api import SchedulerApi
 from devhost.function_keys import KEYS_FILE, FunctionKeys
 from devhost.host_config import HostConfig
 from devhost.indexing import IndexedFunction, index_app, load_app
@@ -74,6 +75,8 @@ class DevHost:
         self.functions: list[IndexedFunction] = []
         self.engine: DurableEngine | None = None
         self.management: ManagementApi | None = None
+        self.scheduler: SchedulerApi | None = None
+        """The Durable Task Scheduler's read API (full histories) on the engine's instances."""
         self.http: HttpTriggerServer | None = None
         self.keys: FunctionKeys | None = None
         """The function and master keys HTTP triggers check, also in <data>/keys.json."""
@@ -115,6 +118,8 @@ class DevHost:
         )
         self.management = ManagementApi(self.engine, task_hub=config.durable_task.hub_name)
         await self.management.start()
+        self.scheduler = SchedulerApi(self.engine, config.durable_task.hub_name)
+        await self.scheduler.start()
         management = self.management
         app_root = str(self.options.app_root.resolve())
         bindings = {"durableClient": management.client_binding_json}
@@ -325,6 +330,8 @@ class DevHost:
             await self.engine.close()
         if self.management is not None:
             await self.management.stop()
+        if self.scheduler is not None:
+            await self.scheduler.stop()
         # The Durable SDK keeps one aiohttp session per process; it belongs to this loop.
         await close_durable_http_session()
         self._restore_environment()

@@ -34,6 +34,25 @@ class EventType(IntEnum):
     EVENT_RAISED = 15
 
 
+DTFX_NAMES = {
+    EventType.EXECUTION_STARTED: "ExecutionStarted",
+    EventType.EXECUTION_COMPLETED: "ExecutionCompleted",
+    EventType.EXECUTION_TERMINATED: "ExecutionTerminated",
+    EventType.TASK_SCHEDULED: "TaskScheduled",
+    EventType.TASK_COMPLETED: "TaskCompleted",
+    EventType.TASK_FAILED: "TaskFailed",
+    EventType.SUB_ORCHESTRATION_CREATED: "SubOrchestrationInstanceCreated",
+    EventType.SUB_ORCHESTRATION_COMPLETED: "SubOrchestrationInstanceCompleted",
+    EventType.SUB_ORCHESTRATION_FAILED: "SubOrchestrationInstanceFailed",
+    EventType.TIMER_CREATED: "TimerCreated",
+    EventType.TIMER_FIRED: "TimerFired",
+    EventType.ORCHESTRATOR_STARTED: "OrchestratorStarted",
+    EventType.ORCHESTRATOR_COMPLETED: "OrchestratorCompleted",
+    EventType.EVENT_RAISED: "EventRaised",
+}
+"""Each event type's name in DTFx's ``EventType``, as the Durable extension's JSON shows it."""
+
+
 class OrchestrationStatusCode(IntEnum):
     """``OrchestrationStatus`` values carried by ExecutionCompleted events."""
 

@@ -6,7 +6,8 @@ aiohttp calls to those URLs.  This server answers them on 127.0.0.1 (ephemeral p
 
 * ``POST   {rpc}orchestrators/{name}[/{instanceId}][?version=]`` start_new
 * ``POST   {rpc}instances/{id}/raiseEvent/{event}``            raise_event
-* ``GET    {rpc}instances/{id}?showHistory=&showInput=``       get_status
+* ``GET    {rpc}instances/{id}?showHistory=&showHistoryOutput=&showInput=`` get_status
+  (the history in the extension's summary, ``status.summarised``)
 * ``GET    {rpc}instances/?runtimeStatus=&createdTimeFrom=&createdTimeTo=&instanceIdPrefix=``
 * ``POST   {rpc}instances/{id}/terminate?reason=``             terminate
 * ``DELETE {rpc}instances/{id}``                               purge_instance_history
@@ -215,7 +216,8 @@ class ManagementApi:
         if status is None:
             return _message(404, f"No instance with ID '{instance_id}' found.")
         finished = status.runtime_status.is_terminal
-        return web.json_response(status.to_json(), status=200 if finished else 202)
+        body = status.to_json(show_history_output=_flag(request, "showHistoryOutput", False))
+        return web.json_response(body, status=200 if finished else 202)
 
     async def _query(self, request: web.Request) -> web.Response:
         statuses_arg = request.query.get("runtimeStatus")

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from devhost.durable.history import EventType, HistoryEvent, OrchestrationStatusCode
+from devhost.durable.history import DTFX_NAMES, EventType, HistoryEvent, OrchestrationStatusCode
 from devhost.durable.replay import ReplayFunction
 from devhost.durable.translation import (
     REPLAY_SCHEMA_VERSION,
@@ -103,13 +103,12 @@ def _ended_failed(history: list[HistoryEvent]) -> bool:
 
 
 def as_stored(event: dict[str, Any]) -> HistoryEvent:
-    """An event as a status body shows it (``EventType`` by name, as the engine's HTTP API and
-    the Durable extension write it) in the engine's stored form."""
+    """An event shown with its ``EventType`` by name, DTFx's (``TaskScheduled``) or the
+    engine's (``TASK_SCHEDULED``), in the engine's stored form."""
     kind = event.get("EventType")
     if isinstance(kind, str):
-        key = kind.replace("_", "").upper()
         for member in EventType:
-            if member.name.replace("_", "") == key:
+            if kind in (member.name, DTFX_NAMES.get(member)):
                 return {**event, "EventType": int(member)}
         raise UnreadableHistoryError(f"unknown history event type {kind!r}")
     return event
