@@ -10,12 +10,19 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from devhost.durable import RuntimeStatus
+from devhost.testing import eventually_true
 
+from domain.agent_messages import AgentOperation
 from domain.records import ProcessState
+from orchestrators import order_workflow
 from tests.e2e.e2e_helpers import E2E, order_body, running_pipeline
 from tests.infra.azure_yaml import hook
 from tests.infra.bicep import ROOT
 from tools.replay.command import CANNOT_RUN, CLEAN, main
+from tools.replay.gate import judge, load
+from tools.replay.sources import InstanceHistory
+from tools.replay.verdicts import Kind
 from tools.simulators.services import FaultKind, FaultPlan, FaultRule
 
 ORDER = "o-in-flight"
@@ -95,3 +102,36 @@ async def test_c7_the_durable_http_api_shows_a_summary_the_gate_will_not_replay(
     assert "(--scheduler)" in summary
     assert refused == CANNOT_RUN
     assert "give the extension's system key" in unauthorised
+
+
+async def test_c7_the_gates_verdict_is_the_error_the_engine_fails_the_order_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The devhost's fidelity: an order in flight, judged by the gate after a change, and
+    then replayed live by the engine under that change, meet the same words."""
+    async with running_pipeline(
+        tmp_path, service_faults={"stock": HANGS}, virtual_time=True
+    ) as e2e:
+        await in_flight(e2e)
+        status = await e2e.instance(f"{ORDER}:1")
+        assert status is not None
+        assert status.history is not None
+        recorded = InstanceHistory(f"{ORDER}:1", status.history, "the running devhost")
+
+        renamed = dict(order_workflow._BEGIN)
+        renamed[AgentOperation.DO] = ("start_step", order_workflow.RUN_STEP)
+        monkeypatch.setattr(order_workflow, "_BEGIN", renamed)
+        [verdict] = await judge(load("function_app:app", ROOT), [recorded])
+
+        async def failed() -> bool:
+            live = await e2e.instance(f"{ORDER}:1")
+            return live is not None and live.runtime_status is RuntimeStatus.FAILED
+
+        # The step's timer fires: the engine replays the instance under the changed code.
+        await eventually_true(failed, "the engine failing the changed instance")
+        live = await e2e.instance(f"{ORDER}:1")
+
+    assert verdict.kind is Kind.NON_DETERMINISTIC
+    assert live is not None
+    assert verdict.detail in str(live.output)
+    assert "asks for activity 'start_step'" in verdict.detail
