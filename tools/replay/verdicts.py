@@ -57,7 +57,8 @@ def of_check(check: HistoryCheck, origin: str) -> Verdict:
         return Verdict(
             check.instance_id,
             Kind.NON_DETERMINISTIC,
-            _essence(str(check.mismatch)),
+            f"at sequence id {check.mismatch.sequence_id}: the history has "
+            f"{check.mismatch.history_has} but the code now asks for {check.mismatch.code_wants}",
             origin,
         )
     if check.failure is not None:
@@ -70,10 +71,3 @@ def of_check(check: HistoryCheck, origin: str) -> Verdict:
     return Verdict(
         check.instance_id, Kind.CLEAN, f"{check.orchestrator} version {check.version}", origin
     )
-
-
-def _essence(message: str) -> str:
-    """The engine's message without the instance id the verdict shows already and without its
-    own advice, which RULE replaces."""
-    start = message.find("at sequence id")
-    return message[max(start, 0) :].split(" The orchestrator code changed", 1)[0].rstrip(".")

@@ -87,6 +87,8 @@ class NonDeterminismError(Exception):
         )
         self.instance_id = instance_id
         self.sequence_id = sequence_id
+        self.history_has = history_has
+        self.code_wants = code_wants
 
 
 class UnsupportedActionError(Exception):
