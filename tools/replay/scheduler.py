@@ -66,8 +66,16 @@ def _instance(instance: history.OrchestrationInstance | None) -> dict[str, Any] 
     return {"InstanceId": instance.instance_id, "ExecutionId": instance.execution_id}
 
 
-def _failure(details: Any) -> dict[str, Any]:
+def _completion(event: Any) -> dict[str, Any]:
+    """An activity's or a sub-orchestration's completion."""
+    return {"TaskScheduledId": event.task_scheduled_id, "Result": event.result}
+
+
+def _failure(event: Any) -> dict[str, Any]:
+    """An activity's or a sub-orchestration's failure."""
+    details = event.failure_details
     return {
+        "TaskScheduledId": event.task_scheduled_id,
         "Reason": "" if details is None else details.message,
         "Details": None if details is None else details.stack_trace,
     }
@@ -96,14 +104,8 @@ _FIELDS: dict[type[Any], tuple[EventType, Callable[[Any], dict[str, Any]]]] = {
         EventType.TASK_SCHEDULED,
         lambda e: {"Name": e.name, "Version": e.version or "", "Input": e.input},
     ),
-    history.TaskCompletedEvent: (
-        EventType.TASK_COMPLETED,
-        lambda e: {"TaskScheduledId": e.task_scheduled_id, "Result": e.result},
-    ),
-    history.TaskFailedEvent: (
-        EventType.TASK_FAILED,
-        lambda e: {"TaskScheduledId": e.task_scheduled_id, **_failure(e.failure_details)},
-    ),
+    history.TaskCompletedEvent: (EventType.TASK_COMPLETED, _completion),
+    history.TaskFailedEvent: (EventType.TASK_FAILED, _failure),
     history.SubOrchestrationInstanceCreatedEvent: (
         EventType.SUB_ORCHESTRATION_CREATED,
         lambda e: {
@@ -115,12 +117,9 @@ _FIELDS: dict[type[Any], tuple[EventType, Callable[[Any], dict[str, Any]]]] = {
     ),
     history.SubOrchestrationInstanceCompletedEvent: (
         EventType.SUB_ORCHESTRATION_COMPLETED,
-        lambda e: {"TaskScheduledId": e.task_scheduled_id, "Result": e.result},
+        _completion,
     ),
-    history.SubOrchestrationInstanceFailedEvent: (
-        EventType.SUB_ORCHESTRATION_FAILED,
-        lambda e: {"TaskScheduledId": e.task_scheduled_id, **_failure(e.failure_details)},
-    ),
+    history.SubOrchestrationInstanceFailedEvent: (EventType.SUB_ORCHESTRATION_FAILED, _failure),
     history.TimerCreatedEvent: (EventType.TIMER_CREATED, lambda e: {"FireAt": _time(e.fire_at)}),
     history.TimerFiredEvent: (
         EventType.TIMER_FIRED,

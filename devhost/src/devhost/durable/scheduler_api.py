@@ -133,11 +133,22 @@ def _instance(value: Any) -> pb.OrchestrationInstance | None:
     )
 
 
-def _failure(event: HistoryEvent) -> pb.TaskFailureDetails:
-    return pb.TaskFailureDetails(
-        errorType="Exception",
-        errorMessage=str(event.get("Reason") or ""),
-        stackTrace=_text(event.get("Details")),
+def _completed(message: Callable[..., Any]) -> Callable[[HistoryEvent], Any]:
+    """The body of a completion (an activity's or a sub-orchestration's) as ``message``."""
+    return lambda e: message(
+        taskScheduledId=int(e["TaskScheduledId"]), result=_text(e.get("Result"))
+    )
+
+
+def _failed(message: Callable[..., Any]) -> Callable[[HistoryEvent], Any]:
+    """The body of a failure (an activity's or a sub-orchestration's) as ``message``."""
+    return lambda e: message(
+        taskScheduledId=int(e["TaskScheduledId"]),
+        failureDetails=pb.TaskFailureDetails(
+            errorType="Exception",
+            errorMessage=str(e.get("Reason") or ""),
+            stackTrace=_text(e.get("Details")),
+        ),
     )
 
 
@@ -168,18 +179,8 @@ _BODIES: dict[int, tuple[str, Callable[[HistoryEvent], Any]]] = {
             name=str(e.get("Name")), version=_text(e.get("Version")), input=_text(e.get("Input"))
         ),
     ),
-    EventType.TASK_COMPLETED: (
-        "taskCompleted",
-        lambda e: pb.TaskCompletedEvent(
-            taskScheduledId=int(e["TaskScheduledId"]), result=_text(e.get("Result"))
-        ),
-    ),
-    EventType.TASK_FAILED: (
-        "taskFailed",
-        lambda e: pb.TaskFailedEvent(
-            taskScheduledId=int(e["TaskScheduledId"]), failureDetails=_failure(e)
-        ),
-    ),
+    EventType.TASK_COMPLETED: ("taskCompleted", _completed(pb.TaskCompletedEvent)),
+    EventType.TASK_FAILED: ("taskFailed", _failed(pb.TaskFailedEvent)),
     EventType.SUB_ORCHESTRATION_CREATED: (
         "subOrchestrationInstanceCreated",
         lambda e: pb.SubOrchestrationInstanceCreatedEvent(
@@ -191,15 +192,11 @@ _BODIES: dict[int, tuple[str, Callable[[HistoryEvent], Any]]] = {
     ),
     EventType.SUB_ORCHESTRATION_COMPLETED: (
         "subOrchestrationInstanceCompleted",
-        lambda e: pb.SubOrchestrationInstanceCompletedEvent(
-            taskScheduledId=int(e["TaskScheduledId"]), result=_text(e.get("Result"))
-        ),
+        _completed(pb.SubOrchestrationInstanceCompletedEvent),
     ),
     EventType.SUB_ORCHESTRATION_FAILED: (
         "subOrchestrationInstanceFailed",
-        lambda e: pb.SubOrchestrationInstanceFailedEvent(
-            taskScheduledId=int(e["TaskScheduledId"]), failureDetails=_failure(e)
-        ),
+        _failed(pb.SubOrchestrationInstanceFailedEvent),
     ),
     EventType.TIMER_CREATED: (
         "timerCreated",
