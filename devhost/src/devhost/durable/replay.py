@@ -112,7 +112,7 @@ class PastEvents:
         del parsed.stored[same:], parsed.events[same:], parsed.played[same:]
         for text in stored[same:]:
             event = json.loads(text)
-            playable = _with_version(event)
+            playable = with_version(event)
             parsed.stored.append(text)
             parsed.events.append(playable)
             parsed.played.append(_played_json(text, event, playable))
@@ -143,7 +143,7 @@ def _played_json(text: str, event: HistoryEvent, playable: HistoryEvent) -> str:
 
     ``history.new_event`` writes the integer ``EventType`` and ``EventId`` before
     ``IsPlayed``, so in such a document the first ``"IsPlayed": false`` is that key; any
-    other document, or one ``_with_version`` completed, is encoded anew.
+    other document, or one ``with_version`` completed, is encoded anew.
     """
     if playable is event and tuple(event)[:3] == _LEADING_KEYS and event["IsPlayed"] is False:
         return text.replace(_UNPLAYED, _PLAYED, 1)
@@ -172,7 +172,14 @@ async def _decide_episode(
     episode = [new_event(EventType.ORCHESTRATOR_STARTED, request.now), *request.new_events]
     past = parsed.events
     try:
-        state = await replay(request.orchestrator, _context_json(request, parsed.played, episode))
+        context = context_json(
+            request.instance_id,
+            request.parent_instance_id,
+            request.input_json,
+            parsed.played,
+            episode,
+        )
+        state = await replay(request.orchestrator, context)
         translation = translate(
             request.instance_id, [*past, *episode], state, request.default_version
         )
@@ -193,7 +200,7 @@ async def _decide_episode(
     return _decide(request, episode, state, translation)
 
 
-def _with_version(event: HistoryEvent) -> HistoryEvent:
+def with_version(event: HistoryEvent) -> HistoryEvent:
     """An ExecutionStarted stored without ``Version`` replays as one without a version (the
     SDK reads the key unconditionally); the stored history is left as it is."""
     if event["EventType"] == EventType.EXECUTION_STARTED and "Version" not in event:
@@ -201,15 +208,21 @@ def _with_version(event: HistoryEvent) -> HistoryEvent:
     return event
 
 
-def _context_json(request: EpisodeRequest, played: list[str], episode: list[HistoryEvent]) -> str:
-    """The orchestration trigger's context: the history (played events, then this episode's)
-    and the instance's fields, as one JSON document."""
+def context_json(
+    instance_id: str,
+    parent_instance_id: str | None,
+    input_json: str | None,
+    played: list[str],
+    episode: list[HistoryEvent],
+) -> str:
+    """The orchestration trigger's context: the history (played events as JSON text, then
+    this episode's) and the instance's fields, as one JSON document."""
     rest = json.dumps(
         {
-            "instanceId": request.instance_id,
+            "instanceId": instance_id,
             "isReplaying": bool(played),
-            "parentInstanceId": request.parent_instance_id,
-            "input": request.input_json,
+            "parentInstanceId": parent_instance_id,
+            "input": input_json,
             "upperSchemaVersion": REPLAY_SCHEMA_VERSION,
         }
     )

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from devhost.durable.history import DTFX_NAMES, EventType, HistoryEvent, OrchestrationStatusCode
-from devhost.durable.replay import ReplayFunction
+from devhost.durable.replay import ReplayFunction, context_json, with_version
 from devhost.durable.translation import (
-    REPLAY_SCHEMA_VERSION,
     NonDeterminismError,
     UnsupportedActionError,
     translate,
@@ -67,19 +66,10 @@ async def check_history(
     started = started_event(history)
     name = str(started.get("Name"))
     version = started.get("Version")
-    # The SDK reads ExecutionStarted's Version unconditionally; every event is a past one.
-    played = [{**event, "Version": version} if event is started else event for event in history]
     parent = (started.get("ParentInstance") or {}).get("OrchestrationInstance") or {}
-    context = json.dumps(
-        {
-            "history": [{**event, "IsPlayed": True} for event in played],
-            "instanceId": instance_id,
-            "isReplaying": True,
-            "parentInstanceId": parent.get("InstanceId"),
-            "input": started.get("Input"),
-            "upperSchemaVersion": REPLAY_SCHEMA_VERSION,
-        }
-    )
+    # Every event is a past one: the whole history is replayed in one call.
+    played = [json.dumps({**with_version(event), "IsPlayed": True}) for event in history]
+    context = context_json(instance_id, parent.get("InstanceId"), started.get("Input"), played, [])
     state = await replay(name, context)
     try:
         translate(instance_id, history, state, default_version)
