@@ -1,6 +1,6 @@
 """Status replies and operator alerts: who is told what (R1, R2, S3, E8, U4, C2, C5).
 
-`status_for`, `rejection_for` and `alert_for` build the messages; the Functions layer sends a
+`status_for` and `rejection_for` build the status messages; the Functions layer sends a
 status only to the order's recorded reply queue, while `reply_queue_allowed` finds it on the
 REPLY_QUEUES allow-list (R1).
 """
@@ -10,11 +10,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from domain.contracts import (
-    AlertKind,
-    OperatorAlert,
     OrderStatus,
     StatusMessage,
-    operator_alert,
     status_message,
 )
 from domain.records import StateRecord
@@ -33,19 +30,25 @@ def status_for(
     now: datetime,
     reason: str | None = None,
     step: str | None = None,
+    attempt: int | None = None,
 ) -> StatusMessage | None:
     """The status message for the order's own reply queue, or None when it has none (R2).
 
     `received` carries no attempt (none has started); later statuses carry the attempt
-    that reached them, which keeps their message ids distinct across attempts.
+    that reached them (`attempt`, by default the record's), which keeps their message ids
+    distinct across attempts.
     """
     if record.reply_to is None:
         return None
+    if status is OrderStatus.RECEIVED:
+        attempt = None
+    elif attempt is None:
+        attempt = record.attempt
     return status_message(
         queue=record.reply_to,
         order_id=record.order_id,
         status=status,
-        attempt=None if status is OrderStatus.RECEIVED else record.attempt,
+        attempt=attempt,
         reason=reason,
         at=now,
         step=step,
@@ -73,13 +76,6 @@ def rejection_for(
         attempt=None,
         reason=reason,
         at=now,
-    )
-
-
-def alert_for(record: StateRecord, kind: AlertKind, *, reason: str, now: datetime) -> OperatorAlert:
-    """An operator alert about one attempt of an order (E8, U4, C2)."""
-    return operator_alert(
-        kind=kind, order_id=record.order_id, reason=reason, at=now, attempt=record.attempt
     )
 
 
