@@ -23,7 +23,6 @@ from domain.contracts import (
     OrderStatus,
     StatusMessage,
     operator_alert,
-    status_message,
 )
 from domain.policies import ScanBounds
 from domain.ports import PreconditionFailed, RecordNotFound, StateStore
@@ -31,6 +30,7 @@ from domain.records import InstanceId, Owed, OwedKind, OwedMessage, ProcessState
 from domain.transitions import compensation_plan
 from domain.workflow import Step
 from services.paging import BoundedScan, StopReason
+from services.status import status_for
 
 
 @dataclass(frozen=True)
@@ -120,19 +120,17 @@ def messages(record: StateRecord, owed: Iterable[OwedMessage]) -> Delivery:
                     attempt=entry.attempt,
                 )
             )
-        elif entry.kind is OwedKind.STATUS and record.reply_to is not None:
-            status = OrderStatus(entry.name)
-            statuses.append(
-                status_message(
-                    queue=record.reply_to,
-                    order_id=record.order_id,
-                    status=status,
-                    attempt=None if status is OrderStatus.RECEIVED else entry.attempt,
-                    reason=entry.reason,
-                    at=entry.at,
-                    step=entry.step,
-                )
+        elif entry.kind is OwedKind.STATUS:
+            status = status_for(
+                record,
+                OrderStatus(entry.name),
+                now=entry.at,
+                reason=entry.reason,
+                step=entry.step,
+                attempt=entry.attempt,
             )
+            if status is not None:
+                statuses.append(status)
         elif entry.kind is OwedKind.COMPENSATION:
             instance = InstanceId(record.order_id, entry.attempt)
             if record.process_state is ProcessState.COMPENSATING and record.locked_by == str(
@@ -184,5 +182,5 @@ def owed_scan(
         max_items=bounds.max_items,
         max_pages=bounds.max_pages,
     )
-    found = tuple(record for record in scan if record.owed is not None and record.owed.due <= until)
+    found = tuple(scan)
     return OwedScan(found, scan.pages, scan.items_read, scan.request_charge, scan.stopped)
