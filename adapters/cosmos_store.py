@@ -217,10 +217,6 @@ class CosmosStateStore(StateStore):
     def max_page_size(self) -> int:
         return MAX_PAGE_SIZE
 
-    def _document(self, record: StateRecord) -> dict[str, Any]:
-        # No `ttl`: a finished record stays, as the tombstone of its order (C3, S2).
-        return record.to_document()
-
     def _add_entry(
         self,
         order_id: str,
@@ -239,7 +235,8 @@ class CosmosStateStore(StateStore):
 
     def create(self, record: StateRecord) -> Created[StateRecord]:
         charge = RequestCharge()
-        document = self._document(record)
+        # No `ttl`: a finished record stays, as the tombstone of its order (C3, S2).
+        document = record.to_document()
         with translate_errors(f"creating state record {record.order_id!r}", charge):
             ref = self._add_entry(
                 record.order_id,
@@ -285,7 +282,7 @@ class CosmosStateStore(StateStore):
             )
         etag, previous = _parse_version(record.etag)
         charge = RequestCharge()
-        document = self._document(record)
+        document = record.to_document()
         with translate_errors(f"replacing state record {record.order_id!r}", charge):
             ref = self._add_entry(
                 record.order_id,
