@@ -419,13 +419,6 @@ class StateRecord:
         try:
             complete_by = document["CompleteBy"]
             steps = tuple(StepStatus.from_document(step) for step in document["Steps"])
-            # SchemaVersion 1 documents written before the retry budget was kept lack it: the
-            # order gets the default budget, with nothing spent yet (C4).
-            budget = RetryBudget.for_order(
-                DEFAULT_RETRY_BUDGET,
-                steps=max(1, len(steps)),
-                supervisor_attempts=DEFAULT_MAX_FAILURES,
-            )
             return cls(
                 order_id=str(document["OrderID"]),
                 process_state=ProcessState(document["ProcessState"]),
@@ -455,8 +448,12 @@ class StateRecord:
                 compensation_ends_in=ProcessState(
                     document.get("CompensationEndsIn", ProcessState.COMPENSATED.value)
                 ),
-                retry_budget=int(document.get("RetryBudget", budget.total)),
-                undo_reserve=int(document.get("UndoReserve", budget.undo_reserve)),
+                retry_budget=int(document["RetryBudget"])
+                if "RetryBudget" in document
+                else _default_budget(len(steps)).total,
+                undo_reserve=int(document["UndoReserve"])
+                if "UndoReserve" in document
+                else _default_budget(len(steps)).undo_reserve,
                 tries_spent=int(document.get("TriesSpent", 0)),
                 undo_tries_spent=int(document.get("UndoTriesSpent", 0)),
                 # SchemaVersion 1 documents written before tombstones lack both.
@@ -471,3 +468,11 @@ class StateRecord:
             raise RecordFormatError(
                 f"state record {document.get('id')!r} is malformed: {error}"
             ) from error
+
+
+def _default_budget(steps: int) -> RetryBudget:
+    """The budget of a SchemaVersion 1 document written before the retry budget was kept:
+    the default one, with nothing spent yet (C4). Only such documents pay for computing it."""
+    return RetryBudget.for_order(
+        DEFAULT_RETRY_BUDGET, steps=max(1, steps), supervisor_attempts=DEFAULT_MAX_FAILURES
+    )
