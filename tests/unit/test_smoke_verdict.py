@@ -5,9 +5,9 @@ from __future__ import annotations
 from azure.identity import CredentialUnavailableError
 from azure.servicebus.exceptions import ServiceBusAuthorizationError, ServiceBusConnectionError
 
+from domain.dead_letters import MAX_DELIVERY_COUNT_EXCEEDED
 from tools.smoke.probe import is_auth_error
 from tools.smoke.verdict import (
-    MAX_DELIVERY_COUNT_EXCEEDED,
     Cause,
     Observation,
     OrdersMessage,

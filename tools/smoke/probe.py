@@ -26,14 +26,13 @@ from azure.servicebus.exceptions import (
     ServiceBusAuthorizationError,
 )
 
-from tools.smoke.verdict import Observation, OrdersMessage, Status
+from tools.smoke.verdict import ENDINGS, Observation, OrdersMessage, Status
 
 CALL_TIMEOUT_SECONDS = 30.0
 _RECEIVE_SLICE_SECONDS = 5.0
 _PEEK_BATCH = 100
 _PEEK_LIMIT = 5000
 """Messages read at most when looking for the order in a queue: a smoke queue holds few."""
-_ENDINGS = frozenset({"completed", "failed", "compensated", "compensation-failed", "rejected"})
 AUTH_ERRORS = (
     ClientAuthenticationError,
     ServiceBusAuthenticationError,
@@ -153,7 +152,7 @@ async def _statuses(
                 status = _status_of(message, order_id)
                 if status is not None and str(message.message_id) not in seen:
                     seen[str(message.message_id)] = status
-            if any(s.status in _ENDINGS for s in seen.values()):
+            if any(s.status in ENDINGS for s in seen.values()):
                 break
     finally:
         await _bounded(receiver.close())

@@ -12,7 +12,11 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-MAX_DELIVERY_COUNT_EXCEEDED = "MaxDeliveryCountExceeded"
+from domain.contracts import OrderStatus
+from domain.dead_letters import MAX_DELIVERY_COUNT_EXCEEDED
+
+ENDINGS = frozenset(OrderStatus) - {OrderStatus.RECEIVED, OrderStatus.IN_PROGRESS}
+"""The statuses after which an order hears nothing more."""
 
 
 class Cause(enum.Enum):
@@ -195,7 +199,7 @@ def judge(seen: Observation) -> Verdict:
 
 
 def _cause(seen: Observation) -> tuple[Cause | None, str]:
-    ending = next((s for s in seen.statuses if s.status not in ("received", "in-progress")), None)
+    ending = next((s for s in seen.statuses if s.status in ENDINGS), None)
     if seen.orders_message is OrdersMessage.DEAD_LETTERED:
         if seen.dead_letter_reason == MAX_DELIVERY_COUNT_EXCEEDED:
             deliveries = seen.delivery_count
