@@ -207,16 +207,14 @@ class Ledger:
             if attempt < fence:
                 self._refusals[Outcome.STALE_ATTEMPT] += 1
                 return LedgerResult(Outcome.STALE_ATTEMPT, None, fence)
-            declined = self._declines.get(idempotency_key)
-            if declined is not None and declined.attempt >= attempt:
+            declined = self._declined_for(idempotency_key, attempt)
+            if declined is not None:
                 if (declined.order_id, declined.payload) != (order_id, payload):
                     self._refusals[Outcome.KEY_REUSE] += 1
                     return LedgerResult(Outcome.KEY_REUSE, None, fence, decline=declined)
-                self._raise_fence(order_id, attempt)
+                # Recording the decline raised the fence to its attempt, this one's.
                 self._declines_replayed += 1
-                return LedgerResult(
-                    Outcome.DECLINED, None, self._fences[order_id], decline=declined
-                )
+                return LedgerResult(Outcome.DECLINED, None, fence, decline=declined)
             existing = self._by_key.get(idempotency_key)
             if existing is not None:
                 if (existing.order_id, existing.payload) != (order_id, payload):
@@ -338,10 +336,16 @@ class Ledger:
         request with it is answered from the ledger (a replay of either, or a refusal of
         another order's key), never declined anew."""
         with self._lock:
-            declined = self._declines.get(idempotency_key)
-            return idempotency_key in self._by_key or (
-                declined is not None and declined.attempt >= attempt
+            return (
+                idempotency_key in self._by_key
+                or self._declined_for(idempotency_key, attempt) is not None
             )
+
+    def _declined_for(self, idempotency_key: str, attempt: int) -> Decline | None:
+        """The decline of the key that answers ``attempt``: one recorded for it or a later
+        attempt (lock held)."""
+        declined = self._declines.get(idempotency_key)
+        return declined if declined is not None and declined.attempt >= attempt else None
 
     def find(self, resource_id: str) -> Resource | None:
         with self._lock:
