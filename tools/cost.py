@@ -281,7 +281,11 @@ def at_rest(
 
 def section(counts: RunCounts) -> dict[str, Any]:
     """The report's ``cost`` section: the cost of 1,000 orders and the cost at rest."""
-    return {"orders": cost_of_orders(counts).to_json(), "atRest": at_rest().to_json()}
+    prices = load_prices()
+    return {
+        "orders": cost_of_orders(counts, prices).to_json(),
+        "atRest": at_rest(prices).to_json(),
+    }
 
 
 def render_section(section: Mapping[str, Any]) -> list[str]:
