@@ -30,7 +30,7 @@ import json
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -43,7 +43,7 @@ from devhost.servicebus.process import BrokerProcess
 import bootstrap
 from config import Settings
 from domain.agent_messages import AgentOperation
-from domain.ports import StoreMetrics
+from domain.ports import Page, StoreMetrics
 from domain.records import ProcessState, StateRecord, parse_utc
 from services.starter import claim_pending
 from tools import cost
@@ -582,19 +582,25 @@ class Run:
     def _records(self, order_ids: Sequence[str]) -> dict[str, StateRecord | None]:
         return {order_id: self.states.get(order_id) for order_id in order_ids}
 
+    def _total(self, fetch: Callable[[int, str | None], Page[StateRecord]]) -> int:
+        """The records of every page of one query, counted."""
+        total, continuation = 0, None
+        while True:
+            page = fetch(self.states.max_page_size, continuation)
+            total += len(page.items)
+            continuation = page.continuation
+            if continuation is None:
+                return total
+
     def _count(self, states: Sequence[ProcessState]) -> int:
-        total = 0
-        for state in states:
-            continuation = None
-            while True:
-                page = self.states.query_by_state(
-                    state=state, page_size=self.states.max_page_size, continuation=continuation
+        def in_state(state: ProcessState) -> int:
+            return self._total(
+                lambda size, token: self.states.query_by_state(
+                    state=state, page_size=size, continuation=token
                 )
-                total += len(page.items)
-                continuation = page.continuation
-                if continuation is None:
-                    break
-        return total
+            )
+
+        return sum(in_state(state) for state in states)
 
     async def sample(self) -> dict[str, float]:
         in_flight = await asyncio.to_thread(self._count, UNFINISHED)
@@ -623,17 +629,12 @@ class Run:
     def _owing(self) -> int:
         """Records whose outbox still owes messages (C6), which the supervisor's sweep relays
         once OUTBOX_GRACE_SECONDS have passed: a final state whose status is not out yet."""
-        total = 0
-        continuation = None
         until = datetime.now(UTC) + timedelta(days=1)
-        while True:
-            page = self.states.query_owed(
-                until=until, page_size=self.states.max_page_size, continuation=continuation
+        return self._total(
+            lambda size, token: self.states.query_owed(
+                until=until, page_size=size, continuation=token
             )
-            total += len(page.items)
-            continuation = page.continuation
-            if continuation is None:
-                return total
+        )
 
     async def settle(self) -> None:
         deadline = time.monotonic() + self.options.settle_seconds
